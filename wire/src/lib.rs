@@ -1,0 +1,21 @@
+//! corelog's wire format.
+//!
+//! This crate is pure: it performs no I/O, reads no clock and spawns nothing.
+//! Everything here is a function from bytes to typed values and back, so that
+//! the broker, the client and the fuzzers share one definition of the
+//! protocol, and every decoder can be driven with arbitrary bytes.
+//!
+//! - [`batch`]: record batches in the Kafka RecordBatch v2 layout, the unit of
+//!   storage and replication.
+//! - [`types`]: offsets, epochs and other identities as distinct types.
+//! - [`error`]: stable numeric error codes, with what the user should do.
+//! - [`frame`]: the frame codec; frames over the limit are refused from their
+//!   header, before anything is allocated.
+//! - [`message`]: API request and response bodies as validated rkyv archives,
+//!   with record batches in a raw section after the archive.
+
+pub mod batch;
+pub mod error;
+pub mod frame;
+pub mod message;
+pub mod types;

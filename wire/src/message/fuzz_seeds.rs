@@ -1,0 +1,166 @@
+//! Writes seed inputs for the fuzz targets in `wire/fuzz/`: valid bodies of
+//! every message, so that the fuzzer starts from archives that validate
+//! instead of having to discover rkyv's layout from nothing.
+//!
+//! Run on demand (it writes files, so it is ignored by default):
+//!
+//! ```text
+//! CORELOG_FUZZ_SEEDS=wire/fuzz/seeds cargo test -p corelog-wire write_fuzz_seeds -- --ignored
+//! ```
+//!
+//! Each message seed is the target's control byte (0: request body, 1:
+//! response body; see `wire/fuzz/fuzz_targets/common.rs`) followed by the
+//! body. Batch seeds (`batch_decode`) are control byte 1 (fix up the CRC)
+//! followed by two consecutive batches, one per compression codec.
+
+use std::path::{Path, PathBuf};
+
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
+
+use super::{Request, Response, encode_request, encode_response};
+
+/// Seeds per message type.
+const SEEDS_PER_MESSAGE: usize = 8;
+
+fn write_seeds<Q, S>(
+    dir: &Path,
+    target: &str,
+    requests: impl Strategy<Value = (Q, Vec<u8>)>,
+    responses: impl Strategy<Value = (S, Vec<u8>)>,
+) where
+    Q: Request,
+    S: Response,
+{
+    let dir = dir.join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut runner = TestRunner::deterministic();
+    for index in 0..SEEDS_PER_MESSAGE {
+        let (request, raw) = requests.new_tree(&mut runner).unwrap().current();
+        let mut seed = vec![0_u8];
+        seed.extend(encode_request(&request, &raw).unwrap());
+        std::fs::write(dir.join(format!("request-{index}")), seed).unwrap();
+        let (response, raw) = responses.new_tree(&mut runner).unwrap().current();
+        let mut seed = vec![1_u8];
+        seed.extend(encode_response(&response, &raw).unwrap());
+        std::fs::write(dir.join(format!("response-{index}")), seed).unwrap();
+    }
+}
+
+/// A few record batches for `batch_decode`, built with the batch module's
+/// own builder.
+fn write_batch_seeds(dir: &Path) {
+    use bytes::Bytes;
+
+    use crate::batch::{BatchBuilder, Compression, Header, NewRecord, SchemaVersion};
+    use crate::types::TimestampMs;
+
+    let dir = dir.join("batch_decode");
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = NewRecord {
+        key: Some(Bytes::from_static(b"customer42")),
+        value: Some(Bytes::from_static(b"order O51 paid")),
+        headers: vec![Header {
+            key: "trace".to_owned(),
+            value: Some(Bytes::from_static(b"abc")),
+        }],
+        timestamp: TimestampMs(1_700_000_000_000),
+        schema: Some(SchemaVersion(3)),
+    };
+    let tombstone = NewRecord {
+        key: Some(Bytes::from_static(b"customer42")),
+        ..NewRecord::default()
+    };
+    for (name, compression) in [
+        ("none", Compression::None),
+        ("lz4", Compression::Lz4),
+        ("zstd", Compression::Zstd),
+    ] {
+        let mut seed = vec![1_u8];
+        for records in [
+            vec![record.clone(), tombstone.clone()],
+            vec![record.clone()],
+        ] {
+            let mut builder = BatchBuilder::new(compression);
+            for record in &records {
+                builder.push(record).unwrap();
+            }
+            seed.extend_from_slice(&builder.build().unwrap());
+        }
+        std::fs::write(dir.join(name), seed).unwrap();
+    }
+}
+
+fn no_raw<T: std::fmt::Debug>(
+    strategy: impl Strategy<Value = T>,
+) -> impl Strategy<Value = (T, Vec<u8>)> {
+    strategy.prop_map(|message| (message, Vec::new()))
+}
+
+#[test]
+#[ignore = "writes files; run with CORELOG_FUZZ_SEEDS=<dir>"]
+fn write_fuzz_seeds() {
+    let Some(dir) = std::env::var_os("CORELOG_FUZZ_SEEDS") else {
+        panic!("set CORELOG_FUZZ_SEEDS to the seed directory, for example wire/fuzz/seeds");
+    };
+    let dir = PathBuf::from(dir);
+    use super::{
+        api_versions, create_topics, delete_topics, describe_topics, fetch, init_producer_id,
+        list_offsets, metadata, produce,
+    };
+    write_seeds(
+        &dir,
+        "api_versions",
+        no_raw(api_versions::tests::request()),
+        no_raw(api_versions::tests::response()),
+    );
+    write_seeds(
+        &dir,
+        "metadata",
+        no_raw(metadata::tests::request()),
+        no_raw(metadata::tests::response()),
+    );
+    write_seeds(
+        &dir,
+        "create_topics",
+        no_raw(create_topics::tests::request()),
+        no_raw(create_topics::tests::response()),
+    );
+    write_seeds(
+        &dir,
+        "delete_topics",
+        no_raw(delete_topics::tests::request()),
+        no_raw(delete_topics::tests::response()),
+    );
+    write_seeds(
+        &dir,
+        "describe_topics",
+        no_raw(describe_topics::tests::request()),
+        no_raw(describe_topics::tests::response()),
+    );
+    write_seeds(
+        &dir,
+        "produce",
+        produce::tests::request(),
+        no_raw(produce::tests::response()),
+    );
+    write_seeds(
+        &dir,
+        "fetch",
+        no_raw(fetch::tests::request()),
+        fetch::tests::response(),
+    );
+    write_seeds(
+        &dir,
+        "list_offsets",
+        no_raw(list_offsets::tests::request()),
+        no_raw(list_offsets::tests::response()),
+    );
+    write_batch_seeds(&dir);
+    write_seeds(
+        &dir,
+        "init_producer_id",
+        no_raw(init_producer_id::tests::request()),
+        no_raw(init_producer_id::tests::response()),
+    );
+}
