@@ -1,0 +1,792 @@
+//! The log of one partition replica: group-commit appends, reads, rolls and
+//! retention over a run of segments.
+//!
+//! Lives on one shard (`!Send`); methods take `&self` so that many requests
+//! can be in flight at once, and state is borrowed only between awaits.
+//!
+//! Durability: [`PartitionLog::append`] resolves only after an fdatasync
+//! covering the batch returned. Appends arriving while a flush is in flight
+//! wait for the next one, which takes all of them (group commit): whichever
+//! waiting append finds no flush running performs the next. After a failed
+//! write or sync the log is fenced: nothing more is acknowledged, and it
+//! must be reopened, which recovers from what the disk really holds.
+//!
+//! Offsets: `log_start <= durable_end <= next_offset`, asserted on change.
+//! Reads see only offsets below `durable_end` (and below the caller's bound,
+//! such as a replicated high watermark).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use corelog_wire::batch::{self, BatchHeader};
+use corelog_wire::types::{Offset, TimestampMs};
+use event_listener::Event;
+
+use super::appender::{Appender, FlushPlan, PendingBatch};
+use super::checkpoint::Checkpoint;
+use super::deletion_ledger::{DeletedRange, DeletionLedger};
+use super::disk::{Disk, DiskFile};
+use super::index::SegmentSummary;
+use super::recovery::{self, remove_segment_files};
+use super::retention::next_deletion;
+use super::segment::Segment;
+use super::tail_cache::CacheKey;
+use super::{LogConfig, ShardStorage, StorageError};
+
+/// Where an appended batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// Offset of its first record.
+    pub base_offset: Offset,
+    /// Offset of its last record.
+    pub last_offset: Offset,
+    /// When the log accepted it.
+    pub log_append_time: TimestampMs,
+}
+
+/// Batches returned by a read.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOutcome {
+    /// Whole batches in offset order; the first may start before the
+    /// requested offset (it contains it).
+    pub chunks: Vec<Bytes>,
+    /// Where the next read should start.
+    pub next_offset: Offset,
+    /// First offset the log holds.
+    pub log_start: Offset,
+    /// Offset after the last durable record.
+    pub log_end: Offset,
+}
+
+impl ReadOutcome {
+    /// Bytes returned.
+    #[must_use]
+    pub fn byte_len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+}
+
+struct LogState<D: Disk> {
+    /// Every segment, the active one last.
+    segments: BTreeMap<Offset, Rc<Segment<D>>>,
+    log_start: Offset,
+    /// Every offset below is written and synced.
+    durable_end: Offset,
+    /// Next offset to assign.
+    next_offset: Offset,
+    appender: Appender,
+    /// Whether some append is performing a flush now.
+    flushing: bool,
+    /// The batches of the flush under way, put back if it is cancelled.
+    in_flight: Option<FlushPlan>,
+    fenced: Option<String>,
+    closed: bool,
+    ledger: DeletionLedger,
+    stats: LogStats,
+}
+
+/// Counters of the log's disk work since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Group-commit flushes (one write and one fdatasync each).
+    pub flushes: u64,
+    /// Batches those flushes made durable.
+    pub batches_flushed: u64,
+    /// Bytes of batches those flushes made durable.
+    pub bytes_flushed: u64,
+    /// Segments rolled.
+    pub rolls: u64,
+}
+
+impl<D: Disk> LogState<D> {
+    fn active(&self) -> &Rc<Segment<D>> {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn check_offsets(&self) {
+        assert!(
+            self.log_start <= self.durable_end && self.durable_end <= self.next_offset,
+            "offset order broken: start {} durable {} next {}",
+            self.log_start,
+            self.durable_end,
+            self.next_offset
+        );
+    }
+
+    fn writable(&self) -> Result<(), StorageError> {
+        if let Some(reason) = &self.fenced {
+            return Err(StorageError::Fenced {
+                reason: reason.clone(),
+            });
+        }
+        if self.closed {
+            return Err(StorageError::Fenced {
+                reason: "log is closed".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The log of one partition replica.
+pub struct PartitionLog<D: Disk> {
+    disk: D,
+    dir: PathBuf,
+    config: LogConfig,
+    shard: ShardStorage,
+    cache_key: CacheKey,
+    state: RefCell<LogState<D>>,
+    /// Signalled whenever `durable_end` moves, a flush ends or the log is fenced.
+    durable_changed: Event,
+    /// Serialises checkpoint and ledger writes (roll, retention, close).
+    metadata: async_lock::Mutex<()>,
+}
+
+impl<D: Disk> std::fmt::Debug for PartitionLog<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.borrow();
+        f.debug_struct("PartitionLog")
+            .field("dir", &self.dir)
+            .field("log_start", &state.log_start)
+            .field("durable_end", &state.durable_end)
+            .field("next_offset", &state.next_offset)
+            .field("segments", &state.segments.len())
+            .field("fenced", &state.fenced)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resets the flushing flag when a flush ends or its future is dropped, and
+/// puts a cancelled flush's batches back so that no offset is skipped.
+struct FlushGuard<'a, D: Disk> {
+    log: &'a PartitionLog<D>,
+}
+
+impl<D: Disk> Drop for FlushGuard<'_, D> {
+    fn drop(&mut self) {
+        let mut state = self.log.state.borrow_mut();
+        if let Some(plan) = state.in_flight.take() {
+            state.appender.restore(plan);
+        }
+        state.flushing = false;
+        drop(state);
+        self.log.durable_changed.notify(usize::MAX);
+    }
+}
+
+impl<D: Disk> PartitionLog<D> {
+    /// Opens (recovering) or creates the log in `dir`.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`], [`StorageError::Corrupt`] when the
+    /// active segment is damaged in a way a crash cannot explain, or
+    /// [`StorageError::Io`].
+    pub async fn open(
+        disk: D,
+        dir: &Path,
+        config: LogConfig,
+        shard: ShardStorage,
+        cache_key: CacheKey,
+    ) -> Result<Self, StorageError> {
+        config.validate()?;
+        let recovered = recovery::recover(&disk, dir, &config, shard.clock.now()).await?;
+        let active = recovered
+            .segments
+            .values()
+            .next_back()
+            .expect("recovery leaves a segment");
+        let durable_end = active.next_offset();
+        let alignment = active.file().alignment();
+        let appender = Appender::new(alignment, active.size(), recovered.tail_block);
+        shard.cache.truncate_from(cache_key, Offset(0));
+        let state = LogState {
+            log_start: recovered.log_start.min(durable_end),
+            durable_end,
+            next_offset: durable_end,
+            segments: recovered.segments,
+            appender,
+            flushing: false,
+            in_flight: None,
+            fenced: None,
+            closed: false,
+            ledger: recovered.ledger,
+            stats: LogStats::default(),
+        };
+        state.check_offsets();
+        let log = PartitionLog {
+            disk,
+            dir: dir.to_path_buf(),
+            config,
+            shard,
+            cache_key,
+            state: RefCell::new(state),
+            durable_changed: Event::new(),
+            metadata: async_lock::Mutex::new(()),
+        };
+        // From here on the log is open: a crash is not a clean shutdown.
+        log.store_checkpoint(false).await?;
+        Ok(log)
+    }
+
+    /// Appends one batch: validates it (bounds and CRC), assigns its offsets
+    /// in place, and resolves once it is durable.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidBatch`] for malformed bytes (nothing stored);
+    /// [`StorageError::DiskFull`] when the disk reserve would be used;
+    /// [`StorageError::Fenced`] if the log failed or closed before the batch
+    /// was durable — the batch must then be presumed not stored.
+    pub async fn append(&self, mut batch: BytesMut) -> Result<AppendOutcome, StorageError> {
+        let header = batch::validate(&batch, &self.config.batch_limits)?;
+        let header = {
+            let mut state = self.state.borrow_mut();
+            state.writable()?;
+            self.shard
+                .space
+                .claim(batch.len() as u64)
+                .map_err(StorageError::DiskFull)?;
+            let base_offset = state.next_offset;
+            batch::set_base_offset(&mut batch, base_offset);
+            let header = BatchHeader {
+                base_offset,
+                ..header
+            };
+            let bytes = batch.freeze();
+            state.next_offset = header.next_offset();
+            state.check_offsets();
+            self.shard.cache.insert(
+                self.cache_key,
+                base_offset,
+                header.next_offset(),
+                bytes.clone(),
+            );
+            state.appender.push(PendingBatch { header, bytes });
+            header
+        };
+        self.wait_durable(header.next_offset()).await?;
+        Ok(AppendOutcome {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            log_append_time: self.shard.clock.now(),
+        })
+    }
+
+    /// Resolves once every offset below `target` is durable, performing
+    /// flushes while no other append is.
+    async fn wait_durable(&self, target: Offset) -> Result<(), StorageError> {
+        loop {
+            let listener = {
+                let mut state = self.state.borrow_mut();
+                if state.durable_end >= target {
+                    return Ok(());
+                }
+                if let Some(reason) = &state.fenced {
+                    return Err(StorageError::Fenced {
+                        reason: reason.clone(),
+                    });
+                }
+                if state.flushing {
+                    Some(self.durable_changed.listen())
+                } else {
+                    state.flushing = true;
+                    None
+                }
+            };
+            match listener {
+                Some(listener) => listener.await,
+                None => {
+                    let guard = FlushGuard { log: self };
+                    let result = self.flush_round().await;
+                    drop(guard);
+                    if let Err(error) = result {
+                        self.fence(&error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One group commit: roll if due, then write and sync the next run of
+    /// pending batches.
+    async fn flush_round(&self) -> Result<(), StorageError> {
+        if self.roll_due() {
+            self.roll().await?;
+        }
+        let (active, plan, alignment) = {
+            let mut state = self.state.borrow_mut();
+            let active = state.active().clone();
+            let size = active.size();
+            let room = self.config.segment_bytes.saturating_sub(size);
+            let Some(plan) = state.appender.take(size, room, self.config.flush_bytes_max) else {
+                return Ok(());
+            };
+            (active, plan, active_alignment(&state))
+        };
+        let mut buffer = active.file().alloc_buffer(plan.write_len(alignment));
+        let new_tail_block = {
+            let state = self.state.borrow();
+            state.appender.fill(&plan, buffer.as_mut());
+            state.appender.tail_block_after(&plan, buffer.as_ref())
+        };
+        let write_position = plan.write_position;
+        self.state.borrow_mut().in_flight = Some(plan);
+        let path = &active.paths().log;
+        active
+            .file()
+            .write_at(buffer, write_position)
+            .await
+            .map_err(|error| StorageError::io(path, error))?;
+        active
+            .file()
+            .sync_data()
+            .await
+            .map_err(|error| StorageError::io(path, error))?;
+
+        let mut state = self.state.borrow_mut();
+        let plan = state
+            .in_flight
+            .take()
+            .expect("the flush under way owns its plan");
+        let mut position = plan.first_batch_position;
+        for pending in &plan.batches {
+            active.record_durable_batch(position, &pending.header);
+            position += pending.bytes.len() as u64;
+        }
+        state.appender.set_tail_block(new_tail_block);
+        state.stats.flushes += 1;
+        state.stats.batches_flushed += plan.batches.len() as u64;
+        state.stats.bytes_flushed += plan.batch_bytes as u64;
+        let durable_end = plan
+            .batches
+            .last()
+            .expect("a plan has batches")
+            .header
+            .next_offset();
+        assert!(durable_end > state.durable_end, "durable end must grow");
+        state.durable_end = durable_end;
+        state.check_offsets();
+        drop(state);
+        self.durable_changed.notify(usize::MAX);
+        Ok(())
+    }
+
+    fn roll_due(&self) -> bool {
+        let state = self.state.borrow();
+        let active = state.active();
+        let Some(first_pending) = state.appender.first_pending_bytes() else {
+            return false;
+        };
+        let full = active.size() + first_pending as u64 > self.config.segment_bytes;
+        let age_ms = self
+            .shard
+            .clock
+            .now()
+            .0
+            .saturating_sub(active.created_at().0);
+        active.size() > 0 && (full || age_ms >= self.config.segment_ms)
+    }
+
+    /// Closes the active segment (cut its padding, sync, seal its indexes)
+    /// and starts a new one at the durable end.
+    async fn roll(&self) -> Result<(), StorageError> {
+        let old = self.state.borrow().active().clone();
+        let size = old.size();
+        let path = &old.paths().log;
+        old.file()
+            .truncate(size)
+            .await
+            .map_err(|error| StorageError::io(path, error))?;
+        old.file()
+            .sync_data()
+            .await
+            .map_err(|error| StorageError::io(path, error))?;
+        old.persist_indexes(&self.disk).await?;
+        let base = old.next_offset();
+        let segment = Segment::create(
+            &self.disk,
+            &self.dir,
+            base,
+            self.config.index_interval_bytes,
+            self.shard.clock.now(),
+        )
+        .await?;
+        self.disk
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|error| StorageError::io(&self.dir, error))?;
+        {
+            let mut state = self.state.borrow_mut();
+            assert_eq!(
+                base, state.durable_end,
+                "a new segment starts at the durable end"
+            );
+            state.segments.insert(base, Rc::new(segment));
+            state.appender.reset_for_new_segment();
+            state.stats.rolls += 1;
+        }
+        self.store_checkpoint(false).await
+    }
+
+    /// Fences the log after an I/O failure: nothing pending will be written
+    /// and nothing more is acknowledged.
+    fn fence(&self, error: &StorageError) {
+        let mut state = self.state.borrow_mut();
+        if state.fenced.is_none() {
+            tracing::error!(dir = %self.dir.display(), %error, "partition log fenced after an I/O failure");
+            state.fenced = Some(error.to_string());
+        }
+        let dropped = state.appender.abandon();
+        let durable_end = state.durable_end;
+        drop(state);
+        if dropped > 0 {
+            tracing::warn!(dropped, "pending batches dropped unacknowledged");
+        }
+        self.shard.cache.truncate_from(self.cache_key, durable_end);
+        self.durable_changed.notify(usize::MAX);
+    }
+
+    /// Persists the checkpoint from the current state.
+    async fn store_checkpoint(&self, clean_shutdown: bool) -> Result<(), StorageError> {
+        let _metadata = self.metadata.lock().await;
+        let checkpoint = {
+            let state = self.state.borrow();
+            Checkpoint {
+                log_start_offset: state.log_start,
+                recovery_point: state.active().base(),
+                clean_shutdown,
+            }
+        };
+        checkpoint.store(&self.disk, &self.dir).await
+    }
+
+    /// Reads whole batches from `from`, at most `max_bytes` (at least one
+    /// batch), below `upper` (or the durable end if lower or absent). Tail
+    /// reads are served from the shard's cache.
+    ///
+    /// # Errors
+    /// [`StorageError::OffsetOutOfRange`] below the log start (with what was
+    /// deleted and why) or past the log end; [`StorageError::Corrupt`] when a
+    /// stored batch fails its checksum; [`StorageError::Io`].
+    pub async fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        upper: Option<Offset>,
+    ) -> Result<ReadOutcome, StorageError> {
+        let (log_start, log_end) = {
+            let state = self.state.borrow();
+            (state.log_start, state.durable_end)
+        };
+        if from < log_start || from > log_end {
+            return Err(self.out_of_range(from));
+        }
+        let upper = upper.map_or(log_end, |upper| upper.min(log_end));
+        let mut outcome = ReadOutcome {
+            chunks: Vec::new(),
+            next_offset: from,
+            log_start,
+            log_end,
+        };
+        if from >= upper {
+            return Ok(outcome);
+        }
+        if let Some(hit) = self
+            .shard
+            .cache
+            .read(self.cache_key, from, upper, max_bytes)
+        {
+            outcome.chunks = hit.batches;
+            outcome.next_offset = hit.next_offset;
+            return Ok(outcome);
+        }
+        let mut position = from;
+        loop {
+            let segment = {
+                let state = self.state.borrow();
+                let found = state
+                    .segments
+                    .range(..=position)
+                    .next_back()
+                    .map(|(_, segment)| segment.clone());
+                match found {
+                    Some(segment) => segment,
+                    None => return Ok(outcome),
+                }
+            };
+            let read = segment
+                .read_batches(position, upper, max_bytes, &self.config.batch_limits)
+                .await?;
+            if let Some(next_offset) = read.next_offset {
+                outcome.chunks.push(Bytes::from(read.bytes));
+                outcome.next_offset = next_offset;
+                return Ok(outcome);
+            }
+            if let Some(damage) = segment.damage() {
+                // The offset lies in or after a damaged part of the segment.
+                return Err(damage);
+            }
+            // Nothing at or after `position` in this segment: the next one.
+            let next_base = self
+                .state
+                .borrow()
+                .segments
+                .range(position.plus(1)..)
+                .next()
+                .map(|(base, _)| *base);
+            match next_base {
+                Some(base) if base < upper => position = base,
+                _ => return Ok(outcome),
+            }
+        }
+    }
+
+    fn out_of_range(&self, requested: Offset) -> StorageError {
+        let state = self.state.borrow();
+        let deleted = if requested < state.log_start {
+            state.ledger.overlapping(requested, state.log_start)
+        } else {
+            Vec::new()
+        };
+        StorageError::OffsetOutOfRange {
+            requested,
+            log_start: state.log_start,
+            log_end: state.durable_end,
+            deleted,
+        }
+    }
+
+    /// The first durable record with a timestamp at or after `target`:
+    /// its offset and timestamp, or `None` if every record is older.
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] or [`StorageError::Io`] from the reads.
+    pub async fn offset_for_timestamp(
+        &self,
+        target: TimestampMs,
+    ) -> Result<Option<(Offset, TimestampMs)>, StorageError> {
+        let (segments, upper) = {
+            let state = self.state.borrow();
+            let segments: Vec<_> = state.segments.values().cloned().collect();
+            (segments, state.durable_end)
+        };
+        let limits = &self.config.batch_limits;
+        for segment in segments {
+            let Some(found) = segment
+                .find_batch_by_timestamp(target, upper, limits)
+                .await?
+            else {
+                continue;
+            };
+            let found = Bytes::from(found);
+            let records =
+                batch::decode_records(&found, limits).map_err(|error| StorageError::Corrupt {
+                    path: segment.paths().log.clone(),
+                    position: 0,
+                    reason: error.to_string(),
+                })?;
+            if let Some(record) = records.iter().find(|record| record.timestamp >= target) {
+                return Ok(Some((record.offset, record.timestamp)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the oldest closed segment if retention says it is due: records
+    /// the deletion in the ledger, persists the new log start, then unlinks.
+    /// Deletes at most one segment per call so that callers can pace
+    /// deletions (large unlinks stall fsyncs on discard-mounted disks).
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] when the ledger or checkpoint cannot be written;
+    /// the log is fenced, as its metadata can no longer be kept durable.
+    pub async fn enforce_retention(&self) -> Result<Option<DeletedRange>, StorageError> {
+        let result = self.delete_oldest_if_due().await;
+        if let Err(error) = &result {
+            self.fence(error);
+        }
+        result
+    }
+
+    async fn delete_oldest_if_due(&self) -> Result<Option<DeletedRange>, StorageError> {
+        let metadata = self.metadata.lock().await;
+        let now = self.shard.clock.now();
+        let (victim, deletion, ledger) = {
+            let mut state = self.state.borrow_mut();
+            state.writable()?;
+            let closed: Vec<SegmentSummary> = state
+                .segments
+                .values()
+                .take(state.segments.len() - 1)
+                .map(|segment| segment.summary())
+                .collect();
+            let total_bytes = state.segments.values().map(|segment| segment.size()).sum();
+            let Some(cause) = next_deletion(&closed, total_bytes, &self.config.retention, now)
+            else {
+                return Ok(None);
+            };
+            let victim = state
+                .segments
+                .values()
+                .next()
+                .expect("a closed segment")
+                .clone();
+            let summary = victim.summary();
+            let deletion = DeletedRange {
+                start_offset: summary.base_offset.max(state.log_start),
+                end_offset: summary.next_offset,
+                bytes: summary.size_bytes,
+                record_count: summary.record_count,
+                cause,
+                deleted_at: now,
+            };
+            state.ledger.record(deletion);
+            // Readers asking below the new start get the gap error from now on;
+            // readers already holding the segment finish on it.
+            state.log_start = summary.next_offset;
+            state.segments.remove(&summary.base_offset);
+            state.check_offsets();
+            (victim, deletion, state.ledger.clone())
+        };
+        ledger.store(&self.disk, &self.dir).await?;
+        drop(metadata);
+        self.store_checkpoint(false).await?;
+        remove_segment_files(&self.disk, &self.dir, victim.base()).await?;
+        self.disk
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|error| StorageError::io(&self.dir, error))?;
+        tracing::info!(
+            dir = %self.dir.display(),
+            start = deletion.start_offset.0,
+            end = deletion.end_offset.0,
+            bytes = deletion.bytes,
+            cause = deletion.cause.name(),
+            "deleted segment"
+        );
+        Ok(Some(deletion))
+    }
+
+    /// Flushes everything pending, seals the active segment's indexes and
+    /// records a clean shutdown, so the next open need not scan. Appends
+    /// after this fail.
+    ///
+    /// # Errors
+    /// [`StorageError::Fenced`] if pending appends could not be made durable,
+    /// or [`StorageError::Io`].
+    pub async fn close(&self) -> Result<(), StorageError> {
+        let target = self.state.borrow().next_offset;
+        self.wait_durable(target).await?;
+        self.state.borrow_mut().closed = true;
+        let active = self.state.borrow().active().clone();
+        let path = &active.paths().log;
+        active
+            .file()
+            .truncate(active.size())
+            .await
+            .map_err(|error| StorageError::io(path, error))?;
+        active
+            .file()
+            .sync_data()
+            .await
+            .map_err(|error| StorageError::io(path, error))?;
+        active.persist_indexes(&self.disk).await?;
+        self.store_checkpoint(true).await
+    }
+
+    /// First offset the log holds.
+    #[must_use]
+    pub fn log_start(&self) -> Offset {
+        self.state.borrow().log_start
+    }
+
+    /// Offset after the last durable record.
+    #[must_use]
+    pub fn log_end(&self) -> Offset {
+        self.state.borrow().durable_end
+    }
+
+    /// Next offset an append will get.
+    #[must_use]
+    pub fn next_offset(&self) -> Offset {
+        self.state.borrow().next_offset
+    }
+
+    /// Segments, active included.
+    #[must_use]
+    pub fn segment_count(&self) -> usize {
+        self.state.borrow().segments.len()
+    }
+
+    /// Bytes on disk, all segments.
+    #[must_use]
+    pub fn size_bytes(&self) -> u64 {
+        self.state
+            .borrow()
+            .segments
+            .values()
+            .map(|segment| segment.size())
+            .sum()
+    }
+
+    /// Summaries of every segment, oldest first.
+    #[must_use]
+    pub fn segments(&self) -> Vec<SegmentSummary> {
+        self.state
+            .borrow()
+            .segments
+            .values()
+            .map(|segment| segment.summary())
+            .collect()
+    }
+
+    /// Every deletion the ledger remembers, oldest first.
+    #[must_use]
+    pub fn deletions(&self) -> Vec<DeletedRange> {
+        self.state.borrow().ledger.entries().copied().collect()
+    }
+
+    /// Why the log is fenced, if it is.
+    #[must_use]
+    pub fn fenced(&self) -> Option<String> {
+        self.state.borrow().fenced.clone()
+    }
+
+    /// Bytes appended but not yet durable.
+    #[must_use]
+    pub fn pending_bytes(&self) -> usize {
+        self.state.borrow().appender.pending_bytes()
+    }
+
+    /// Counters of disk work since open.
+    #[must_use]
+    pub fn stats(&self) -> LogStats {
+        self.state.borrow().stats
+    }
+
+    /// A handle on the segment holding `offset`, as a reader holds one.
+    #[must_use]
+    pub fn segment_holding(&self, offset: Offset) -> Option<Rc<Segment<D>>> {
+        let state = self.state.borrow();
+        state
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(_, segment)| segment.clone())
+    }
+
+    /// The partition directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn active_alignment<D: Disk>(state: &LogState<D>) -> u64 {
+    state.active().file().alignment()
+}

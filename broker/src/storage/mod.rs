@@ -1,0 +1,201 @@
+//! The storage engine: one append-only log per partition replica, on
+//! glommio DMA files, owned by one shard.
+//!
+//! - [`log::PartitionLog`] appends with group commit (an append resolves
+//!   only after the fdatasync that covers it), reads by offset and by
+//!   timestamp, rolls segments by size and age, and enforces retention.
+//! - [`segment`], [`index`], [`time_index`]: a segment's files.
+//! - [`appender`]: the group-commit state machine for the active segment.
+//! - [`recovery`]: validating the log on open and cutting a torn tail.
+//! - [`retention`], [`deletion_ledger`], [`checkpoint`]: what is deleted,
+//!   the record of it, and the log start persisted before any unlink.
+//! - [`tail_cache`], [`disk_space`]: per-shard resources shared by logs.
+//! - [`disk`]: the file-system seam, with [`glommio_disk`] for production
+//!   and [`memory_disk`] for tests that crash and inject faults.
+
+mod appender;
+pub mod checkpoint;
+pub mod deletion_ledger;
+pub mod disk;
+pub mod disk_space;
+pub mod glommio_disk;
+pub mod index;
+pub mod log;
+pub mod memory_disk;
+mod recovery;
+pub mod retention;
+pub mod segment;
+pub mod tail_cache;
+pub mod time_index;
+
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use corelog_wire::batch::{BatchError, BatchLimits};
+use corelog_wire::types::Offset;
+
+use crate::clock::Clock;
+pub use deletion_ledger::{DeletedRange, DeletionCause};
+pub use disk_space::{DiskSpace, ReserveExceeded};
+pub use log::{AppendOutcome, LogStats, PartitionLog, ReadOutcome};
+pub use retention::RetentionPolicy;
+pub use tail_cache::{CacheKey, TailCache};
+
+/// Upper bound on bytes one flush writes, and on a batch: recovery treats
+/// damage followed by valid data further than this (plus two blocks) as
+/// corruption rather than a torn write, so it must hold for every flush
+/// the log ever made.
+pub const FLUSH_BYTES_CAP: usize = 8 << 20;
+
+/// Per-partition storage settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll the active segment before it exceeds this many bytes.
+    pub segment_bytes: u64,
+    /// Roll the active segment once it is this old (on the next append).
+    pub segment_ms: i64,
+    /// What retention keeps.
+    pub retention: RetentionPolicy,
+    /// Bytes of log between sparse index entries.
+    pub index_interval_bytes: u64,
+    /// Most bytes one group-commit flush writes before syncing.
+    pub flush_bytes_max: usize,
+    /// Bounds on each batch.
+    pub batch_limits: BatchLimits,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: retention::DEFAULT_RETENTION_MS,
+            retention: RetentionPolicy::default(),
+            index_interval_bytes: 4096,
+            flush_bytes_max: 4 << 20,
+            batch_limits: BatchLimits::default(),
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks the settings are usable together.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] naming the setting to change.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        let invalid = |message: String| Err(StorageError::InvalidConfig(message));
+        let batch_max = self.batch_limits.batch_bytes_max as u64;
+        if self.segment_bytes < batch_max || self.segment_bytes > u64::from(u32::MAX) {
+            return invalid(format!(
+                "segment_bytes {} must be between the batch limit {batch_max} and 4 GiB",
+                self.segment_bytes
+            ));
+        }
+        if self.flush_bytes_max == 0 || self.flush_bytes_max > FLUSH_BYTES_CAP {
+            return invalid(format!("flush_bytes_max must be in 1..={FLUSH_BYTES_CAP}"));
+        }
+        if self.batch_limits.batch_bytes_max > FLUSH_BYTES_CAP {
+            return invalid(format!("batch_bytes_max must be at most {FLUSH_BYTES_CAP}"));
+        }
+        if self.index_interval_bytes == 0 {
+            return invalid("index_interval_bytes must be positive".to_owned());
+        }
+        if self.segment_ms <= 0 {
+            return invalid("segment_ms must be positive".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// What a partition log shares with the other logs of its shard.
+#[derive(Clone)]
+pub struct ShardStorage {
+    /// Wall-clock time.
+    pub clock: Rc<dyn Clock>,
+    /// The disk reserve.
+    pub space: Rc<DiskSpace>,
+    /// The tail cache.
+    pub cache: TailCache,
+}
+
+impl std::fmt::Debug for ShardStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardStorage")
+            .field("space", &self.space)
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a storage operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The offset is below the log start or past the log end.
+    #[error("offset {requested} is outside the log ({log_start}..{log_end})")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        requested: Offset,
+        /// First offset the log holds.
+        log_start: Offset,
+        /// Offset after the last durable record.
+        log_end: Offset,
+        /// What was deleted between the requested offset and the log start,
+        /// and why.
+        deleted: Vec<DeletedRange>,
+    },
+    /// The append would cut into the disk reserve. Retriable once space is freed.
+    #[error(
+        "disk full: {} bytes free, {} reserved, append needs {}; free space or add disk",
+        .0.free_bytes, .0.reserve_bytes, .0.needed_bytes
+    )]
+    DiskFull(ReserveExceeded),
+    /// The batch offered for append is malformed.
+    #[error("invalid batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+    /// Stored data failed its checksum; it is not served.
+    #[error("corrupt data in {} at byte {position}: {reason}", path.display())]
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// Byte position of the damage.
+        position: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// An earlier write or sync failed; the log accepts nothing more, as
+    /// data it wrote must be presumed lost. Reopen (recover) to continue.
+    #[error("log fenced after an I/O failure: {reason}")]
+    Fenced {
+        /// The failure that fenced it.
+        reason: String,
+    },
+    /// An I/O operation failed.
+    #[error("I/O error on {}: {message}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The kind of error.
+        kind: io::ErrorKind,
+        /// The error's text.
+        message: String,
+    },
+    /// The settings cannot work together.
+    #[error("invalid storage configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl StorageError {
+    /// An I/O error on `path`.
+    #[must_use]
+    pub fn io(path: &Path, error: io::Error) -> Self {
+        StorageError::Io {
+            path: path.to_path_buf(),
+            kind: error.kind(),
+            message: error.to_string(),
+        }
+    }
+}
