@@ -83,7 +83,9 @@ pub trait DiskFile: 'static {
     /// Alignment of positions and lengths for writes, in bytes.
     fn alignment(&self) -> u64;
 
-    /// A zeroed buffer of `len` bytes, `len` a multiple of the alignment.
+    /// A buffer of `len` bytes, `len` a multiple of the alignment. Its
+    /// contents are unspecified: callers write every byte they will write
+    /// to the file, padding included.
     fn alloc_buffer(&self, len: usize) -> Self::Buffer;
 
     /// Writes the whole buffer at `position`.
@@ -151,6 +153,7 @@ pub async fn write_file_atomically<D: Disk>(
     if padded > 0 {
         let mut buffer = file.alloc_buffer(padded);
         buffer.as_mut()[..contents.len()].copy_from_slice(contents);
+        buffer.as_mut()[contents.len()..].fill(0);
         file.write_at(buffer, 0).await?;
     }
     file.truncate(contents.len() as u64).await?;

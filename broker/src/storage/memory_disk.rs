@@ -395,7 +395,9 @@ impl DiskFile for MemoryFile {
     }
 
     fn alloc_buffer(&self, len: usize) -> Vec<u8> {
-        vec![0; len]
+        // Garbage, not zeros, so that a caller relying on zeroed buffers
+        // writes garbage and fails its tests.
+        vec![0xA5; len]
     }
 
     async fn write_at(&self, buffer: Vec<u8>, position: u64) -> io::Result<()> {
