@@ -1,0 +1,54 @@
+# corelog — common tasks. `make test` is what CI runs (through .ci/run).
+
+CARGO ?= cargo
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_topics \
+	describe_topics produce fetch list_offsets init_producer_id
+# Crates that must stay pure: no async runtime in their dependency tree.
+PURE_CRATES = corelog-wire
+
+.PHONY: build run test bench bench-storage fmt lint purity fuzz clean
+
+build:
+	$(CARGO) build --release --workspace
+
+run: build
+	./target/release/corelogd $(ARGS)
+
+test:
+	$(CARGO) test --workspace
+
+bench: bench-storage
+
+# The storage engine against the raw durable bandwidth of the same disk.
+bench-storage:
+	$(CARGO) build --release -p corelog-bench
+	./target/release/corelog-bench storage $(ARGS)
+
+fmt:
+	$(CARGO) fmt --all
+
+lint: purity
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+purity:
+	@for crate in $(PURE_CRATES); do \
+		if $(CARGO) tree -p $$crate -e normal --prefix none | grep -qE '^(glommio|tokio|async-std|smol) '; then \
+			echo "$$crate must not depend on an async runtime:"; \
+			$(CARGO) tree -p $$crate -e normal -i glommio 2>/dev/null; exit 1; \
+		fi; \
+	done; echo "pure crates: $(PURE_CRATES) depend on no runtime"
+
+# Every decoder's fuzz target for FUZZ_SECONDS each. cargo-fuzz needs
+# nightly features; RUSTC_BOOTSTRAP enables them on the stable toolchain.
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd wire/fuzz && for target in $(FUZZ_TARGETS); do \
+		mkdir -p corpus/$$target seeds/$$target; \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$target corpus/$$target seeds/$$target -- \
+			-max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
+
+clean:
+	$(CARGO) clean
