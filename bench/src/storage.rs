@@ -23,7 +23,7 @@ use corelog_broker::clock::SystemClock;
 use corelog_broker::storage::disk::{Disk, DiskFile};
 use corelog_broker::storage::glommio_disk::GlommioDisk;
 use corelog_broker::storage::{
-    CacheKey, DiskSpace, LogConfig, PartitionLog, ShardStorage, TailCache,
+    CacheKey, DiskSpace, LogConfig, NoObserver, PartitionLog, ShardStorage, TailCache,
 };
 use corelog_wire::batch::{BatchBuilder, Compression, NewRecord};
 use corelog_wire::types::TimestampMs;
@@ -325,6 +325,7 @@ fn shard_storage(disk: &GlommioDisk, root: &Path) -> ShardStorage {
             probe_disk.free_bytes(&probe_dir)
         })),
         cache: TailCache::new(64 << 20),
+        observer: Rc::new(NoObserver),
     }
 }
 

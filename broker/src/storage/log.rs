@@ -19,6 +19,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use corelog_wire::batch::{self, BatchHeader};
@@ -142,8 +144,10 @@ pub struct PartitionLog<D: Disk> {
     shard: ShardStorage,
     cache_key: CacheKey,
     state: RefCell<LogState<D>>,
-    /// Signalled whenever `durable_end` moves, a flush ends or the log is fenced.
-    durable_changed: Event,
+    /// Signalled whenever `durable_end` moves, a flush ends or the log is
+    /// fenced. Shared (`Arc`) so that waiters on other shards — long-polling
+    /// fetches — can listen too.
+    durable_changed: Arc<Event>,
     /// Serialises checkpoint and ledger writes (roll, retention, close).
     metadata: async_lock::Mutex<()>,
 }
@@ -194,6 +198,22 @@ impl<D: Disk> PartitionLog<D> {
         shard: ShardStorage,
         cache_key: CacheKey,
     ) -> Result<Self, StorageError> {
+        Self::open_with_signal(disk, dir, config, shard, cache_key, Arc::new(Event::new())).await
+    }
+
+    /// [`PartitionLog::open`], notifying `durable_signal` whenever the durable
+    /// end moves (a signal shared with waiters elsewhere, such as other shards).
+    ///
+    /// # Errors
+    /// As [`PartitionLog::open`].
+    pub async fn open_with_signal(
+        disk: D,
+        dir: &Path,
+        config: LogConfig,
+        shard: ShardStorage,
+        cache_key: CacheKey,
+        durable_signal: Arc<Event>,
+    ) -> Result<Self, StorageError> {
         config.validate()?;
         let recovered = recovery::recover(&disk, dir, &config, shard.clock.now()).await?;
         let active = recovered
@@ -226,7 +246,7 @@ impl<D: Disk> PartitionLog<D> {
             shard,
             cache_key,
             state: RefCell::new(state),
-            durable_changed: Event::new(),
+            durable_changed: durable_signal,
             metadata: async_lock::Mutex::new(()),
         };
         // From here on the log is open: a crash is not a clean shutdown.
@@ -242,36 +262,47 @@ impl<D: Disk> PartitionLog<D> {
     /// [`StorageError::DiskFull`] when the disk reserve would be used;
     /// [`StorageError::Fenced`] if the log failed or closed before the batch
     /// was durable — the batch must then be presumed not stored.
-    pub async fn append(&self, mut batch: BytesMut) -> Result<AppendOutcome, StorageError> {
+    pub async fn append(&self, batch: BytesMut) -> Result<AppendOutcome, StorageError> {
+        let outcome = self.start_append(batch)?;
+        self.wait_durable(outcome.last_offset.plus(1)).await?;
+        Ok(outcome)
+    }
+
+    /// The synchronous half of [`PartitionLog::append`]: validates the batch,
+    /// assigns its offsets and queues it for the next flush, without
+    /// waiting. The batch is not durable until
+    /// [`PartitionLog::wait_durable`] for its next offset returns; callers
+    /// that must record where a batch landed before anything else is appended
+    /// (idempotent-producer state) use this.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::append`], except that durability is not awaited.
+    pub fn start_append(&self, mut batch: BytesMut) -> Result<AppendOutcome, StorageError> {
         let header = batch::validate(&batch, &self.config.batch_limits)?;
-        let header = {
-            let mut state = self.state.borrow_mut();
-            state.writable()?;
-            self.shard
-                .space
-                .claim(batch.len() as u64)
-                .map_err(StorageError::DiskFull)?;
-            let base_offset = state.next_offset;
-            batch::set_base_offset(&mut batch, base_offset);
-            let header = BatchHeader {
-                base_offset,
-                ..header
-            };
-            let bytes = batch.freeze();
-            state.next_offset = header.next_offset();
-            state.check_offsets();
-            self.shard.cache.insert(
-                self.cache_key,
-                base_offset,
-                header.next_offset(),
-                bytes.clone(),
-            );
-            state.appender.push(PendingBatch { header, bytes });
-            header
+        let mut state = self.state.borrow_mut();
+        state.writable()?;
+        self.shard
+            .space
+            .claim(batch.len() as u64)
+            .map_err(StorageError::DiskFull)?;
+        let base_offset = state.next_offset;
+        batch::set_base_offset(&mut batch, base_offset);
+        let header = BatchHeader {
+            base_offset,
+            ..header
         };
-        self.wait_durable(header.next_offset()).await?;
+        let bytes = batch.freeze();
+        state.next_offset = header.next_offset();
+        state.check_offsets();
+        self.shard.cache.insert(
+            self.cache_key,
+            base_offset,
+            header.next_offset(),
+            bytes.clone(),
+        );
+        state.appender.push(PendingBatch { header, bytes });
         Ok(AppendOutcome {
-            base_offset: header.base_offset,
+            base_offset,
             last_offset: header.last_offset(),
             log_append_time: self.shard.clock.now(),
         })
@@ -279,7 +310,10 @@ impl<D: Disk> PartitionLog<D> {
 
     /// Resolves once every offset below `target` is durable, performing
     /// flushes while no other append is.
-    async fn wait_durable(&self, target: Offset) -> Result<(), StorageError> {
+    ///
+    /// # Errors
+    /// [`StorageError::Fenced`] if the log failed before `target` became durable.
+    pub async fn wait_durable(&self, target: Offset) -> Result<(), StorageError> {
         loop {
             let listener = {
                 let mut state = self.state.borrow_mut();
@@ -336,6 +370,7 @@ impl<D: Disk> PartitionLog<D> {
         };
         let write_position = plan.write_position;
         self.state.borrow_mut().in_flight = Some(plan);
+        let started = Instant::now();
         let path = &active.paths().log;
         active
             .file()
@@ -362,6 +397,9 @@ impl<D: Disk> PartitionLog<D> {
         state.stats.flushes += 1;
         state.stats.batches_flushed += plan.batches.len() as u64;
         state.stats.bytes_flushed += plan.batch_bytes as u64;
+        self.shard
+            .observer
+            .on_flush(plan.batch_bytes as u64, started.elapsed());
         let durable_end = plan
             .batches
             .last()
@@ -755,6 +793,13 @@ impl<D: Disk> PartitionLog<D> {
     #[must_use]
     pub fn fenced(&self) -> Option<String> {
         self.state.borrow().fenced.clone()
+    }
+
+    /// The signal notified whenever the durable end moves; listen before
+    /// checking [`PartitionLog::log_end`] to wait for new data without a race.
+    #[must_use]
+    pub fn durable_signal(&self) -> Arc<Event> {
+        self.durable_changed.clone()
     }
 
     /// Bytes appended but not yet durable.

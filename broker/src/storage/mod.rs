@@ -120,6 +120,22 @@ pub struct ShardStorage {
     pub space: Rc<DiskSpace>,
     /// The tail cache.
     pub cache: TailCache,
+    /// Told about disk work, for metrics.
+    pub observer: Rc<dyn StorageObserver>,
+}
+
+/// Receives measurements of the storage engine's disk work.
+pub trait StorageObserver {
+    /// A group commit wrote `bytes` of batches and synced them in `elapsed`.
+    fn on_flush(&self, bytes: u64, elapsed: std::time::Duration);
+}
+
+/// An observer that ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoObserver;
+
+impl StorageObserver for NoObserver {
+    fn on_flush(&self, _bytes: u64, _elapsed: std::time::Duration) {}
 }
 
 impl std::fmt::Debug for ShardStorage {

@@ -54,6 +54,7 @@ impl Harness {
                 probe_disk.free_bytes(&probe_dir)
             })),
             cache: self.cache.clone(),
+            observer: Rc::new(super::NoObserver),
         }
     }
 

@@ -1,0 +1,414 @@
+//! Broker configuration: documented defaults, overridden by an optional
+//! TOML file (`--config`), overridden by command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Deserialize;
+
+use crate::metadata::{CleanupPolicy, TopicConfig};
+use crate::storage::LogConfig;
+use crate::storage::retention::DEFAULT_RETENTION_MS;
+
+/// Everything `corelogd` needs to run, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BrokerConfig {
+    /// Client listener; every shard accepts on it (SO_REUSEPORT).
+    pub listen: SocketAddr,
+    /// Prometheus `/metrics` listener.
+    pub metrics_listen: SocketAddr,
+    /// Where partitions and metadata live.
+    pub data_dir: PathBuf,
+    /// Executors, one per core by default.
+    pub shards: u16,
+    /// Pin each executor to a CPU.
+    pub pin: bool,
+    /// glommio registered I/O memory per executor, bytes.
+    pub io_memory_bytes: usize,
+    /// This broker's id in the cluster.
+    pub node_id: u32,
+    /// Host name clients are told to connect to (Metadata).
+    pub advertised_host: String,
+    /// Largest request frame, bytes after the length field.
+    pub max_frame_bytes: u32,
+    /// Open client connections per broker.
+    pub max_connections: u32,
+    /// Requests one connection may have in flight; further frames are not
+    /// read until one completes (backpressure).
+    pub max_in_flight_per_connection: u32,
+    /// Commands one shard may have queued from the others.
+    pub shard_queue_depth: u32,
+    /// Free space appends never use.
+    pub disk_reserve_bytes: u64,
+    /// Per-shard cache of recent batches.
+    pub tail_cache_bytes: usize,
+    /// Most bytes one fetch response carries.
+    pub fetch_max_bytes: u32,
+    /// Longest a fetch may wait for data.
+    pub fetch_max_wait_ms: u32,
+    /// Forget idempotent producers idle longer than this.
+    pub producer_state_retention_ms: i64,
+    /// How often retention and housekeeping run.
+    pub maintenance_interval_ms: u64,
+    /// How long graceful shutdown waits for in-flight requests.
+    pub shutdown_timeout_ms: u64,
+    /// Settings of new topics, unless `CreateTopics` overrides them.
+    pub topic_defaults: TopicConfig,
+    /// Partitions of a topic created without a count (the CLI's default).
+    pub default_partitions: u32,
+    /// Storage settings that are not per topic.
+    pub log: LogConfig,
+    /// `tracing` filter, e.g. `info` or `corelog_broker=debug`.
+    pub log_level: String,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        let log = LogConfig::default();
+        BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7100)),
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 7180)),
+            data_dir: PathBuf::from("data"),
+            shards: std::thread::available_parallelism().map_or(1, |cores| cores.get() as u16),
+            pin: false,
+            io_memory_bytes: 1 << 20,
+            node_id: 0,
+            advertised_host: "127.0.0.1".to_owned(),
+            max_frame_bytes: 16 << 20,
+            max_connections: 10_000,
+            max_in_flight_per_connection: 64,
+            shard_queue_depth: 4096,
+            disk_reserve_bytes: 1 << 30,
+            tail_cache_bytes: 256 << 20,
+            fetch_max_bytes: 8 << 20,
+            fetch_max_wait_ms: 30_000,
+            producer_state_retention_ms: DEFAULT_RETENTION_MS,
+            maintenance_interval_ms: 1_000,
+            shutdown_timeout_ms: 10_000,
+            topic_defaults: TopicConfig {
+                retention_ms: Some(DEFAULT_RETENTION_MS),
+                retention_bytes: None,
+                segment_bytes: log.segment_bytes,
+                segment_ms: log.segment_ms,
+                max_message_bytes: 1 << 20,
+                cleanup_policy: CleanupPolicy::Delete,
+            },
+            default_partitions: 1,
+            log,
+            log_level: "info".to_owned(),
+        }
+    }
+}
+
+/// Command-line flags; each overrides the file and the default.
+#[derive(Debug, Default, Parser)]
+#[command(name = "corelogd", version, about = "The corelog broker")]
+pub struct Flags {
+    /// TOML file with any of the settings below (same names, snake_case).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Client listener [default: 127.0.0.1:7100].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Metrics listener [default: 127.0.0.1:7180].
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Data directory [default: ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Executors [default: one per core].
+    #[arg(long)]
+    pub shards: Option<u16>,
+    /// Pin executors to CPUs [default: off].
+    #[arg(long)]
+    pub pin: Option<bool>,
+    /// Registered I/O memory per executor in bytes [default: 1 MiB].
+    #[arg(long)]
+    pub io_memory_bytes: Option<usize>,
+    /// Node id [default: 0].
+    #[arg(long)]
+    pub node_id: Option<u32>,
+    /// Host advertised to clients [default: 127.0.0.1].
+    #[arg(long)]
+    pub advertised_host: Option<String>,
+    /// Largest request frame in bytes [default: 16 MiB].
+    #[arg(long)]
+    pub max_frame_bytes: Option<u32>,
+    /// Connection limit [default: 10000].
+    #[arg(long)]
+    pub max_connections: Option<u32>,
+    /// In-flight requests per connection [default: 64].
+    #[arg(long)]
+    pub max_in_flight_per_connection: Option<u32>,
+    /// Cross-shard queue depth per shard [default: 4096].
+    #[arg(long)]
+    pub shard_queue_depth: Option<u32>,
+    /// Free disk space appends never use, bytes [default: 1 GiB].
+    #[arg(long)]
+    pub disk_reserve_bytes: Option<u64>,
+    /// Tail cache per shard, bytes [default: 256 MiB].
+    #[arg(long)]
+    pub tail_cache_bytes: Option<usize>,
+    /// Largest fetch response, bytes [default: 8 MiB].
+    #[arg(long)]
+    pub fetch_max_bytes: Option<u32>,
+    /// Default partitions for new topics [default: 1].
+    #[arg(long)]
+    pub default_partitions: Option<u32>,
+    /// Default retention.ms of new topics; -1 keeps forever [default: 7 days].
+    #[arg(long, allow_negative_numbers = true)]
+    pub retention_ms: Option<i64>,
+    /// Default retention.bytes of new topics; -1 unbounded [default: -1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub retention_bytes: Option<i64>,
+    /// Default segment.bytes of new topics [default: 1 GiB].
+    #[arg(long)]
+    pub segment_bytes: Option<u64>,
+    /// Default segment.ms of new topics [default: 7 days].
+    #[arg(long)]
+    pub segment_ms: Option<i64>,
+    /// Default max.message.bytes of new topics [default: 1 MiB].
+    #[arg(long)]
+    pub max_message_bytes: Option<u32>,
+    /// Forget idempotent producers idle this long, ms [default: 7 days].
+    #[arg(long)]
+    pub producer_state_retention_ms: Option<i64>,
+    /// Retention and housekeeping period, ms [default: 1000].
+    #[arg(long)]
+    pub maintenance_interval_ms: Option<u64>,
+    /// Log filter [default: info].
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+/// The same settings as [`Flags`], read from TOML.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSettings {
+    listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    shards: Option<u16>,
+    pin: Option<bool>,
+    io_memory_bytes: Option<usize>,
+    node_id: Option<u32>,
+    advertised_host: Option<String>,
+    max_frame_bytes: Option<u32>,
+    max_connections: Option<u32>,
+    max_in_flight_per_connection: Option<u32>,
+    shard_queue_depth: Option<u32>,
+    disk_reserve_bytes: Option<u64>,
+    tail_cache_bytes: Option<usize>,
+    fetch_max_bytes: Option<u32>,
+    default_partitions: Option<u32>,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
+    segment_bytes: Option<u64>,
+    segment_ms: Option<i64>,
+    max_message_bytes: Option<u32>,
+    producer_state_retention_ms: Option<i64>,
+    maintenance_interval_ms: Option<u64>,
+    log_level: Option<String>,
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for these settings.
+    #[error("invalid config file {}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid setting {name}: {message}")]
+    Invalid {
+        /// The setting.
+        name: &'static str,
+        /// What to do.
+        message: String,
+    },
+}
+
+macro_rules! resolve {
+    ($config:ident, $flags:ident, $file:ident, $($field:ident),* $(,)?) => {
+        $(
+            if let Some(value) = $flags.$field.clone().or($file.$field.clone()) {
+                $config.$field = value;
+            }
+        )*
+    };
+}
+
+impl BrokerConfig {
+    /// Defaults ← file ← flags, then validated.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file or setting at fault.
+    pub fn resolve(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
+        let file = match &flags.config {
+            Some(path) => read_file(path)?,
+            None => FileSettings::default(),
+        };
+        let mut config = BrokerConfig::default();
+        resolve!(
+            config,
+            flags,
+            file,
+            listen,
+            metrics_listen,
+            data_dir,
+            shards,
+            pin,
+            io_memory_bytes,
+            node_id,
+            advertised_host,
+            max_frame_bytes,
+            max_connections,
+            max_in_flight_per_connection,
+            shard_queue_depth,
+            disk_reserve_bytes,
+            tail_cache_bytes,
+            fetch_max_bytes,
+            default_partitions,
+            producer_state_retention_ms,
+            maintenance_interval_ms,
+            log_level,
+        );
+        let topic = &mut config.topic_defaults;
+        if let Some(ms) = flags.retention_ms.or(file.retention_ms) {
+            topic.retention_ms = (ms >= 0).then_some(ms);
+        }
+        if let Some(bytes) = flags.retention_bytes.or(file.retention_bytes) {
+            topic.retention_bytes = u64::try_from(bytes).ok();
+        }
+        if let Some(bytes) = flags.segment_bytes.or(file.segment_bytes) {
+            topic.segment_bytes = bytes;
+        }
+        if let Some(ms) = flags.segment_ms.or(file.segment_ms) {
+            topic.segment_ms = ms;
+        }
+        if let Some(bytes) = flags.max_message_bytes.or(file.max_message_bytes) {
+            topic.max_message_bytes = bytes;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |name, message: &str| {
+            Err(ConfigError::Invalid {
+                name,
+                message: message.to_owned(),
+            })
+        };
+        if self.shards == 0 {
+            return invalid("shards", "must be at least 1");
+        }
+        if self.max_in_flight_per_connection == 0 {
+            return invalid("max_in_flight_per_connection", "must be at least 1");
+        }
+        if self.shard_queue_depth == 0 {
+            return invalid("shard_queue_depth", "must be at least 1");
+        }
+        if (self.max_frame_bytes as usize) < 1024 {
+            return invalid("max_frame_bytes", "must be at least 1024");
+        }
+        if self.topic_defaults.max_message_bytes as usize > self.log.batch_limits.batch_bytes_max {
+            return invalid(
+                "max_message_bytes",
+                &format!(
+                    "must be at most {} (the broker's batch limit)",
+                    self.log.batch_limits.batch_bytes_max
+                ),
+            );
+        }
+        if self.topic_defaults.max_message_bytes >= self.max_frame_bytes {
+            return invalid("max_message_bytes", "must be smaller than max_frame_bytes");
+        }
+        if self.default_partitions == 0 {
+            return invalid("default_partitions", "must be at least 1");
+        }
+        if self.topic_defaults.segment_bytes < u64::from(self.topic_defaults.max_message_bytes) {
+            return invalid("segment_bytes", "must be at least max_message_bytes");
+        }
+        if self.maintenance_interval_ms == 0 {
+            return invalid("maintenance_interval_ms", "must be positive");
+        }
+        Ok(())
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|error| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: error.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corelog.toml");
+        std::fs::write(
+            &path,
+            "shards = 3\nretention_ms = -1\nlisten = \"127.0.0.1:9000\"\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(path),
+            shards: Some(1),
+            ..Flags::default()
+        };
+        let config = BrokerConfig::resolve(&flags).unwrap();
+        assert_eq!(config.shards, 1);
+        assert_eq!(config.listen, SocketAddr::from(([127, 0, 0, 1], 9000)));
+        assert_eq!(config.topic_defaults.retention_ms, None);
+        assert_eq!(
+            config.metrics_listen,
+            SocketAddr::from(([127, 0, 0, 1], 7180))
+        );
+    }
+
+    #[test]
+    fn unknown_file_settings_and_bad_values_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corelog.toml");
+        std::fs::write(&path, "shard = 3\n").unwrap();
+        let flags = Flags {
+            config: Some(path),
+            ..Flags::default()
+        };
+        let error = BrokerConfig::resolve(&flags).unwrap_err().to_string();
+        assert!(error.contains("shard"), "{error}");
+        let flags = Flags {
+            shards: Some(0),
+            ..Flags::default()
+        };
+        assert!(
+            BrokerConfig::resolve(&flags)
+                .unwrap_err()
+                .to_string()
+                .contains("shards")
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! The immutable view of metadata every shard works from. Shard 0 builds a
+//! new snapshot after each catalog change and sends it to every shard;
+//! shards never share mutable metadata.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use event_listener::Event;
+
+use super::catalog::{Catalog, TopicRecord};
+
+/// Index of a shard (an executor) on this node.
+pub type ShardId = u16;
+
+/// One partition as shards see it.
+#[derive(Debug)]
+pub struct PartitionView {
+    /// The shard that owns the partition's log.
+    pub owner: ShardId,
+    /// Notified by the owner whenever the partition's committed end moves;
+    /// long-polling fetches on any shard listen to it.
+    pub data_signal: Arc<Event>,
+}
+
+/// One topic as shards see it.
+#[derive(Debug)]
+pub struct TopicView {
+    /// The catalog record.
+    pub record: TopicRecord,
+    /// Partitions by index.
+    pub partitions: Vec<PartitionView>,
+}
+
+/// Everything a shard needs to know about topics.
+#[derive(Debug, Default)]
+pub struct MetadataSnapshot {
+    /// The catalog version this snapshot shows.
+    pub version: u64,
+    /// Executors on this node.
+    pub shard_count: u16,
+    /// Topics by name.
+    pub topics: BTreeMap<String, Arc<TopicView>>,
+}
+
+/// The shard that owns partition `partition` of topic `topic_id`: spread
+/// round-robin, offset by the topic id so that small topics do not all
+/// start on shard 0.
+#[must_use]
+pub fn owner_shard(topic_id: u64, partition: u32, shard_count: u16) -> ShardId {
+    assert!(shard_count > 0);
+    ((topic_id + u64::from(partition)) % u64::from(shard_count)) as ShardId
+}
+
+impl MetadataSnapshot {
+    /// A snapshot of `catalog`, reusing the views (and their signals) of
+    /// topics that `previous` already had.
+    #[must_use]
+    pub fn build(
+        catalog: &Catalog,
+        shard_count: u16,
+        previous: &MetadataSnapshot,
+    ) -> MetadataSnapshot {
+        let topics = catalog
+            .topics
+            .iter()
+            .map(|(name, record)| {
+                let reused = previous
+                    .topics
+                    .get(name)
+                    .filter(|view| view.record == *record && previous.shard_count == shard_count)
+                    .cloned();
+                let view = reused.unwrap_or_else(|| {
+                    Arc::new(TopicView {
+                        record: record.clone(),
+                        partitions: (0..record.partitions)
+                            .map(|partition| PartitionView {
+                                owner: owner_shard(record.id, partition, shard_count),
+                                data_signal: Arc::new(Event::new()),
+                            })
+                            .collect(),
+                    })
+                });
+                (name.clone(), view)
+            })
+            .collect();
+        MetadataSnapshot {
+            version: catalog.version,
+            shard_count,
+            topics,
+        }
+    }
+
+    /// The view of a partition, if the topic and partition exist.
+    #[must_use]
+    pub fn partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Option<(&Arc<TopicView>, &PartitionView)> {
+        let view = self.topics.get(topic)?;
+        let partition = view.partitions.get(partition as usize)?;
+        Some((view, partition))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_spread_over_shards() {
+        let owners: Vec<ShardId> = (0..4)
+            .map(|partition| owner_shard(5, partition, 2))
+            .collect();
+        assert_eq!(owners, vec![1, 0, 1, 0]);
+        assert!((0..100).all(|partition| owner_shard(9, partition, 3) < 3));
+    }
+}

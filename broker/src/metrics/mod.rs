@@ -1,0 +1,314 @@
+//! Per-shard Prometheus metrics (DESIGN §10) and the `/metrics` endpoint.
+//!
+//! One registry for the process; every metric carries a `shard` label and
+//! each shard holds its own labelled instances, so shards never write to the
+//! same counter. The endpoint ([`http`]) encodes the registry on request.
+
+pub mod http;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corelog_wire::error::ErrorCode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::storage::StorageObserver;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabel {
+    shard: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardCodeLabel {
+    shard: u16,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardApiLabel {
+    shard: u16,
+    api: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latency buckets from 50 µs to about 6.5 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
+}
+
+/// The process's metrics.
+#[derive(Debug)]
+pub struct BrokerMetrics {
+    registry: Registry,
+    append_latency: HistogramFamily<ShardLabel>,
+    fsync_latency: HistogramFamily<ShardLabel>,
+    flushed_bytes: Family<ShardLabel, Counter>,
+    records_in: Family<ShardLabel, Counter>,
+    bytes_in: Family<ShardLabel, Counter>,
+    records_out: Family<ShardLabel, Counter>,
+    bytes_out: Family<ShardLabel, Counter>,
+    requests: Family<ShardApiLabel, Counter>,
+    errors: Family<ShardCodeLabel, Counter>,
+    connections: Family<ShardLabel, Gauge>,
+    in_flight_requests: Family<ShardLabel, Gauge>,
+    queue_depth: Family<ShardLabel, Gauge>,
+    disk_free_bytes: Family<ShardLabel, Gauge>,
+    disk_reserve_bytes: Family<ShardLabel, Gauge>,
+    tail_cache_bytes: Family<ShardLabel, Gauge>,
+    partitions: Family<ShardLabel, Gauge>,
+}
+
+impl BrokerMetrics {
+    /// A registry with every metric registered.
+    #[must_use]
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("corelog");
+        let append_latency = HistogramFamily::<ShardLabel>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let fsync_latency = HistogramFamily::<ShardLabel>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let metrics = BrokerMetrics {
+            append_latency,
+            fsync_latency,
+            flushed_bytes: Family::default(),
+            records_in: Family::default(),
+            bytes_in: Family::default(),
+            records_out: Family::default(),
+            bytes_out: Family::default(),
+            requests: Family::default(),
+            errors: Family::default(),
+            connections: Family::default(),
+            in_flight_requests: Family::default(),
+            queue_depth: Family::default(),
+            disk_free_bytes: Family::default(),
+            disk_reserve_bytes: Family::default(),
+            tail_cache_bytes: Family::default(),
+            partitions: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "append_latency_seconds",
+            "Time from receiving a produced batch to its durable acknowledgement",
+            metrics.append_latency.clone(),
+        );
+        registry.register(
+            "fsync_latency_seconds",
+            "Time of one group commit: aligned write plus fdatasync",
+            metrics.fsync_latency.clone(),
+        );
+        registry.register(
+            "flushed_bytes",
+            "Bytes of batches made durable",
+            metrics.flushed_bytes.clone(),
+        );
+        registry.register("records_in", "Records appended", metrics.records_in.clone());
+        registry.register(
+            "bytes_in",
+            "Bytes of batches appended",
+            metrics.bytes_in.clone(),
+        );
+        registry.register(
+            "records_out",
+            "Records returned by fetches",
+            metrics.records_out.clone(),
+        );
+        registry.register(
+            "bytes_out",
+            "Bytes of batches returned by fetches",
+            metrics.bytes_out.clone(),
+        );
+        registry.register(
+            "requests",
+            "Requests handled, by API",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "errors",
+            "Errors returned to clients, by code",
+            metrics.errors.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open client connections",
+            metrics.connections.clone(),
+        );
+        registry.register(
+            "in_flight_requests",
+            "Requests being handled",
+            metrics.in_flight_requests.clone(),
+        );
+        registry.register(
+            "shard_queue_depth",
+            "Commands queued for this shard by other shards",
+            metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "disk_free_bytes",
+            "Free disk space as the shard last measured it",
+            metrics.disk_free_bytes.clone(),
+        );
+        registry.register(
+            "disk_reserve_bytes",
+            "Free space appends never use",
+            metrics.disk_reserve_bytes.clone(),
+        );
+        registry.register(
+            "tail_cache_bytes",
+            "Bytes of recent batches cached in memory",
+            metrics.tail_cache_bytes.clone(),
+        );
+        registry.register(
+            "partitions",
+            "Partitions owned by the shard",
+            metrics.partitions.clone(),
+        );
+        Arc::new(BrokerMetrics {
+            registry,
+            ..metrics
+        })
+    }
+
+    /// The handles shard `shard` records into.
+    #[must_use]
+    pub fn for_shard(self: &Arc<Self>, shard: u16) -> ShardMetrics {
+        let label = ShardLabel { shard };
+        ShardMetrics {
+            shard,
+            all: self.clone(),
+            append_latency: self.append_latency.get_or_create_owned(&label),
+            fsync_latency: self.fsync_latency.get_or_create_owned(&label),
+            flushed_bytes: self.flushed_bytes.get_or_create_owned(&label),
+            records_in: self.records_in.get_or_create_owned(&label),
+            bytes_in: self.bytes_in.get_or_create_owned(&label),
+            records_out: self.records_out.get_or_create_owned(&label),
+            bytes_out: self.bytes_out.get_or_create_owned(&label),
+            connections: self.connections.get_or_create_owned(&label),
+            in_flight_requests: self.in_flight_requests.get_or_create_owned(&label),
+            queue_depth: self.queue_depth.get_or_create_owned(&label),
+            disk_free_bytes: self.disk_free_bytes.get_or_create_owned(&label),
+            disk_reserve_bytes: self.disk_reserve_bytes.get_or_create_owned(&label),
+            tail_cache_bytes: self.tail_cache_bytes.get_or_create_owned(&label),
+            partitions: self.partitions.get_or_create_owned(&label),
+        }
+    }
+
+    /// The registry in Prometheus text format.
+    #[must_use]
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+}
+
+/// One shard's metric handles.
+#[derive(Clone, Debug)]
+pub struct ShardMetrics {
+    shard: u16,
+    all: Arc<BrokerMetrics>,
+    /// Produce: receipt to durable acknowledgement.
+    pub append_latency: Histogram,
+    /// One group commit.
+    pub fsync_latency: Histogram,
+    /// Bytes made durable.
+    pub flushed_bytes: Counter,
+    /// Records appended.
+    pub records_in: Counter,
+    /// Bytes appended.
+    pub bytes_in: Counter,
+    /// Records fetched.
+    pub records_out: Counter,
+    /// Bytes fetched.
+    pub bytes_out: Counter,
+    /// Open connections.
+    pub connections: Gauge,
+    /// Requests being handled.
+    pub in_flight_requests: Gauge,
+    /// Commands queued for this shard.
+    pub queue_depth: Gauge,
+    /// Free disk space.
+    pub disk_free_bytes: Gauge,
+    /// The reserve.
+    pub disk_reserve_bytes: Gauge,
+    /// Tail cache occupancy.
+    pub tail_cache_bytes: Gauge,
+    /// Partitions owned.
+    pub partitions: Gauge,
+}
+
+impl ShardMetrics {
+    /// Counts an error returned to a client.
+    pub fn error(&self, code: ErrorCode) {
+        if code != ErrorCode::None {
+            self.all
+                .errors
+                .get_or_create(&ShardCodeLabel {
+                    shard: self.shard,
+                    code: code.name(),
+                })
+                .inc();
+        }
+    }
+
+    /// Counts a request of an API.
+    pub fn request(&self, api: &'static str) {
+        self.all
+            .requests
+            .get_or_create(&ShardApiLabel {
+                shard: self.shard,
+                api,
+            })
+            .inc();
+    }
+}
+
+impl StorageObserver for ShardMetrics {
+    fn on_flush(&self, bytes: u64, elapsed: Duration) {
+        self.fsync_latency.observe(elapsed.as_secs_f64());
+        self.flushed_bytes.inc_by(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_record_separately_under_their_label() {
+        let metrics = BrokerMetrics::new();
+        let zero = metrics.for_shard(0);
+        let one = metrics.for_shard(1);
+        zero.records_in.inc_by(5);
+        one.records_in.inc_by(7);
+        one.error(ErrorCode::DiskFull);
+        zero.append_latency.observe(0.002);
+        let text = metrics.encode();
+        assert!(
+            text.contains("corelog_records_in_total{shard=\"0\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("corelog_records_in_total{shard=\"1\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("corelog_errors_total{shard=\"1\",code=\"DISK_FULL\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("corelog_append_latency_seconds_count{shard=\"0\"} 1"),
+            "{text}"
+        );
+    }
+}

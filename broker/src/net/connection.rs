@@ -1,0 +1,273 @@
+//! One client connection.
+//!
+//! Reading: the fixed 14-byte header is read first and judged alone
+//! (length against `max_frame_bytes`, API key, version) before a byte of
+//! body is allocated; the body is then read into a 16-aligned buffer so
+//! that its archive can be validated in place. An oversized frame is
+//! answered `FRAME_TOO_LARGE` and the connection closed, since the stream
+//! cannot be resynchronised without reading the body.
+//!
+//! Backpressure: at most `max_in_flight_per_connection` requests are
+//! handled at once; the next frame is not read until one finishes, so a
+//! fast client cannot make the broker buffer without bound.
+//!
+//! Order: requests are handed to handlers in arrival order, and a handler
+//! runs synchronously up to the point where it orders its work (a produce
+//! assigns offsets or queues to the owning shard), so pipelined produces to
+//! one partition append in order. Responses are written as they complete,
+//! matched to requests by correlation id.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use corelog_wire::error::ErrorCode;
+use corelog_wire::frame::{
+    ApiKey, FrameError, FrameLimits, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader,
+    decode_request_header,
+};
+use futures::io::{ReadHalf, WriteHalf};
+use futures::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use rkyv::util::AlignedVec;
+
+use super::Reply;
+use super::handlers;
+use crate::runtime::shard::Shard;
+
+/// Responses smaller than this are copied into one buffer and written with
+/// one call; larger ones are written piece by piece, record bytes uncopied.
+const COALESCE_BYTES_MAX: usize = 64 << 10;
+
+/// A response on its way to the writer.
+struct Outgoing {
+    correlation_id: u32,
+    reply: Reply,
+    /// Close the connection after writing this response.
+    then_close: bool,
+}
+
+/// Serves one connection until the client closes it, it breaks the
+/// protocol beyond recovery, or the shard stops.
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+    let peer = stream.peer_addr().ok();
+    let (reader, writer) = stream.split();
+    let (outgoing, responses) = flume::unbounded::<Outgoing>();
+    let writer_task = glommio::spawn_local(write_responses(writer, responses));
+    let result = read_requests(&shard, reader, outgoing).await;
+    if let Err(reason) = result {
+        tracing::debug!(?peer, %reason, "closing connection");
+    }
+    // The writer ends once every in-flight handler has dropped its sender.
+    writer_task.await;
+}
+
+async fn write_responses(mut writer: WriteHalf<TcpStream>, responses: flume::Receiver<Outgoing>) {
+    while let Ok(outgoing) = responses.recv_async().await {
+        let close = outgoing.then_close;
+        if let Err(error) = write_response(&mut writer, outgoing).await {
+            tracing::debug!(%error, "writing a response failed");
+            return;
+        }
+        if close {
+            break;
+        }
+    }
+    if let Err(error) = writer.close().await {
+        tracing::debug!(%error, "closing a connection failed");
+    }
+}
+
+async fn write_response(
+    writer: &mut WriteHalf<TcpStream>,
+    outgoing: Outgoing,
+) -> std::io::Result<()> {
+    let body_len = outgoing.reply.len();
+    let header = ResponseHeader {
+        correlation_id: outgoing.correlation_id,
+    }
+    .encode(body_len)
+    .map_err(|error| std::io::Error::other(error.to_string()))?;
+    if body_len <= COALESCE_BYTES_MAX {
+        let mut frame = Vec::with_capacity(header.len() + body_len);
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&outgoing.reply.head);
+        for chunk in &outgoing.reply.raw {
+            frame.extend_from_slice(chunk);
+        }
+        writer.write_all(&frame).await?;
+    } else {
+        let mut head = Vec::with_capacity(header.len() + outgoing.reply.head.len());
+        head.extend_from_slice(&header);
+        head.extend_from_slice(&outgoing.reply.head);
+        writer.write_all(&head).await?;
+        for chunk in &outgoing.reply.raw {
+            writer.write_all(chunk).await?;
+        }
+    }
+    writer.flush().await
+}
+
+/// Why a connection was closed by the broker.
+#[derive(Debug, thiserror::Error)]
+enum CloseReason {
+    #[error("client closed the connection")]
+    ClientClosed,
+    #[error("read failed: {0}")]
+    Read(std::io::Error),
+    #[error("frame refused: {0}")]
+    Frame(FrameError),
+    #[error("the shard is stopping")]
+    Stopping,
+}
+
+async fn read_requests(
+    shard: &Rc<Shard>,
+    mut reader: ReadHalf<TcpStream>,
+    outgoing: flume::Sender<Outgoing>,
+) -> Result<(), CloseReason> {
+    let limits = FrameLimits {
+        max_frame_bytes: shard.config.max_frame_bytes,
+    };
+    let permits = Arc::new(async_lock::Semaphore::new(
+        shard.config.max_in_flight_per_connection as usize,
+    ));
+    let mut handshake_done = false;
+    loop {
+        // Backpressure: no next frame until a request slot is free.
+        let permit = permits.acquire_arc().await;
+        let mut header_bytes = [0u8; REQUEST_HEADER_BYTES];
+        let stopping = shard.stopping.listen();
+        if shard.is_stopping() {
+            return Err(CloseReason::Stopping);
+        }
+        let read =
+            futures::future::select(Box::pin(reader.read_exact(&mut header_bytes)), stopping).await;
+        match read {
+            futures::future::Either::Left((Ok(()), _)) => {}
+            futures::future::Either::Left((Err(error), _)) => {
+                return Err(if error.kind() == std::io::ErrorKind::UnexpectedEof {
+                    CloseReason::ClientClosed
+                } else {
+                    CloseReason::Read(error)
+                });
+            }
+            futures::future::Either::Right(_) => return Err(CloseReason::Stopping),
+        }
+        let received = Instant::now();
+        let head = match decode_request_header(&header_bytes, &limits) {
+            Ok(head) => head,
+            Err(FrameError::UnknownApiKey {
+                correlation_id,
+                body_len,
+                ..
+            }) => {
+                // The length was acceptable: skip the body and refuse the request.
+                discard(&mut reader, body_len as usize).await?;
+                shard.metrics.error(ErrorCode::InvalidRequest);
+                send(
+                    &outgoing,
+                    correlation_id,
+                    Reply::error(ErrorCode::InvalidRequest),
+                    false,
+                );
+                continue;
+            }
+            Err(error) => {
+                let correlation_id = u32::from_be_bytes([
+                    header_bytes[8],
+                    header_bytes[9],
+                    header_bytes[10],
+                    header_bytes[11],
+                ]);
+                let code = match error {
+                    FrameError::TooLarge { .. } => ErrorCode::FrameTooLarge,
+                    _ => ErrorCode::InvalidRequest,
+                };
+                shard.metrics.error(code);
+                send(&outgoing, correlation_id, Reply::error(code), true);
+                return Err(CloseReason::Frame(error));
+            }
+        };
+        let mut body = AlignedVec::<16>::with_capacity(head.body_len);
+        body.resize(head.body_len, 0);
+        reader.read_exact(&mut body).await.map_err(|error| {
+            if error.kind() == std::io::ErrorKind::UnexpectedEof {
+                CloseReason::ClientClosed
+            } else {
+                CloseReason::Read(error)
+            }
+        })?;
+        let header = head.header;
+        if !header.api_key.supports(header.api_version) {
+            shard.metrics.error(ErrorCode::UnsupportedVersion);
+            send(
+                &outgoing,
+                header.correlation_id,
+                Reply::error(ErrorCode::UnsupportedVersion),
+                false,
+            );
+            continue;
+        }
+        if !handshake_done && header.api_key != ApiKey::ApiVersions {
+            shard.metrics.error(ErrorCode::InvalidRequest);
+            send(
+                &outgoing,
+                header.correlation_id,
+                Reply::error(ErrorCode::InvalidRequest),
+                false,
+            );
+            continue;
+        }
+        handshake_done = true;
+        let in_flight = shard.begin_request();
+        let shard = shard.clone();
+        let outgoing = outgoing.clone();
+        glommio::spawn_local(async move {
+            let reply = handle(&shard, header, &body, received).await;
+            send(&outgoing, header.correlation_id, reply, false);
+            drop(in_flight);
+            drop(permit);
+        })
+        .detach();
+    }
+}
+
+async fn handle(shard: &Rc<Shard>, header: RequestHeader, body: &[u8], received: Instant) -> Reply {
+    shard.metrics.request(header.api_key.name());
+    handlers::dispatch(shard, header.api_key, body, received)
+        .await
+        .unwrap_or_else(|code| {
+            shard.metrics.error(code);
+            Reply::error(code)
+        })
+}
+
+fn send(outgoing: &flume::Sender<Outgoing>, correlation_id: u32, reply: Reply, then_close: bool) {
+    let sent = outgoing.send(Outgoing {
+        correlation_id,
+        reply,
+        then_close,
+    });
+    if sent.is_err() {
+        tracing::debug!(
+            correlation_id,
+            "connection closed before its response was written"
+        );
+    }
+}
+
+/// Reads and drops `len` bytes, in small pieces (no allocation of `len`).
+async fn discard(reader: &mut ReadHalf<TcpStream>, len: usize) -> Result<(), CloseReason> {
+    let mut scratch = [0u8; 4096];
+    let mut left = len;
+    while left > 0 {
+        let take = left.min(scratch.len());
+        reader
+            .read_exact(&mut scratch[..take])
+            .await
+            .map_err(CloseReason::Read)?;
+        left -= take;
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! Produce: one batch per partition, each appended on its owning shard and
+//! answered once durable (C1 on a single node: after the fsync that covers it).
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::decode_request;
+use corelog_wire::message::produce::{
+    ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse,
+    partition_records,
+};
+use futures::future::{Either, join_all, ready};
+
+use super::{refused, unencodable};
+use crate::net::Reply;
+use crate::runtime::shard::Shard;
+
+pub(super) async fn produce(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    received: Instant,
+) -> Result<Reply, ErrorCode> {
+    let (request, raw) = decode_request::<ProduceRequest>(body).map_err(refused)?;
+    let entries = partition_records(request, raw).map_err(refused)?;
+    // Started in request order, synchronously up to offset assignment (or
+    // queueing to the owner), so that pipelined produces keep their order.
+    let mut pending = Vec::with_capacity(entries.len());
+    let mut order: Vec<(String, u32)> = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        let partition = entry.partition.partition.to_native();
+        order.push((entry.topic.to_owned(), partition));
+        let future = match shard.locate(entry.topic, partition) {
+            Ok((id, owner)) => {
+                Either::Left(shard.produce(id, owner, BytesMut::from(entry.records), received))
+            }
+            Err(error) => Either::Right(ready(Err(error))),
+        };
+        pending.push(future);
+    }
+    let results = join_all(pending).await;
+    let mut topics: Vec<ProduceTopicResponse> = Vec::new();
+    for ((topic, partition), result) in order.into_iter().zip(results) {
+        let response = match result {
+            Ok(produced) => ProducePartitionResponse {
+                partition,
+                error_code: ErrorCode::None.code(),
+                error_message: None,
+                base_offset: produced.base_offset.0 as i64,
+                log_append_time_ms: produced.log_append_time.0,
+                log_start_offset: produced.log_start.0 as i64,
+            },
+            Err(error) => {
+                shard.metrics.error(error.code);
+                ProducePartitionResponse {
+                    partition,
+                    error_code: error.code.code(),
+                    error_message: Some(error.message),
+                    base_offset: -1,
+                    log_append_time_ms: -1,
+                    log_start_offset: -1,
+                }
+            }
+        };
+        match topics.last_mut() {
+            Some(last) if last.name == topic => last.partitions.push(response),
+            _ => topics.push(ProduceTopicResponse {
+                name: topic,
+                partitions: vec![response],
+            }),
+        }
+    }
+    Reply::message(
+        &ProduceResponse {
+            topics,
+            throttle_ms: 0,
+        },
+        Vec::new(),
+    )
+    .map_err(unencodable)
+}

@@ -1,0 +1,484 @@
+//! A partition replica on its owning shard: the log plus what the broker
+//! keeps beside it (idempotent-producer state), and the produce, read and
+//! offset-lookup operations with their checks.
+//!
+//! - [`producer_state`]: the pure idempotence table (C5).
+//! - [`producer_snapshot`]: its snapshot file.
+//! - [`PartitionError`]: the error every partition operation returns,
+//!   carrying the stable wire code, so that local and cross-shard callers
+//!   handle one type.
+
+pub mod producer_snapshot;
+pub mod producer_state;
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use corelog_wire::batch::{self, BatchError, BatchHeader, BatchLimits, HEADER_BYTES};
+use corelog_wire::error::ErrorCode;
+use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use event_listener::Event;
+
+use crate::metadata::TopicConfig;
+use crate::storage::disk::Disk;
+use crate::storage::{
+    CacheKey, DeletedRange, LogConfig, PartitionLog, ReadOutcome, ShardStorage, StorageError,
+};
+use producer_state::{ProducerStateTable, SequenceCheck, SequenceError};
+
+/// Take a producer-state snapshot after this many bytes appended.
+const SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
+/// Leader epoch stamped on batches by a single-node broker; replication
+/// assigns real epochs.
+const SINGLE_NODE_EPOCH: LeaderEpoch = LeaderEpoch(0);
+
+/// A failed partition operation, as it travels between shards and to clients.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct PartitionError {
+    /// The stable wire code.
+    pub code: ErrorCode,
+    /// What happened, for the client's error message.
+    pub message: String,
+    /// For `OFFSET_OUT_OF_RANGE` below the log start: what was deleted.
+    pub gap: Option<GapInfo>,
+}
+
+/// Why a read below the log start found nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GapInfo {
+    /// The offset asked for.
+    pub requested: Offset,
+    /// The first offset the partition holds.
+    pub log_start: Offset,
+    /// The deletions between them.
+    pub deleted: Vec<DeletedRange>,
+}
+
+impl PartitionError {
+    /// An error with a code and message.
+    #[must_use]
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        PartitionError {
+            code,
+            message: message.into(),
+            gap: None,
+        }
+    }
+}
+
+impl From<StorageError> for PartitionError {
+    fn from(error: StorageError) -> Self {
+        let code = match &error {
+            StorageError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            StorageError::DiskFull(_) => ErrorCode::DiskFull,
+            StorageError::InvalidBatch(inner) => return PartitionError::from(inner.clone()),
+            StorageError::Corrupt { .. } => ErrorCode::CorruptSegment,
+            StorageError::Fenced { .. } | StorageError::Io { .. } => ErrorCode::StorageError,
+            StorageError::InvalidConfig(_) => ErrorCode::UnknownServerError,
+        };
+        let gap = match &error {
+            StorageError::OffsetOutOfRange {
+                requested,
+                log_start,
+                deleted,
+                ..
+            } if requested < log_start => Some(GapInfo {
+                requested: *requested,
+                log_start: *log_start,
+                deleted: deleted.clone(),
+            }),
+            _ => None,
+        };
+        PartitionError {
+            code,
+            message: error.to_string(),
+            gap,
+        }
+    }
+}
+
+impl From<BatchError> for PartitionError {
+    fn from(error: BatchError) -> Self {
+        let code = match &error {
+            BatchError::TooLarge { .. } => ErrorCode::MessageTooLarge,
+            BatchError::DecompressedTooLarge { .. } => ErrorCode::DecompressedTooLarge,
+            BatchError::CrcMismatch { .. }
+            | BatchError::Truncated { .. }
+            | BatchError::TrailingBytes { .. }
+            | BatchError::BadLength(_)
+            | BatchError::UnsupportedMagic(_) => ErrorCode::CorruptMessage,
+            BatchError::UnsupportedCompression(_)
+            | BatchError::BadRecordCount(_)
+            | BatchError::BadOffsetDelta(_)
+            | BatchError::Compression(_)
+            | BatchError::MalformedRecord(_)
+            | BatchError::ReservedHeader(_)
+            | BatchError::Empty => ErrorCode::InvalidRecord,
+        };
+        PartitionError::new(code, error.to_string())
+    }
+}
+
+impl From<SequenceError> for PartitionError {
+    fn from(error: SequenceError) -> Self {
+        let code = match error {
+            SequenceError::StaleEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequence,
+            SequenceError::DuplicateConflict { .. } => ErrorCode::DuplicateSequenceConflict,
+            SequenceError::UnknownProducer { .. } => ErrorCode::UnknownProducerId,
+        };
+        PartitionError::new(code, error.to_string())
+    }
+}
+
+/// Where a produced batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Produced {
+    /// Offset of its first record.
+    pub base_offset: Offset,
+    /// When the partition accepted it.
+    pub log_append_time: TimestampMs,
+    /// The partition's log start offset.
+    pub log_start: Offset,
+    /// Records in the batch.
+    pub record_count: u32,
+    /// Whether this was a retry of a batch already stored (nothing appended).
+    pub duplicate: bool,
+}
+
+/// A summary of the partition, for `DescribeTopics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionSummary {
+    /// First offset held.
+    pub log_start: Offset,
+    /// Committed end: readers see offsets below it.
+    pub high_watermark: Offset,
+    /// Offset after the last record appended.
+    pub log_end: Offset,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+    /// Segments.
+    pub segment_count: u32,
+}
+
+/// How to pick an offset for `ListOffsets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetQuery {
+    /// The log start.
+    Earliest,
+    /// The high watermark.
+    Latest,
+    /// The first record at or after this time.
+    Timestamp(TimestampMs),
+}
+
+/// One partition replica, owned by one shard.
+pub struct Partition<D: Disk> {
+    topic: String,
+    index: u32,
+    disk: D,
+    log: PartitionLog<D>,
+    producers: RefCell<ProducerStateTable>,
+    config: TopicConfig,
+    limits: BatchLimits,
+    producer_state_retention_ms: i64,
+    bytes_since_snapshot: Cell<u64>,
+    shard: ShardStorage,
+}
+
+impl<D: Disk> std::fmt::Debug for Partition<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partition")
+            .field("topic", &self.topic)
+            .field("index", &self.index)
+            .field("log", &self.log)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where and how to open a partition.
+#[derive(Debug)]
+pub struct PartitionSpec<'a> {
+    /// Topic name, for errors and logs.
+    pub topic: &'a str,
+    /// Partition index.
+    pub index: u32,
+    /// The partition directory.
+    pub dir: &'a Path,
+    /// The topic's settings.
+    pub config: TopicConfig,
+    /// The broker's storage settings.
+    pub broker_log: LogConfig,
+    /// Key in the shard's tail cache.
+    pub cache_key: CacheKey,
+    /// Notified whenever the committed end moves.
+    pub data_signal: Arc<Event>,
+    /// Forget idempotent producers idle this long.
+    pub producer_state_retention_ms: i64,
+}
+
+impl<D: Disk> Partition<D> {
+    /// Opens (recovering) or creates a partition, and rebuilds its producer
+    /// state from the latest snapshot and the log after it.
+    ///
+    /// # Errors
+    /// [`StorageError`] from opening the log or reading it back.
+    pub async fn open(
+        disk: D,
+        spec: PartitionSpec<'_>,
+        shard: ShardStorage,
+    ) -> Result<Self, StorageError> {
+        let log_config = spec.config.log_config(&spec.broker_log);
+        let log = PartitionLog::open_with_signal(
+            disk.clone(),
+            spec.dir,
+            log_config,
+            shard.clone(),
+            spec.cache_key,
+            spec.data_signal,
+        )
+        .await?;
+        let partition = Partition {
+            topic: spec.topic.to_owned(),
+            index: spec.index,
+            disk,
+            limits: log_config.batch_limits,
+            log,
+            producers: RefCell::new(ProducerStateTable::default()),
+            config: spec.config,
+            producer_state_retention_ms: spec.producer_state_retention_ms,
+            bytes_since_snapshot: Cell::new(0),
+            shard,
+        };
+        partition.rebuild_producer_state().await?;
+        Ok(partition)
+    }
+
+    async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
+        let loaded = producer_snapshot::load(&self.disk, self.log.dir()).await?;
+        let log_end = self.log.log_end();
+        let (mut table, mut position) = match loaded {
+            Some((table, offset)) if offset <= log_end => (table, offset.max(self.log.log_start())),
+            _ => (ProducerStateTable::default(), self.log.log_start()),
+        };
+        let now = self.shard.clock.now();
+        let mut replayed = 0u64;
+        while position < log_end {
+            let read = self.log.read(position, 1 << 20, None).await?;
+            if read.next_offset <= position {
+                break;
+            }
+            for chunk in &read.chunks {
+                for found in batch::batches(chunk, &self.limits) {
+                    let found = found.map_err(|error| StorageError::Corrupt {
+                        path: self.log.dir().to_path_buf(),
+                        position: 0,
+                        reason: error.to_string(),
+                    })?;
+                    if found.header.next_offset() > position {
+                        table.replay(&found.header, now);
+                        replayed += 1;
+                    }
+                }
+            }
+            position = read.next_offset;
+        }
+        tracing::debug!(topic = %self.topic, partition = self.index, replayed, producers = table.len(), "producer state rebuilt");
+        *self.producers.borrow_mut() = table;
+        Ok(())
+    }
+
+    /// Validates and appends one producer batch, resolving once it is durable.
+    ///
+    /// Everything up to the offset assignment is synchronous, so batches of
+    /// one partition are ordered as this is called: an idempotent producer's
+    /// pipelined batches stay in sequence.
+    ///
+    /// # Errors
+    /// A [`PartitionError`] with the wire code: malformed or oversized batch,
+    /// sequence or epoch refusal, disk full, storage failure.
+    pub async fn produce(&self, mut batch: BytesMut) -> Result<Produced, PartitionError> {
+        let header = self.check_batch(&batch)?;
+        let now = self.shard.clock.now();
+        let verdict = if header.producer.is_idempotent() {
+            self.producers.borrow().check(&header)
+        } else {
+            SequenceCheck::Append
+        };
+        match verdict {
+            SequenceCheck::Reject(error) => Err(error.into()),
+            SequenceCheck::Duplicate(original) => {
+                // The original may still be on its way to disk: answer once it is there.
+                self.log.wait_durable(original.last_offset.plus(1)).await?;
+                Ok(Produced {
+                    base_offset: original.base_offset,
+                    log_append_time: now,
+                    log_start: self.log.log_start(),
+                    record_count: header.record_count,
+                    duplicate: true,
+                })
+            }
+            SequenceCheck::Append => {
+                batch::set_leader_epoch(&mut batch, SINGLE_NODE_EPOCH);
+                let bytes = batch.len() as u64;
+                let appended = self.log.start_append(batch)?;
+                if header.producer.is_idempotent() {
+                    let stored = BatchHeader {
+                        base_offset: appended.base_offset,
+                        ..header
+                    };
+                    self.producers.borrow_mut().record(&stored, now);
+                }
+                self.bytes_since_snapshot
+                    .set(self.bytes_since_snapshot.get() + bytes);
+                self.log.wait_durable(appended.last_offset.plus(1)).await?;
+                Ok(Produced {
+                    base_offset: appended.base_offset,
+                    log_append_time: appended.log_append_time,
+                    log_start: self.log.log_start(),
+                    record_count: header.record_count,
+                    duplicate: false,
+                })
+            }
+        }
+    }
+
+    /// Checks a producer batch before anything is stored: one well-formed
+    /// batch with a correct CRC, within the topic's size, every record
+    /// decodable within the decompression bound, not a control batch.
+    fn check_batch(&self, batch: &[u8]) -> Result<BatchHeader, PartitionError> {
+        if batch.len() < HEADER_BYTES {
+            return Err(PartitionError::new(
+                ErrorCode::CorruptMessage,
+                format!("{} bytes is not a record batch", batch.len()),
+            ));
+        }
+        let max = self.config.max_message_bytes as usize;
+        if batch.len() > max {
+            return Err(PartitionError::new(
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "batch of {} bytes exceeds the topic's max.message.bytes {max}; send smaller batches",
+                    batch.len()
+                ),
+            ));
+        }
+        let header = batch::validate(batch, &self.limits)?;
+        if header.is_control() {
+            return Err(PartitionError::new(
+                ErrorCode::InvalidRecord,
+                "producers may not send control batches",
+            ));
+        }
+        if header.record_count == 0 || header.last_offset_delta + 1 != header.record_count {
+            return Err(PartitionError::new(
+                ErrorCode::InvalidRecord,
+                "a produced batch must hold records with consecutive offset deltas from 0",
+            ));
+        }
+        batch::validate_records(batch, &header, &self.limits)?;
+        Ok(header)
+    }
+
+    /// Reads committed batches from `offset`, at most `max_bytes` (at least
+    /// one batch).
+    ///
+    /// # Errors
+    /// `OFFSET_OUT_OF_RANGE` (with the gap below the log start),
+    /// `CORRUPT_SEGMENT`, `STORAGE_ERROR`.
+    pub async fn read(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        Ok(self.log.read(offset, max_bytes, None).await?)
+    }
+
+    /// Answers a `ListOffsets` query: the offset and, for timestamps, the
+    /// record's time; `None` when no record is at or after the time.
+    ///
+    /// # Errors
+    /// `CORRUPT_SEGMENT` or `STORAGE_ERROR` from the time lookup.
+    pub async fn list_offset(
+        &self,
+        query: OffsetQuery,
+    ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
+        match query {
+            OffsetQuery::Earliest => Ok(Some((self.log.log_start(), TimestampMs(-1)))),
+            OffsetQuery::Latest => Ok(Some((self.log.log_end(), TimestampMs(-1)))),
+            OffsetQuery::Timestamp(target) => Ok(self.log.offset_for_timestamp(target).await?),
+        }
+    }
+
+    /// The partition's offsets and size.
+    #[must_use]
+    pub fn summary(&self) -> PartitionSummary {
+        PartitionSummary {
+            log_start: self.log.log_start(),
+            high_watermark: self.log.log_end(),
+            log_end: self.log.next_offset(),
+            size_bytes: self.log.size_bytes(),
+            segment_count: u32::try_from(self.log.segment_count()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Housekeeping: delete one segment if retention says so, expire idle
+    /// producers, and snapshot producer state when enough was appended.
+    ///
+    /// # Errors
+    /// [`StorageError`] when retention or the snapshot cannot be written.
+    pub async fn maintain(&self) -> Result<Option<DeletedRange>, StorageError> {
+        let deleted = self.log.enforce_retention().await?;
+        let now = self.shard.clock.now();
+        self.producers
+            .borrow_mut()
+            .expire(now, self.producer_state_retention_ms);
+        if self.bytes_since_snapshot.get() >= SNAPSHOT_EVERY_BYTES {
+            self.snapshot_producers().await?;
+        }
+        Ok(deleted)
+    }
+
+    async fn snapshot_producers(&self) -> Result<(), StorageError> {
+        let (table, offset) = (self.producers.borrow().clone(), self.log.next_offset());
+        self.bytes_since_snapshot.set(0);
+        producer_snapshot::store(&self.disk, self.log.dir(), &table, offset).await
+    }
+
+    /// Flushes, seals the log and snapshots producer state, for a clean
+    /// shutdown or before deletion.
+    ///
+    /// # Errors
+    /// [`StorageError`] when the log cannot be made durable.
+    pub async fn close(&self) -> Result<(), StorageError> {
+        self.log.close().await?;
+        self.snapshot_producers().await
+    }
+
+    /// The partition directory.
+    #[must_use]
+    pub fn dir(&self) -> PathBuf {
+        self.log.dir().to_path_buf()
+    }
+
+    /// Topic name.
+    #[must_use]
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Partition index.
+    #[must_use]
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Idempotent producers with state.
+    #[must_use]
+    pub fn producer_count(&self) -> usize {
+        self.producers.borrow().len()
+    }
+}

@@ -1,0 +1,250 @@
+//! Starting and stopping the broker: one executor thread per shard, the
+//! cross-shard channels between them, shard 0's metadata authority and
+//! metrics endpoint, and SIGTERM/SIGINT handling.
+//!
+//! Start-up is all or nothing: every shard reports whether it could bind
+//! its listener and open its disk; if any cannot, all are stopped and the
+//! error is returned. Shutdown asks every shard to finish in-flight work and
+//! close its partitions (flush, sync, seal indexes, snapshot producer
+//! state), so that the next start needs no recovery scan.
+
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::sync::mpsc;
+
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use super::authority::MetadataAuthority;
+use super::command::ShardCommand;
+use super::shard::{Shard, ShardParts};
+use crate::clock::SystemClock;
+use crate::config::BrokerConfig;
+use crate::metrics::{BrokerMetrics, ShardMetrics};
+use crate::net::listener;
+use crate::storage::disk::Disk;
+use crate::storage::glommio_disk::GlommioDisk;
+use crate::storage::{DiskSpace, ShardStorage, TailCache};
+
+/// Why the broker could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A shard could not start.
+    #[error("shard {shard} could not start: {message}")]
+    ShardStart {
+        /// Which shard.
+        shard: u16,
+        /// Why, and what to do.
+        message: String,
+    },
+    /// An executor thread could not be created.
+    #[error("cannot start executor thread: {0}")]
+    Executor(String),
+    /// Signal handling could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Runs the broker until SIGTERM or SIGINT, then shuts down gracefully.
+///
+/// # Errors
+/// [`RunError`] when start-up fails.
+pub fn run(config: BrokerConfig) -> Result<(), RunError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|error| RunError::ShardStart {
+        shard: 0,
+        message: format!(
+            "cannot create data directory {}: {error}",
+            config.data_dir.display()
+        ),
+    })?;
+    let metrics = BrokerMetrics::new();
+    let shard_count = config.shards;
+    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
+        .map(|_| flume::bounded::<ShardCommand>(config.shard_queue_depth as usize))
+        .unzip();
+    let open_connections = Arc::new(AtomicU32::new(0));
+    let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
+    let mut executors = Vec::with_capacity(usize::from(shard_count));
+    for (id, inbox) in (0..shard_count).zip(inboxes) {
+        let placement = if config.pin {
+            Placement::Fixed(usize::from(id))
+        } else {
+            Placement::Unbound
+        };
+        let config = config.clone();
+        let metrics = metrics.clone();
+        let peers = senders.clone();
+        let started = started.clone();
+        let open_connections = open_connections.clone();
+        let executor = LocalExecutorBuilder::new(placement)
+            .name(&format!("shard-{id}"))
+            .io_memory(config.io_memory_bytes)
+            .spawn(move || async move {
+                let shard_metrics = metrics.for_shard(id);
+                match start_shard(
+                    id,
+                    config,
+                    shard_metrics,
+                    peers,
+                    inbox,
+                    metrics,
+                    open_connections,
+                )
+                .await
+                {
+                    Ok(shard) => {
+                        let _reported = started.send(Ok(id));
+                        shard.run_inbox().await;
+                    }
+                    Err(message) => {
+                        let _reported =
+                            started.send(Err(RunError::ShardStart { shard: id, message }));
+                    }
+                }
+            })
+            .map_err(|error| RunError::Executor(error.to_string()))?;
+        executors.push(executor);
+    }
+    drop(started);
+    let mut failure = None;
+    for _ in 0..shard_count {
+        match start_reports.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                failure.get_or_insert(error);
+            }
+            Err(_) => {
+                failure.get_or_insert(RunError::Executor("an executor thread exited".to_owned()));
+            }
+        }
+    }
+    if let Some(error) = failure {
+        stop_all(&senders);
+        join_all(executors);
+        return Err(error);
+    }
+    tracing::info!(
+        listen = %config.listen,
+        metrics = %config.metrics_listen,
+        shards = shard_count,
+        data_dir = %config.data_dir.display(),
+        "corelogd ready"
+    );
+    wait_for_signal()?;
+    tracing::info!("stopping: finishing in-flight requests and closing partitions");
+    stop_all(&senders);
+    join_all(executors);
+    tracing::info!("corelogd stopped");
+    Ok(())
+}
+
+fn stop_all(senders: &[flume::Sender<ShardCommand>]) {
+    for sender in senders {
+        let _stopping = sender.send(ShardCommand::Shutdown);
+    }
+}
+
+fn join_all(executors: Vec<glommio::ExecutorJoinHandle<()>>) {
+    for executor in executors {
+        if let Err(error) = executor.join() {
+            tracing::error!(%error, "an executor ended abnormally");
+        }
+    }
+}
+
+fn wait_for_signal() -> Result<(), RunError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(RunError::Signals)?;
+    if let Some(signal) = signals.forever().next() {
+        tracing::info!(signal, "signal received");
+    }
+    Ok(())
+}
+
+/// Brings one shard up: disk, storage resources, metadata (shard 0),
+/// listeners, then its loops. Returns once it accepts connections.
+async fn start_shard(
+    id: u16,
+    config: BrokerConfig,
+    shard_metrics: ShardMetrics,
+    peers: Vec<flume::Sender<ShardCommand>>,
+    inbox: flume::Receiver<ShardCommand>,
+    metrics: Arc<BrokerMetrics>,
+    open_connections: Arc<AtomicU32>,
+) -> Result<Rc<Shard>, String> {
+    let data_dir = config.data_dir.clone();
+    let disk = GlommioDisk::for_shard(&data_dir)
+        .await
+        .map_err(|error| format!("cannot use data directory {}: {error}", data_dir.display()))?;
+    let storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
+    let authority = if id == 0 {
+        Some(
+            MetadataAuthority::load(disk.clone(), data_dir.clone(), config.shards)
+                .await
+                .map_err(|error| error.to_string())?,
+        )
+    } else {
+        None
+    };
+    let listener = TcpListener::bind(config.listen).map_err(|error| {
+        format!(
+            "cannot listen on {}: {error}; is another broker running there?",
+            config.listen
+        )
+    })?;
+    let metrics_listener = if id == 0 {
+        Some(TcpListener::bind(config.metrics_listen).map_err(|error| {
+            format!("cannot serve metrics on {}: {error}", config.metrics_listen)
+        })?)
+    } else {
+        None
+    };
+    let config = Rc::new(config);
+    let shard = Shard::new(ShardParts {
+        id,
+        config,
+        metrics: shard_metrics,
+        disk,
+        storage,
+        peers,
+        inbox,
+        authority,
+    });
+    if id == 0 {
+        // Peers queue the snapshot until their inbox runs; this waits for all.
+        let publisher = shard.clone();
+        glommio::spawn_local(async move { publisher.publish_initial_snapshot().await }).detach();
+    }
+    glommio::spawn_local(shard.clone().run_maintenance()).detach();
+    glommio::spawn_local(listener::accept_loop(
+        shard.clone(),
+        listener,
+        open_connections,
+    ))
+    .detach();
+    if let Some(metrics_listener) = metrics_listener {
+        glommio::spawn_local(crate::metrics::http::serve(metrics_listener, metrics)).detach();
+    }
+    Ok(shard)
+}
+
+fn shard_storage(
+    disk: &GlommioDisk,
+    data_dir: &Path,
+    config: &BrokerConfig,
+    metrics: &ShardMetrics,
+) -> ShardStorage {
+    let probe_disk = disk.clone();
+    let probe_dir = data_dir.to_path_buf();
+    ShardStorage {
+        clock: Rc::new(SystemClock),
+        space: Rc::new(DiskSpace::new(config.disk_reserve_bytes, move || {
+            probe_disk.free_bytes(&probe_dir)
+        })),
+        cache: TailCache::new(config.tail_cache_bytes),
+        observer: Rc::new(metrics.clone()),
+    }
+}
