@@ -1,0 +1,124 @@
+//! `corelog`: the command-line client.
+//!
+//! ```text
+//! corelog [--bootstrap HOST:PORT] [--json] topic create NAME --partitions N [--config k=v ...]
+//! corelog topic list | topic describe NAME... | topic delete NAME
+//! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]   (lines from stdin)
+//! corelog consume --topic T [--partition P ...] [--from-beginning | --offset N | --time T] [--follow] [--max N]
+//! ```
+//!
+//! Output is a readable table or text for people, and JSON with `--json`
+//! for scripts. Errors go to stderr with what to do, and the exit code is
+//! non-zero: 1 for a failure, 2 for a usage error.
+
+mod consume;
+mod output;
+mod produce;
+mod time;
+mod topic;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use corelog_client::{ClientConfig, ClientError, DEFAULT_BOOTSTRAP, ErrorCode};
+
+/// The corelog command-line client: manage topics, produce and consume
+/// records.
+#[derive(Debug, Parser)]
+#[command(name = "corelog", version)]
+struct Cli {
+    /// A broker to connect to.
+    #[arg(long, global = true, value_name = "HOST:PORT", default_value = DEFAULT_BOOTSTRAP)]
+    bootstrap: String,
+    /// Print JSON for scripts instead of tables and text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, list, describe and delete topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Append lines from stdin to a topic, one record per line.
+    Produce(produce::ProduceArgs),
+    /// Print records of a topic. Without a start option it reads from the
+    /// beginning and stops at the end; with --follow it prints only new
+    /// records and keeps waiting.
+    Consume(consume::ConsumeArgs),
+}
+
+/// Options every command shares.
+#[derive(Clone, Debug)]
+pub(crate) struct Global {
+    pub client: ClientConfig,
+    pub json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let global = Global {
+        client: ClientConfig {
+            client_name: "corelog-cli".to_owned(),
+            ..ClientConfig::new(cli.bootstrap)
+        },
+        json: cli.json,
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Topic(command) => topic::run(&global, command).await,
+            Command::Produce(args) => produce::run(&global, args).await,
+            Command::Consume(args) => consume::run(&global, args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            report(&error);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints an error and, where the error alone does not say it, what to do.
+pub(crate) fn report(error: &ClientError) {
+    eprintln!("error: {error}");
+    if let Some(hint) = hint(error) {
+        eprintln!("hint: {hint}");
+    }
+}
+
+fn hint(error: &ClientError) -> Option<&'static str> {
+    match error {
+        ClientError::OffsetOutOfRange { .. } => Some(
+            "the records were deleted by retention; pass --on-gap reset to continue from the log start, or --from-beginning",
+        ),
+        ClientError::Broker {
+            code: ErrorCode::UnknownTopicOrPartition,
+            ..
+        } => Some("list topics with `corelog topic list`, create one with `corelog topic create`"),
+        ClientError::UnsupportedApi { .. } => {
+            Some("rebuild both with `make build` so that corelog and corelogd match")
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,115 @@
+//! Settings shared by the producer, the consumer and the admin client: where
+//! the cluster is and how long to wait for it.
+
+use std::time::Duration;
+
+use crate::error::ClientError;
+
+/// The broker address used when none is given: a local `corelogd` started
+/// with `make run`.
+pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.1:7100";
+
+/// How to reach the cluster.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Broker addresses (`host:port`) to learn the cluster from; any one of
+    /// them answering is enough. Default [`DEFAULT_BOOTSTRAP`].
+    pub bootstrap: Vec<String>,
+    /// This client's name, sent in ApiVersions for the broker's logs.
+    pub client_name: String,
+    /// Longest wait for a TCP connection to open. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Longest wait for a response, beyond any wait the request itself asks
+    /// for (a fetch's `max_wait`). A request past it closes its connection,
+    /// since its fate can no longer be known. Default 30 s.
+    pub request_timeout: Duration,
+    /// Requests in flight on one connection. The broker stops reading a
+    /// connection at its own bound (64 by default), so staying below it
+    /// keeps the client's writes from stalling. Default 32.
+    pub max_in_flight_per_connection: usize,
+    /// Largest response frame accepted; a larger one closes the connection
+    /// before anything is allocated for it (C9). Default 64 MiB.
+    pub max_response_bytes: u32,
+    /// Shortest interval between two metadata refreshes, so that a burst of
+    /// leader errors costs one refresh. Default 100 ms.
+    pub metadata_refresh_backoff: Duration,
+    /// Wait before reconnecting to a broker that refused or dropped a
+    /// connection. Default 100 ms.
+    pub reconnect_backoff: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            bootstrap: vec![DEFAULT_BOOTSTRAP.to_owned()],
+            client_name: "corelog-client".to_owned(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_in_flight_per_connection: 32,
+            max_response_bytes: 64 << 20,
+            metadata_refresh_backoff: Duration::from_millis(100),
+            reconnect_backoff: Duration::from_millis(100),
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Defaults, with one bootstrap address.
+    #[must_use]
+    pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            bootstrap: vec![bootstrap.into()],
+            ..ClientConfig::default()
+        }
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidConfig`] naming the first bad setting.
+    pub fn validate(&self) -> Result<(), ClientError> {
+        if self.bootstrap.is_empty() {
+            return Err(ClientError::InvalidConfig(
+                "bootstrap needs at least one host:port".to_owned(),
+            ));
+        }
+        if let Some(bad) = self.bootstrap.iter().find(|addr| !addr.contains(':')) {
+            return Err(ClientError::InvalidConfig(format!(
+                "bootstrap address {bad:?} is not host:port"
+            )));
+        }
+        if self.max_in_flight_per_connection == 0 || self.max_in_flight_per_connection > 1024 {
+            return Err(ClientError::InvalidConfig(
+                "max_in_flight_per_connection must be between 1 and 1024".to_owned(),
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
+            return Err(ClientError::InvalidConfig(
+                "timeouts must be positive".to_owned(),
+            ));
+        }
+        if self.max_response_bytes < 1 << 20 {
+            return Err(ClientError::InvalidConfig(
+                "max_response_bytes must be at least 1 MiB".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_named() {
+        ClientConfig::default().validate().unwrap();
+        let error = ClientConfig::new("localhost").validate().unwrap_err();
+        assert!(error.to_string().contains("host:port"), "{error}");
+        let config = ClientConfig {
+            max_in_flight_per_connection: 0,
+            ..ClientConfig::default()
+        };
+        assert!(config.validate().is_err());
+    }
+}
