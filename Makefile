@@ -7,23 +7,33 @@ FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_top
 # Crates that must stay pure: no async runtime in their dependency tree.
 PURE_CRATES = corelog-wire
 
-.PHONY: build run test bench bench-storage fmt lint purity fuzz clean
+.PHONY: build run test bench bench-storage bench-broker fmt lint purity fuzz clean
 
 build:
 	$(CARGO) build --release --workspace
 
-run: build
+# A broker on 127.0.0.1:7100 (metrics on :7180) keeping data in ./data.
+run:
+	$(CARGO) build --release -p corelog-broker --bin corelogd
 	./target/release/corelogd $(ARGS)
 
+# Binaries first: the multi-process tests in tests/ start corelogd and corelog.
 test:
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 
-bench: bench-storage
+# Storage engine against the raw disk, then the seed's workload on a broker.
+bench: bench-storage bench-broker
 
 # The storage engine against the raw durable bandwidth of the same disk.
 bench-storage:
 	$(CARGO) build --release -p corelog-bench
 	./target/release/corelog-bench storage $(ARGS)
+
+# 100,000 x 1 KiB records/s for 60 s over 16 partitions, a 200,000/s peak,
+# then producer and consumer together; see scripts/bench-broker.sh.
+bench-broker:
+	./scripts/bench-broker.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,14 +1,9 @@
-//! Test support: a real `corelogd` process on loopback with its own ports
-//! and data directory, and a minimal blocking protocol client built on the
-//! wire crate alone (so broker tests do not depend on the client library).
-
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! A minimal blocking protocol client built on the wire crate alone, so
+//! that broker behaviour is tested without the client library in between.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
 use bytes::Bytes;
 use corelog_wire::batch::{BatchBuilder, Compression, NewRecord, ProducerIdentity};
@@ -19,149 +14,15 @@ use corelog_wire::frame::{
 use corelog_wire::message::{self, MessageError, Request};
 use corelog_wire::types::TimestampMs;
 
-/// A free loopback port (bound then released; fine for tests).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A `corelogd` child process, killed when dropped.
-pub struct Broker {
-    pub child: Option<Child>,
-    pub addr: SocketAddr,
-    pub metrics_addr: SocketAddr,
-    pub data_dir: PathBuf,
-    pub extra_args: Vec<String>,
-    _temp: Option<tempfile::TempDir>,
-}
-
-impl Broker {
-    /// Starts a broker with one shard and `extra_args`.
-    pub fn start(extra_args: &[&str]) -> Broker {
-        let temp = tempfile::tempdir().unwrap();
-        let data_dir = temp.path().join("data");
-        let mut broker = Broker {
-            child: None,
-            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            data_dir,
-            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
-            _temp: Some(temp),
-        };
-        broker.spawn();
-        broker
-    }
-
-    /// Starts the process again on the same ports and data directory.
-    pub fn spawn(&mut self) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_corelogd"));
-        command
-            .arg("--listen")
-            .arg(self.addr.to_string())
-            .arg("--metrics-listen")
-            .arg(self.metrics_addr.to_string())
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .arg("--disk-reserve-bytes")
-            .arg("0")
-            .args(&self.extra_args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if !self.extra_args.iter().any(|arg| arg == "--shards") {
-            command.arg("--shards").arg("1");
-        }
-        self.child = Some(command.spawn().expect("corelogd starts"));
-        self.wait_ready();
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|child| child.try_wait().unwrap())
-            {
-                panic!("corelogd exited at start-up: {status}");
-            }
-            if let Ok(mut client) = Client::connect(self.addr)
-                && client.handshake().is_ok()
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("corelogd did not become ready");
-    }
-
-    /// kill -9.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-    }
-
-    /// SIGTERM, then wait for exit; returns whether it exited cleanly.
-    pub fn terminate(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
-            return false;
-        };
-        rustix::process::kill_process(
-            rustix::process::Pid::from_child(&child),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.kill().unwrap();
-        false
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
-    }
-
-    /// A connected client that has done the ApiVersions handshake.
-    pub fn client(&self) -> Client {
-        let mut client = Client::connect(self.addr).unwrap();
-        client.handshake().unwrap();
-        client
-    }
-
-    /// The `/metrics` text.
-    pub fn metrics(&self) -> String {
-        let mut stream = TcpStream::connect(self.metrics_addr).unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        text
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// A blocking protocol client: one request at a time unless told otherwise.
+#[derive(Debug)]
 pub struct Client {
     pub stream: TcpStream,
     next_correlation: u32,
 }
 
 /// A decoded response body, kept aligned.
+#[derive(Debug)]
 pub struct Body {
     pub bytes: rkyv::util::AlignedVec<16>,
 }

@@ -1,14 +1,16 @@
 //! Bounded resources (C9) against a real broker: the connection limit and
 //! the per-connection in-flight bound.
 
-mod support;
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use corelog_tests::wire_client as support;
 
 use std::time::Duration;
 
+use corelog_tests::{Broker, Client, batch};
 use corelog_wire::batch::ProducerIdentity;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::{self, MessageError};
-use support::{Broker, Client, batch};
 
 #[test]
 fn connections_over_the_limit_are_refused_with_a_typed_error() {

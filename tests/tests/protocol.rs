@@ -1,16 +1,18 @@
 //! The broker's protocol behaviour, against a real `corelogd` process, with
 //! a minimal client built on the wire crate only.
 
-mod support;
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use corelog_tests::wire_client as support;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use corelog_tests::{Broker, Client, batch, values};
 use corelog_wire::batch::{BatchBuilder, Compression, NewRecord, ProducerIdentity};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 use corelog_wire::message::{self, MessageError};
-use support::{Broker, Client, batch, values};
 
 fn producer(id: i64, epoch: i16, sequence: i32) -> ProducerIdentity {
     ProducerIdentity {

@@ -1,0 +1,96 @@
+//! The `corelog` command-line tool against a real broker: topic management
+//! and a produce/consume round trip through stdin and stdout.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use corelog_tests::{Broker, binary, free_port};
+
+fn corelog(broker_addr: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(binary("corelog"))
+        .arg("--bootstrap")
+        .arg(broker_addr)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn lines_produced_with_the_cli_are_consumed_back_unchanged() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    let created = corelog(
+        &addr,
+        &["topic", "create", "events", "--partitions", "3"],
+        None,
+    );
+    assert!(created.status.success(), "{}", text(&created.stderr));
+
+    let listed = corelog(&addr, &["--json", "topic", "list"], None);
+    assert!(listed.status.success() && text(&listed.stdout).contains("events"));
+
+    let lines: Vec<String> = (0..50)
+        .map(|index| format!("customer{}\torder {index} paid", index % 5))
+        .collect();
+    let input = lines.join("\n") + "\n";
+    let produced = corelog(
+        &addr,
+        &["produce", "--topic", "events", "--key-separator", "\t"],
+        Some(&input),
+    );
+    assert!(produced.status.success(), "{}", text(&produced.stderr));
+
+    let consumed = corelog(
+        &addr,
+        &[
+            "consume",
+            "--topic",
+            "events",
+            "--from-beginning",
+            "--max",
+            "50",
+            "--print-key",
+        ],
+        None,
+    );
+    assert!(consumed.status.success(), "{}", text(&consumed.stderr));
+    let mut got: Vec<String> = text(&consumed.stdout).lines().map(str::to_owned).collect();
+    let mut expected: Vec<String> = lines.clone();
+    got.sort();
+    expected.sort();
+    assert_eq!(got.len(), 50, "{got:?}");
+    // Printed as key, a tab, and the value: the input lines exactly.
+    assert_eq!(got, expected);
+
+    let described = corelog(&addr, &["--json", "topic", "describe", "events"], None);
+    assert!(described.status.success(), "{}", text(&described.stderr));
+    assert!(text(&described.stdout).contains("retention.ms"));
+}
+
+#[test]
+fn an_unreachable_broker_is_reported_with_what_to_do() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let output = corelog(&addr, &["topic", "list"], None);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains(&addr), "{stderr}");
+    assert!(
+        stderr.contains("corelogd"),
+        "the message says to start the broker: {stderr}"
+    );
+}
