@@ -4,7 +4,14 @@
 //!   records in batches of 16 KiB–1 MiB on one shard, next to the raw
 //!   O_DIRECT write + fdatasync bandwidth of the same disk measured in the
 //!   same run, and a paced run at a target record rate.
+//! - `produce`: paced producers against a running broker; append latency
+//!   from each record's due time to its acknowledgement.
+//! - `e2e`: producers and a consumer together; visibility latency from
+//!   acknowledgement to receipt.
 
+mod e2e;
+mod load;
+mod produce;
 mod report;
 mod storage;
 
@@ -25,12 +32,18 @@ struct Cli {
 enum Command {
     /// Storage engine appends versus raw O_DIRECT write + fdatasync.
     Storage(storage::StorageArgs),
+    /// Paced producers against a running broker.
+    Produce(produce::ProduceArgs),
+    /// Producers and a consumer together: visibility latency.
+    E2e(e2e::E2eArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Storage(args) => storage::run(&args),
+        Command::Produce(args) => produce::run(&args),
+        Command::E2e(args) => e2e::run(&args),
     };
     if let Err(error) = result {
         eprintln!("corelog-bench: {error}");

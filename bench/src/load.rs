@@ -1,0 +1,376 @@
+//! Load against a running broker: a paced (open-loop) producer, shared by
+//! the `produce` and `e2e` modes, with per-second progress and a final
+//! report.
+//!
+//! Pacing is open-loop: record `i` is due at `start + i / rate`, and its
+//! latency is measured from that due time, so a stall is charged to every
+//! record it delayed (no coordinated omission). With `--rate 0` records are
+//! sent as fast as the producer's buffer accepts them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use corelog_client::{
+    Acks, Admin, ClientConfig, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord,
+};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::report::{Latency, latency_histogram, millis};
+
+/// Options shared by the modes that produce.
+#[derive(Clone, Debug, Args)]
+pub struct LoadArgs {
+    /// Broker address.
+    #[arg(long, default_value = "127.0.0.1:7100")]
+    pub bootstrap: String,
+    /// Topic; created with `--partitions` if absent.
+    #[arg(long, default_value = "bench")]
+    pub topic: String,
+    /// Partitions of the topic when it is created.
+    #[arg(long, default_value_t = 16)]
+    pub partitions: u32,
+    /// Bytes of each record's value.
+    #[arg(long, default_value_t = 1024)]
+    pub record_bytes: usize,
+    /// Records per second in all; 0 sends as fast as possible.
+    #[arg(long, default_value_t = 100_000)]
+    pub rate: u64,
+    /// Seconds to produce.
+    #[arg(long, default_value_t = 60)]
+    pub duration: u64,
+    /// Producer clients, each with its own connections and share of the rate.
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    /// `quorum` (default) or `leader`.
+    #[arg(long, default_value = "quorum")]
+    pub acks: String,
+    /// Producer linger, ms.
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    /// Producer batch size, bytes.
+    #[arg(long, default_value_t = 256 << 10)]
+    pub batch_bytes: usize,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The figures of one produce run.
+#[derive(Debug, Serialize)]
+pub struct ProduceReport {
+    pub target_records_per_second: u64,
+    pub seconds: f64,
+    pub sent: u64,
+    pub acknowledged: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    pub records_per_second: f64,
+    pub megabytes_per_second: f64,
+    /// From each record's due time to its acknowledgement.
+    pub append_latency: Latency,
+}
+
+/// A delivery the e2e mode wants to hear about: record id and ack time.
+pub type AckHook = Arc<dyn Fn(u64, Instant) + Send + Sync>;
+
+/// Creates the topic if it does not exist.
+///
+/// # Errors
+/// The admin client's error, other than the topic existing.
+pub async fn ensure_topic(args: &LoadArgs) -> Result<(), String> {
+    let admin = Admin::connect(ClientConfig::new(args.bootstrap.clone()))
+        .await
+        .map_err(|error| {
+            format!(
+                "cannot connect to {}: {error}; is corelogd running?",
+                args.bootstrap
+            )
+        })?;
+    match admin
+        .create_topic(NewTopic::new(args.topic.clone(), args.partitions))
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(error) if error.code() == Some(corelog_client::ErrorCode::TopicAlreadyExists) => Ok(()),
+        Err(error) => Err(format!("cannot create topic {}: {error}", args.topic)),
+    }
+}
+
+fn producer_config(args: &LoadArgs) -> Result<ProducerConfig, String> {
+    let mut config = ProducerConfig::new(args.bootstrap.clone());
+    config.acks = match args.acks.as_str() {
+        "quorum" => Acks::Quorum,
+        "leader" => Acks::Leader,
+        other => return Err(format!("--acks must be quorum or leader, not {other:?}")),
+    };
+    config.linger = Duration::from_millis(args.linger_ms);
+    config.batch_bytes = args.batch_bytes;
+    config.buffer_bytes = (64 << 20).max(args.batch_bytes * 64);
+    Ok(config)
+}
+
+/// A record value of `len` bytes starting with the record's id.
+fn value(id: u64, len: usize) -> Bytes {
+    let mut value = vec![b'x'; len.max(8)];
+    value[..8].copy_from_slice(&id.to_be_bytes());
+    Bytes::from(value)
+}
+
+/// The id a [`value`] starts with.
+#[must_use]
+pub fn value_id(value: &[u8]) -> Option<u64> {
+    value
+        .get(..8)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u64::from_be_bytes)
+}
+
+struct Shared {
+    histogram: Mutex<Histogram<u64>>,
+    sent: AtomicU64,
+    acknowledged: AtomicU64,
+    errors: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+/// Produces at the configured rate for the configured time and reports.
+///
+/// # Errors
+/// When the producers cannot connect.
+pub async fn run_producers(
+    args: &LoadArgs,
+    label: &str,
+    on_ack: Option<AckHook>,
+) -> Result<ProduceReport, String> {
+    let shared = Arc::new(Shared {
+        histogram: Mutex::new(latency_histogram()),
+        sent: AtomicU64::new(0),
+        acknowledged: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        first_error: Mutex::new(None),
+    });
+    let producers = args.producers.max(1);
+    let start = Instant::now();
+    let duration = Duration::from_secs(args.duration);
+    let mut tasks = Vec::new();
+    for index in 0..producers {
+        let producer = Producer::connect(producer_config(args)?)
+            .await
+            .map_err(|error| format!("producer cannot connect to {}: {error}", args.bootstrap))?;
+        let args = args.clone();
+        let shared = shared.clone();
+        let on_ack = on_ack.clone();
+        tasks.push(tokio::spawn(async move {
+            produce_share(
+                &producer,
+                &args,
+                index as u64,
+                producers as u64,
+                start,
+                duration,
+                &shared,
+                on_ack,
+            )
+            .await;
+            if let Err(error) = producer.close().await {
+                record_error(&shared, &error).await;
+            }
+        }));
+    }
+    let progress = tokio::spawn(progress_lines(
+        shared.clone(),
+        start,
+        duration,
+        args.record_bytes,
+        label.to_owned(),
+        args.json,
+    ));
+    for task in tasks {
+        task.await.map_err(|error| error.to_string())?;
+    }
+    progress.abort();
+    let seconds = start.elapsed().as_secs_f64();
+    let acknowledged = shared.acknowledged.load(Ordering::Relaxed);
+    let histogram = shared.histogram.lock().await;
+    Ok(ProduceReport {
+        target_records_per_second: args.rate,
+        seconds,
+        sent: shared.sent.load(Ordering::Relaxed),
+        acknowledged,
+        errors: shared.errors.load(Ordering::Relaxed),
+        first_error: shared.first_error.lock().await.clone(),
+        records_per_second: acknowledged as f64 / seconds,
+        megabytes_per_second: (acknowledged * args.record_bytes as u64) as f64 / seconds / 1e6,
+        append_latency: Latency::of(&histogram),
+    })
+}
+
+async fn record_error(shared: &Shared, error: &ClientError) {
+    shared.errors.fetch_add(1, Ordering::Relaxed);
+    let mut first = shared.first_error.lock().await;
+    if first.is_none() {
+        *first = Some(error.to_string());
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn produce_share(
+    producer: &Producer,
+    args: &LoadArgs,
+    index: u64,
+    producers: u64,
+    start: Instant,
+    duration: Duration,
+    shared: &Arc<Shared>,
+    on_ack: Option<AckHook>,
+) {
+    let rate = args.rate as f64 / producers as f64;
+    let mut pending = FuturesUnordered::new();
+    let mut sequence = 0u64;
+    let mut local = latency_histogram();
+    loop {
+        let now = Instant::now();
+        if now.duration_since(start) >= duration {
+            break;
+        }
+        // Records due by now (all of them at once after a stall).
+        let due_count = if rate > 0.0 {
+            (now.duration_since(start).as_secs_f64() * rate) as u64
+        } else {
+            sequence + 256
+        };
+        while sequence < due_count {
+            let due = if rate > 0.0 {
+                start + Duration::from_secs_f64(sequence as f64 / rate)
+            } else {
+                Instant::now()
+            };
+            let id = sequence * producers + index;
+            let key = format!("key-{}", id % 1024);
+            let record =
+                ProducerRecord::new(args.topic.clone(), value(id, args.record_bytes)).key(key);
+            match producer.send(record).await {
+                Ok(delivery) => {
+                    shared.sent.fetch_add(1, Ordering::Relaxed);
+                    pending.push(async move { (id, due, delivery.await) });
+                }
+                Err(error) => record_error(shared, &error).await,
+            }
+            sequence += 1;
+            // Collect what completed meanwhile, without waiting.
+            while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
+                complete(done, shared, &mut local, on_ack.as_ref()).await;
+            }
+        }
+        if rate > 0.0 {
+            let next_due = start + Duration::from_secs_f64(sequence as f64 / rate);
+            tokio::select! {
+                Some(done) = pending.next(), if !pending.is_empty() => {
+                    complete(done, shared, &mut local, on_ack.as_ref()).await;
+                }
+                () = tokio::time::sleep_until(next_due.into()) => {}
+            }
+        }
+    }
+    while let Some(done) = pending.next().await {
+        complete(done, shared, &mut local, on_ack.as_ref()).await;
+    }
+    let mut histogram = shared.histogram.lock().await;
+    if let Err(error) = histogram.add(&local) {
+        eprintln!("cannot merge latency histograms: {error}");
+    }
+}
+
+async fn complete(
+    (id, due, result): (u64, Instant, Result<corelog_client::Delivery, ClientError>),
+    shared: &Shared,
+    histogram: &mut Histogram<u64>,
+    on_ack: Option<&AckHook>,
+) {
+    match result {
+        Ok(_) => {
+            let acked = Instant::now();
+            let micros = u64::try_from(acked.duration_since(due).as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            histogram.saturating_record(micros);
+            shared.acknowledged.fetch_add(1, Ordering::Relaxed);
+            if let Some(on_ack) = on_ack {
+                on_ack(id, acked);
+            }
+        }
+        Err(error) => record_error(shared, &error).await,
+    }
+}
+
+async fn progress_lines(
+    shared: Arc<Shared>,
+    start: Instant,
+    duration: Duration,
+    record_bytes: usize,
+    label: String,
+    json: bool,
+) {
+    if json {
+        return;
+    }
+    let mut previous = 0u64;
+    let mut tick = tokio::time::interval_at(
+        (start + Duration::from_secs(1)).into(),
+        Duration::from_secs(1),
+    );
+    loop {
+        tick.tick().await;
+        let acknowledged = shared.acknowledged.load(Ordering::Relaxed);
+        let delta = acknowledged - previous;
+        previous = acknowledged;
+        eprintln!(
+            "[{label} {:>3}s/{}s] {delta:>7} records/s {:>7.1} MB/s, {} acknowledged, {} errors",
+            start.elapsed().as_secs(),
+            duration.as_secs(),
+            (delta * record_bytes as u64) as f64 / 1e6,
+            acknowledged,
+            shared.errors.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// Prints a produce report for people.
+pub fn print_produce(title: &str, report: &ProduceReport) {
+    println!("\n{title}");
+    println!(
+        "  target {} records/s for {:.0} s: acknowledged {} of {} sent, {} errors",
+        report.target_records_per_second,
+        report.seconds,
+        report.acknowledged,
+        report.sent,
+        report.errors
+    );
+    if let Some(error) = &report.first_error {
+        println!("  first error: {error}");
+    }
+    println!(
+        "  throughput {:.0} records/s, {:.1} MB/s",
+        report.records_per_second, report.megabytes_per_second
+    );
+    print_latency("  append latency (due time to ack)", &report.append_latency);
+}
+
+/// Prints percentiles in milliseconds.
+pub fn print_latency(title: &str, latency: &Latency) {
+    println!(
+        "{title}: p50 {} ms, p95 {} ms, p99 {} ms, p99.9 {} ms, max {} ms",
+        millis(latency.p50_us),
+        millis(latency.p95_us),
+        millis(latency.p99_us),
+        millis(latency.p999_us),
+        millis(latency.max_us)
+    );
+}
