@@ -2,10 +2,13 @@
 //! every message, so that the fuzzer starts from archives that validate
 //! instead of having to discover rkyv's layout from nothing.
 //!
-//! Run on demand (it writes files, so it is ignored by default):
+//! The seeds are checked in under `wire/fuzz/seeds`; a test regenerates
+//! them (deterministically) and fails if the checked-in ones differ, so a
+//! change to the encoding cannot leave the fuzzers starting from stale
+//! bodies. To regenerate after such a change:
 //!
 //! ```text
-//! CORELOG_FUZZ_SEEDS=wire/fuzz/seeds cargo test -p corelog-wire write_fuzz_seeds -- --ignored
+//! CORELOG_FUZZ_SEEDS=wire/fuzz/seeds cargo test -p corelog-wire fuzz_seeds
 //! ```
 //!
 //! Each message seed is the target's control byte (0: request body, 1:
@@ -98,67 +101,92 @@ fn no_raw<T: std::fmt::Debug>(
 }
 
 #[test]
-#[ignore = "writes files; run with CORELOG_FUZZ_SEEDS=<dir>"]
-fn write_fuzz_seeds() {
-    let Some(dir) = std::env::var_os("CORELOG_FUZZ_SEEDS") else {
-        panic!("set CORELOG_FUZZ_SEEDS to the seed directory, for example wire/fuzz/seeds");
-    };
-    let dir = PathBuf::from(dir);
+fn checked_in_fuzz_seeds_match_the_current_encoding() {
+    if let Some(dir) = std::env::var_os("CORELOG_FUZZ_SEEDS") {
+        write_all_seeds(&PathBuf::from(dir));
+        return;
+    }
+    let checked_in = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz")
+        .join("seeds");
+    let fresh = std::env::temp_dir().join(format!("corelog-fuzz-seeds-{}", std::process::id()));
+    write_all_seeds(&fresh);
+    let mut compared = 0;
+    for target in std::fs::read_dir(&fresh).unwrap() {
+        let target = target.unwrap().path();
+        for seed in std::fs::read_dir(&target).unwrap() {
+            let seed = seed.unwrap().path();
+            let relative = seed.strip_prefix(&fresh).unwrap();
+            let stored = std::fs::read(checked_in.join(relative)).unwrap_or_default();
+            assert!(
+                stored == std::fs::read(&seed).unwrap(),
+                "fuzz seed {} is stale; regenerate with CORELOG_FUZZ_SEEDS=wire/fuzz/seeds \
+                 cargo test -p corelog-wire fuzz_seeds",
+                relative.display()
+            );
+            compared += 1;
+        }
+    }
+    std::fs::remove_dir_all(&fresh).unwrap();
+    assert!(compared > 100, "only {compared} seeds compared");
+}
+
+fn write_all_seeds(dir: &Path) {
     use super::{
         api_versions, create_topics, delete_topics, describe_topics, fetch, init_producer_id,
         list_offsets, metadata, produce,
     };
     write_seeds(
-        &dir,
+        dir,
         "api_versions",
         no_raw(api_versions::tests::request()),
         no_raw(api_versions::tests::response()),
     );
     write_seeds(
-        &dir,
+        dir,
         "metadata",
         no_raw(metadata::tests::request()),
         no_raw(metadata::tests::response()),
     );
     write_seeds(
-        &dir,
+        dir,
         "create_topics",
         no_raw(create_topics::tests::request()),
         no_raw(create_topics::tests::response()),
     );
     write_seeds(
-        &dir,
+        dir,
         "delete_topics",
         no_raw(delete_topics::tests::request()),
         no_raw(delete_topics::tests::response()),
     );
     write_seeds(
-        &dir,
+        dir,
         "describe_topics",
         no_raw(describe_topics::tests::request()),
         no_raw(describe_topics::tests::response()),
     );
     write_seeds(
-        &dir,
+        dir,
         "produce",
         produce::tests::request(),
         no_raw(produce::tests::response()),
     );
     write_seeds(
-        &dir,
+        dir,
         "fetch",
         no_raw(fetch::tests::request()),
         fetch::tests::response(),
     );
     write_seeds(
-        &dir,
+        dir,
         "list_offsets",
         no_raw(list_offsets::tests::request()),
         no_raw(list_offsets::tests::response()),
     );
-    write_batch_seeds(&dir);
+    write_batch_seeds(dir);
     write_seeds(
-        &dir,
+        dir,
         "init_producer_id",
         no_raw(init_producer_id::tests::request()),
         no_raw(init_producer_id::tests::response()),
