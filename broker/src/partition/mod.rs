@@ -25,6 +25,7 @@ use crate::metadata::TopicConfig;
 use crate::storage::disk::Disk;
 use crate::storage::{
     CacheKey, DeletedRange, LogConfig, PartitionLog, ReadOutcome, ShardStorage, StorageError,
+    ValidBatch,
 };
 use producer_state::{ProducerStateTable, SequenceCheck, SequenceError};
 
@@ -300,8 +301,9 @@ impl<D: Disk> Partition<D> {
     /// # Errors
     /// A [`PartitionError`] with the wire code: malformed or oversized batch,
     /// sequence or epoch refusal, disk full, storage failure.
-    pub async fn produce(&self, mut batch: BytesMut) -> Result<Produced, PartitionError> {
-        let header = self.check_batch(&batch)?;
+    pub async fn produce(&self, batch: BytesMut) -> Result<Produced, PartitionError> {
+        let mut batch = self.check_batch(batch)?;
+        let header = *batch.header();
         let now = self.shard.clock.now();
         let verdict = if header.producer.is_idempotent() {
             self.producers.borrow().check(&header)
@@ -322,9 +324,9 @@ impl<D: Disk> Partition<D> {
                 })
             }
             SequenceCheck::Append => {
-                batch::set_leader_epoch(&mut batch, SINGLE_NODE_EPOCH);
-                let bytes = batch.len() as u64;
-                let appended = self.log.start_append(batch)?;
+                batch.set_leader_epoch(SINGLE_NODE_EPOCH);
+                let bytes = batch.bytes().len() as u64;
+                let appended = self.log.start_append_valid(batch)?;
                 if header.producer.is_idempotent() {
                     let stored = BatchHeader {
                         base_offset: appended.base_offset,
@@ -349,7 +351,7 @@ impl<D: Disk> Partition<D> {
     /// Checks a producer batch before anything is stored: one well-formed
     /// batch with a correct CRC, within the topic's size, every record
     /// decodable within the decompression bound, not a control batch.
-    fn check_batch(&self, batch: &[u8]) -> Result<BatchHeader, PartitionError> {
+    fn check_batch(&self, batch: BytesMut) -> Result<ValidBatch, PartitionError> {
         if batch.len() < HEADER_BYTES {
             return Err(PartitionError::new(
                 ErrorCode::CorruptMessage,
@@ -366,7 +368,8 @@ impl<D: Disk> Partition<D> {
                 ),
             ));
         }
-        let header = batch::validate(batch, &self.limits)?;
+        let batch = ValidBatch::check(batch, &self.limits)?;
+        let header = *batch.header();
         if header.is_control() {
             return Err(PartitionError::new(
                 ErrorCode::InvalidRecord,
@@ -379,8 +382,8 @@ impl<D: Disk> Partition<D> {
                 "a produced batch must hold records with consecutive offset deltas from 0",
             ));
         }
-        batch::validate_records(batch, &header, &self.limits)?;
-        Ok(header)
+        batch::validate_records(batch.bytes(), &header, &self.limits)?;
+        Ok(batch)
     }
 
     /// Reads committed batches from `offset`, at most `max_bytes` (at least

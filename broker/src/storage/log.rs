@@ -38,6 +38,46 @@ use super::segment::Segment;
 use super::tail_cache::CacheKey;
 use super::{LogConfig, ShardStorage, StorageError};
 
+/// A batch whose structure and CRC were checked: the only thing the log
+/// appends. Obtained from [`ValidBatch::check`], so that a caller that
+/// validated a batch (the broker, on produce) hands it over without a
+/// second pass over its bytes.
+#[derive(Debug)]
+pub struct ValidBatch {
+    bytes: BytesMut,
+    header: BatchHeader,
+}
+
+impl ValidBatch {
+    /// Checks that `bytes` is exactly one batch within `limits` with a
+    /// correct CRC.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidBatch`] describing the first problem.
+    pub fn check(bytes: BytesMut, limits: &batch::BatchLimits) -> Result<ValidBatch, StorageError> {
+        let header = batch::validate(&bytes, limits)?;
+        Ok(ValidBatch { bytes, header })
+    }
+
+    /// The batch's header.
+    #[must_use]
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The batch's bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Stamps the leader epoch; the CRC does not cover it.
+    pub fn set_leader_epoch(&mut self, epoch: corelog_wire::types::LeaderEpoch) {
+        batch::set_leader_epoch(&mut self.bytes, epoch);
+        self.header.partition_leader_epoch = i32::try_from(epoch.0).unwrap_or(i32::MAX);
+    }
+}
+
 /// Where an appended batch landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendOutcome {
@@ -277,21 +317,37 @@ impl<D: Disk> PartitionLog<D> {
     ///
     /// # Errors
     /// As [`PartitionLog::append`], except that durability is not awaited.
-    pub fn start_append(&self, mut batch: BytesMut) -> Result<AppendOutcome, StorageError> {
-        let header = batch::validate(&batch, &self.config.batch_limits)?;
+    pub fn start_append(&self, batch: BytesMut) -> Result<AppendOutcome, StorageError> {
+        let batch = ValidBatch::check(batch, &self.config.batch_limits)?;
+        self.start_append_valid(batch)
+    }
+
+    /// [`PartitionLog::start_append`] for a batch the caller has already
+    /// validated, so its CRC is not computed twice.
+    ///
+    /// # Errors
+    /// [`StorageError::DiskFull`] or [`StorageError::Fenced`].
+    pub fn start_append_valid(&self, batch: ValidBatch) -> Result<AppendOutcome, StorageError> {
+        let ValidBatch { mut bytes, header } = batch;
+        if bytes.len() > self.config.batch_limits.batch_bytes_max {
+            return Err(StorageError::InvalidBatch(batch::BatchError::TooLarge {
+                bytes: bytes.len() as u64,
+                max: self.config.batch_limits.batch_bytes_max,
+            }));
+        }
         let mut state = self.state.borrow_mut();
         state.writable()?;
         self.shard
             .space
-            .claim(batch.len() as u64)
+            .claim(bytes.len() as u64)
             .map_err(StorageError::DiskFull)?;
         let base_offset = state.next_offset;
-        batch::set_base_offset(&mut batch, base_offset);
+        batch::set_base_offset(&mut bytes, base_offset);
         let header = BatchHeader {
             base_offset,
             ..header
         };
-        let bytes = batch.freeze();
+        let bytes = bytes.freeze();
         state.next_offset = header.next_offset();
         state.check_offsets();
         self.shard.cache.insert(
