@@ -11,7 +11,7 @@
 //! Numbers are grouped by tens: `0..10` request and record format, `10..20`
 //! topic administration, `20..30` partition leadership and replication,
 //! `30..40` idempotent producers, `40..50` storage, `50..60` resource bounds,
-//! `60..70` consumer groups.
+//! `60..80` consumer groups, their administration and the audit log.
 //!
 //! Each code has a [`message`](ErrorCode::message) that tells the user what to
 //! do, and says whether retrying the same request can succeed
@@ -172,6 +172,12 @@ error_codes! {
         "This broker is not the group's coordinator; find the coordinator again and retry there.";
     UnknownGroup = 68, "UNKNOWN_GROUP", retriable: false,
         "The group does not exist; check the group name.";
+    AuditReasonRequired = 69, "AUDIT_REASON_REQUIRED", retriable: false,
+        "A reason is required for an audited change (offset reset, record skip); pass --reason.";
+    InvalidGroupId = 70, "INVALID_GROUP_ID", retriable: false,
+        "The group id is empty, too long or contains characters that are not allowed; choose another group id.";
+    InternalTopic = 71, "INTERNAL_TOPIC", retriable: false,
+        "Internal topics (names starting with __) are written by the broker only; produce to a topic of your own.";
 }
 
 impl ErrorCode {
@@ -266,6 +272,9 @@ mod tests {
         (66, "COORDINATOR_NOT_AVAILABLE", true),
         (67, "NOT_COORDINATOR", true),
         (68, "UNKNOWN_GROUP", false),
+        (69, "AUDIT_REASON_REQUIRED", false),
+        (70, "INVALID_GROUP_ID", false),
+        (71, "INTERNAL_TOPIC", false),
     ];
 
     #[test]

@@ -58,8 +58,8 @@ const _: () = assert!(RESPONSE_HEADER_BYTES == 4 + 4);
 
 /// A numbered API. The numbers are part of the protocol and never reused.
 ///
-/// `0..20` are the data and admin APIs of the first version; group APIs
-/// (FindCoordinator, JoinGroup, …) will take numbers from 20 on.
+/// `0..20` are the data and admin APIs (`9..20` are kept free for later ones
+/// of that kind); `20..` are the consumer-group APIs and the audit log.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ApiKey {
@@ -81,6 +81,28 @@ pub enum ApiKey {
     ListOffsets = 7,
     /// Obtain or bump an idempotent producer id and epoch.
     InitProducerId = 8,
+    /// Find the coordinator (broker and shard) of a consumer group.
+    FindCoordinator = 20,
+    /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
+    JoinGroup = 21,
+    /// Keep a group membership alive; learn that the group is rebalancing.
+    Heartbeat = 22,
+    /// Leave a consumer group so that its partitions move at once.
+    LeaveGroup = 23,
+    /// Store a group's next offsets, fenced by generation and ownership (C6).
+    OffsetCommit = 24,
+    /// Read a group's committed offsets.
+    OffsetFetch = 25,
+    /// List the consumer groups a coordinator knows.
+    ListGroups = 26,
+    /// Members, assignments, committed offsets and lag of groups.
+    DescribeGroups = 27,
+    /// Delete groups without members (never topic data).
+    DeleteGroups = 28,
+    /// Move a group's offsets elsewhere: privileged and audited (C6).
+    ResetOffsets = 29,
+    /// Record a poison-record skip in the audit log (C8).
+    WriteAudit = 30,
 }
 
 impl ApiKey {
@@ -95,6 +117,17 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::InitProducerId,
+        ApiKey::FindCoordinator,
+        ApiKey::JoinGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroups,
+        ApiKey::DeleteGroups,
+        ApiKey::ResetOffsets,
+        ApiKey::WriteAudit,
     ];
 
     /// The wire number.
@@ -117,6 +150,17 @@ impl ApiKey {
             6 => Some(ApiKey::Fetch),
             7 => Some(ApiKey::ListOffsets),
             8 => Some(ApiKey::InitProducerId),
+            20 => Some(ApiKey::FindCoordinator),
+            21 => Some(ApiKey::JoinGroup),
+            22 => Some(ApiKey::Heartbeat),
+            23 => Some(ApiKey::LeaveGroup),
+            24 => Some(ApiKey::OffsetCommit),
+            25 => Some(ApiKey::OffsetFetch),
+            26 => Some(ApiKey::ListGroups),
+            27 => Some(ApiKey::DescribeGroups),
+            28 => Some(ApiKey::DeleteGroups),
+            29 => Some(ApiKey::ResetOffsets),
+            30 => Some(ApiKey::WriteAudit),
             _ => None,
         }
     }
@@ -134,6 +178,17 @@ impl ApiKey {
             ApiKey::Fetch => "Fetch",
             ApiKey::ListOffsets => "ListOffsets",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::FindCoordinator => "FindCoordinator",
+            ApiKey::JoinGroup => "JoinGroup",
+            ApiKey::Heartbeat => "Heartbeat",
+            ApiKey::LeaveGroup => "LeaveGroup",
+            ApiKey::OffsetCommit => "OffsetCommit",
+            ApiKey::OffsetFetch => "OffsetFetch",
+            ApiKey::ListGroups => "ListGroups",
+            ApiKey::DescribeGroups => "DescribeGroups",
+            ApiKey::DeleteGroups => "DeleteGroups",
+            ApiKey::ResetOffsets => "ResetOffsets",
+            ApiKey::WriteAudit => "WriteAudit",
         }
     }
 
@@ -152,7 +207,18 @@ impl ApiKey {
             | ApiKey::Produce
             | ApiKey::Fetch
             | ApiKey::ListOffsets
-            | ApiKey::InitProducerId => VersionRange { min: 0, max: 0 },
+            | ApiKey::InitProducerId
+            | ApiKey::FindCoordinator
+            | ApiKey::JoinGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+            | ApiKey::ResetOffsets
+            | ApiKey::WriteAudit => VersionRange { min: 0, max: 0 },
         }
     }
 
@@ -656,12 +722,23 @@ mod tests {
                 (6, "Fetch"),
                 (7, "ListOffsets"),
                 (8, "InitProducerId"),
+                (20, "FindCoordinator"),
+                (21, "JoinGroup"),
+                (22, "Heartbeat"),
+                (23, "LeaveGroup"),
+                (24, "OffsetCommit"),
+                (25, "OffsetFetch"),
+                (26, "ListGroups"),
+                (27, "DescribeGroups"),
+                (28, "DeleteGroups"),
+                (29, "ResetOffsets"),
+                (30, "WriteAudit"),
             ]
         );
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 8).then_some(code)
+                (code <= 8 || (20..=30).contains(&code)).then_some(code)
             );
         }
         for key in ApiKey::ALL {

@@ -25,3 +25,15 @@ pub struct TopicResult {
     /// Detail for people, beyond the error code's own message.
     pub message: Option<String>,
 }
+
+/// Some partitions of one topic: a member's assignment, what it owns now, or
+/// which committed offsets to read. Used by several group APIs and by the
+/// group records the broker stores.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct TopicPartitions {
+    /// Topic name.
+    pub topic: String,
+    /// Partition indexes.
+    pub partitions: Vec<u32>,
+}

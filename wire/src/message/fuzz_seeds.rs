@@ -14,7 +14,9 @@
 //! Each message seed is the target's control byte (0: request body, 1:
 //! response body; see `wire/fuzz/fuzz_targets/common.rs`) followed by the
 //! body. Batch seeds (`batch_decode`) are control byte 1 (fix up the CRC)
-//! followed by two consecutive batches, one per compression codec.
+//! followed by two consecutive batches, one per compression codec. Stored
+//! record seeds (`audit_record`, `group_record`) are record values as the
+//! broker stores them, without a control byte.
 
 use std::path::{Path, PathBuf};
 
@@ -94,6 +96,24 @@ fn write_batch_seeds(dir: &Path) {
     }
 }
 
+/// Stored record values for `audit_record` and `group_record`.
+fn write_record_seeds<T>(
+    dir: &Path,
+    target: &str,
+    records: impl Strategy<Value = T>,
+    encode: fn(&T) -> Vec<u8>,
+) where
+    T: std::fmt::Debug,
+{
+    let dir = dir.join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut runner = TestRunner::deterministic();
+    for index in 0..SEEDS_PER_MESSAGE {
+        let record = records.new_tree(&mut runner).unwrap().current();
+        std::fs::write(dir.join(format!("record-{index}")), encode(&record)).unwrap();
+    }
+}
+
 fn no_raw<T: std::fmt::Debug>(
     strategy: impl Strategy<Value = T>,
 ) -> impl Strategy<Value = (T, Vec<u8>)> {
@@ -103,7 +123,10 @@ fn no_raw<T: std::fmt::Debug>(
 #[test]
 fn checked_in_fuzz_seeds_match_the_current_encoding() {
     if let Some(dir) = std::env::var_os("CORELOG_FUZZ_SEEDS") {
-        write_all_seeds(&PathBuf::from(dir));
+        // Tests run in the crate's directory; a relative path is meant from
+        // the workspace root, where the documented command is typed.
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        write_all_seeds(&workspace.join(PathBuf::from(dir)));
         return;
     }
     let checked_in = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -133,8 +156,10 @@ fn checked_in_fuzz_seeds_match_the_current_encoding() {
 
 fn write_all_seeds(dir: &Path) {
     use super::{
-        api_versions, create_topics, delete_topics, describe_topics, fetch, init_producer_id,
-        list_offsets, metadata, produce,
+        api_versions, audit, create_topics, delete_groups, delete_topics, describe_groups,
+        describe_topics, fetch, find_coordinator, group_records, heartbeat, init_producer_id,
+        join_group, leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
+        produce, reset_offsets, write_audit,
     };
     write_seeds(
         dir,
@@ -190,5 +215,42 @@ fn write_all_seeds(dir: &Path) {
         "init_producer_id",
         no_raw(init_producer_id::tests::request()),
         no_raw(init_producer_id::tests::response()),
+    );
+    macro_rules! group_seeds {
+        ($($module:ident),* $(,)?) => {
+            $(
+                write_seeds(
+                    dir,
+                    stringify!($module),
+                    no_raw($module::tests::request()),
+                    no_raw($module::tests::response()),
+                );
+            )*
+        };
+    }
+    group_seeds!(
+        find_coordinator,
+        join_group,
+        heartbeat,
+        leave_group,
+        offset_commit,
+        offset_fetch,
+        list_groups,
+        describe_groups,
+        delete_groups,
+        reset_offsets,
+        write_audit,
+    );
+    write_record_seeds(
+        dir,
+        "audit_record",
+        audit::tests::record(),
+        audit::AuditRecord::encode,
+    );
+    write_record_seeds(
+        dir,
+        "group_record",
+        group_records::tests::record(),
+        group_records::GroupRecord::encode,
     );
 }

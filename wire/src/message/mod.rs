@@ -30,7 +30,10 @@
 //!   declared lengths add up to the raw section's length.
 //! - A response whose `error_code` is not `NONE` refuses the whole request
 //!   (unsupported version, invalid request, …) and has no archive and no raw
-//!   section. Per-topic and per-partition errors live inside the archive.
+//!   section. Per-topic and per-partition errors live inside the archive,
+//!   and so do refusals that come with detail for people: the group APIs
+//!   answer `NOT_COORDINATOR`, `ILLEGAL_GENERATION`, … in the archive's own
+//!   `error_code` and `error_message`.
 //!
 //! # Validation
 //!
@@ -45,19 +48,40 @@
 //! older client does not fail the whole message; read them with
 //! [`ErrorCode::from_code`](crate::error::ErrorCode::from_code). Offsets and
 //! times that can be absent are `i64` with `-1` for "none".
+//!
+//! # Stored records
+//!
+//! [`audit`] and [`group_records`] are not messages but the values the broker
+//! stores in its internal topics (`__audit`, `__groups`), kept here so that
+//! their format is defined in one pure, fuzzable place. They use the same
+//! archive format behind a version byte.
 
 mod body;
 mod common;
+mod stored;
 
 pub mod api_versions;
+pub mod audit;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_groups;
 pub mod describe_topics;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod group_records;
+pub mod heartbeat;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
+pub mod reset_offsets;
+pub mod write_audit;
 
 #[cfg(test)]
 mod fuzz_seeds;
@@ -75,7 +99,10 @@ pub use self::body::{
     decode_request, decode_response, encode_error_response, encode_request, encode_request_archive,
     encode_response, encode_response_archive, split_raw_section,
 };
-pub use self::common::{ArchivedConfigEntry, ArchivedTopicResult, ConfigEntry, TopicResult};
+pub use self::common::{
+    ArchivedConfigEntry, ArchivedTopicPartitions, ArchivedTopicResult, ConfigEntry,
+    TopicPartitions, TopicResult,
+};
 use crate::frame::ApiKey;
 
 /// How many bytes of raw section a message declares: the sum of its

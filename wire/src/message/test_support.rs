@@ -29,6 +29,12 @@ pub fn few<S: Strategy>(element: S) -> impl Strategy<Value = Vec<S::Value>> {
     prop::collection::vec(element, 0..4)
 }
 
+/// Some partitions of one topic.
+pub fn topic_partitions() -> impl Strategy<Value = super::TopicPartitions> {
+    (name(), few(any::<u32>()))
+        .prop_map(|(topic, partitions)| super::TopicPartitions { topic, partitions })
+}
+
 /// Random bytes and edits to apply to valid bodies.
 #[derive(Debug, Clone)]
 pub struct Noise {
