@@ -57,6 +57,9 @@ pub struct BrokerConfig {
     pub topic_defaults: TopicConfig,
     /// Partitions of a topic created without a count (the CLI's default).
     pub default_partitions: u32,
+    /// Partitions of the internal `__groups` topic, fixed when it is created:
+    /// group `g` is coordinated by partition `xxh3_64(g) % N`.
+    pub group_topic_partitions: u32,
     /// Storage settings that are not per topic.
     pub log: LogConfig,
     /// `tracing` filter, e.g. `info` or `corelog_broker=debug`.
@@ -95,6 +98,7 @@ impl Default for BrokerConfig {
                 cleanup_policy: CleanupPolicy::Delete,
             },
             default_partitions: 1,
+            group_topic_partitions: 8,
             log,
             log_level: "info".to_owned(),
         }
@@ -156,6 +160,9 @@ pub struct Flags {
     /// Default partitions for new topics [default: 1].
     #[arg(long)]
     pub default_partitions: Option<u32>,
+    /// Partitions of the internal __groups topic, at its creation [default: 8].
+    #[arg(long)]
+    pub group_topic_partitions: Option<u32>,
     /// Default retention.ms of new topics; -1 keeps forever [default: 7 days].
     #[arg(long, allow_negative_numbers = true)]
     pub retention_ms: Option<i64>,
@@ -202,6 +209,7 @@ struct FileSettings {
     tail_cache_bytes: Option<usize>,
     fetch_max_bytes: Option<u32>,
     default_partitions: Option<u32>,
+    group_topic_partitions: Option<u32>,
     retention_ms: Option<i64>,
     retention_bytes: Option<i64>,
     segment_bytes: Option<u64>,
@@ -282,6 +290,7 @@ impl BrokerConfig {
             tail_cache_bytes,
             fetch_max_bytes,
             default_partitions,
+            group_topic_partitions,
             producer_state_retention_ms,
             maintenance_interval_ms,
             log_level,
@@ -336,6 +345,9 @@ impl BrokerConfig {
         }
         if self.topic_defaults.max_message_bytes >= self.max_frame_bytes {
             return invalid("max_message_bytes", "must be smaller than max_frame_bytes");
+        }
+        if self.group_topic_partitions == 0 || self.group_topic_partitions > 1024 {
+            return invalid("group_topic_partitions", "must be between 1 and 1024");
         }
         if self.default_partitions == 0 {
             return invalid("default_partitions", "must be at least 1");

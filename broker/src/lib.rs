@@ -19,6 +19,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod group;
 pub mod metadata;
 pub mod metrics;
 pub mod net;

@@ -269,3 +269,18 @@ pub fn values(records: &Bytes) -> Vec<String> {
     assert_eq!(position, records.len());
     out
 }
+
+/// Sends `request` and returns the owned response (panics on a top-level error).
+pub fn ask<T>(client: &mut Client, request: &T) -> <T as message::Request>::Response
+where
+    T: message::Request,
+    <<T as message::Request>::Response as rkyv::Archive>::Archived: rkyv::Deserialize<
+            <T as message::Request>::Response,
+            rkyv::api::high::HighDeserializer<rkyv::rancor::Error>,
+        >,
+{
+    let body = client.call(request, &[]).unwrap();
+    let (archived, _) =
+        message::decode_response::<<T as message::Request>::Response>(&body.bytes).unwrap();
+    rkyv::deserialize::<<T as message::Request>::Response, rkyv::rancor::Error>(archived).unwrap()
+}

@@ -143,6 +143,38 @@ impl Catalog {
         Ok(self.topics.entry(name.to_owned()).or_insert(record))
     }
 
+    /// Adds an internal topic (a name starting with `__`), unless it exists.
+    /// Returns whether it was added.
+    ///
+    /// # Panics
+    /// If the name is not an internal one: only the broker creates these.
+    pub fn ensure_internal_topic(
+        &mut self,
+        name: &str,
+        partitions: u32,
+        config: TopicConfig,
+        now_ms: i64,
+    ) -> bool {
+        assert!(name.starts_with("__"), "internal topics start with __");
+        if self.topics.contains_key(name) {
+            return false;
+        }
+        let id = self.next_topic_id;
+        self.next_topic_id += 1;
+        self.version += 1;
+        self.topics.insert(
+            name.to_owned(),
+            TopicRecord {
+                id,
+                name: name.to_owned(),
+                partitions,
+                config,
+                created_at_ms: now_ms,
+            },
+        );
+        true
+    }
+
     /// Removes a topic.
     ///
     /// # Errors

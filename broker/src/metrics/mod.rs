@@ -31,6 +31,14 @@ struct ShardCodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupPartitionLabel {
+    shard: u16,
+    group: String,
+    topic: String,
+    partition: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardApiLabel {
     shard: u16,
     api: &'static str,
@@ -63,6 +71,10 @@ pub struct BrokerMetrics {
     disk_reserve_bytes: Family<ShardLabel, Gauge>,
     tail_cache_bytes: Family<ShardLabel, Gauge>,
     partitions: Family<ShardLabel, Gauge>,
+    group_lag_records: Family<GroupPartitionLabel, Gauge>,
+    group_lag_bytes: Family<GroupPartitionLabel, Gauge>,
+    group_lag_seconds: Family<GroupPartitionLabel, Gauge>,
+    group_retention_left_seconds: Family<GroupPartitionLabel, Gauge>,
 }
 
 impl BrokerMetrics {
@@ -93,6 +105,10 @@ impl BrokerMetrics {
             disk_reserve_bytes: Family::default(),
             tail_cache_bytes: Family::default(),
             partitions: Family::default(),
+            group_lag_records: Family::default(),
+            group_lag_bytes: Family::default(),
+            group_lag_seconds: Family::default(),
+            group_retention_left_seconds: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -258,6 +274,35 @@ impl ShardMetrics {
                     code: code.name(),
                 })
                 .inc();
+        }
+    }
+
+    /// Publishes a group's lag on one partition.
+    pub fn group_lag(
+        &self,
+        group: &str,
+        lag: &corelog_wire::message::describe_groups::PartitionLag,
+    ) {
+        let label = GroupPartitionLabel {
+            shard: self.shard,
+            group: group.to_owned(),
+            topic: lag.topic.clone(),
+            partition: lag.partition,
+        };
+        let all = &self.all;
+        all.group_lag_records
+            .get_or_create(&label)
+            .set(lag.lag_records as i64);
+        all.group_lag_bytes
+            .get_or_create(&label)
+            .set(lag.lag_bytes as i64);
+        all.group_lag_seconds
+            .get_or_create(&label)
+            .set(lag.oldest_unconsumed_age_ms.max(0) / 1000);
+        if lag.retention_left_ms >= 0 {
+            all.group_retention_left_seconds
+                .get_or_create(&label)
+                .set(lag.retention_left_ms / 1000);
         }
     }
 

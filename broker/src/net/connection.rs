@@ -54,7 +54,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let (reader, writer) = stream.split();
     let (outgoing, responses) = flume::unbounded::<Outgoing>();
     let writer_task = glommio::spawn_local(write_responses(writer, responses));
-    let result = read_requests(&shard, reader, outgoing).await;
+    let result = read_requests(&shard, reader, outgoing, peer).await;
     if let Err(reason) = result {
         tracing::debug!(?peer, %reason, "closing connection");
     }
@@ -125,6 +125,7 @@ async fn read_requests(
     shard: &Rc<Shard>,
     mut reader: ReadHalf<TcpStream>,
     outgoing: flume::Sender<Outgoing>,
+    peer: Option<std::net::SocketAddr>,
 ) -> Result<(), CloseReason> {
     let limits = FrameLimits {
         max_frame_bytes: shard.config.max_frame_bytes,
@@ -224,7 +225,7 @@ async fn read_requests(
         let shard = shard.clone();
         let outgoing = outgoing.clone();
         glommio::spawn_local(async move {
-            let reply = handle(&shard, header, &body, received).await;
+            let reply = handle(&shard, header, &body, received, peer).await;
             send(&outgoing, header.correlation_id, reply, false);
             drop(in_flight);
             drop(permit);
@@ -233,9 +234,15 @@ async fn read_requests(
     }
 }
 
-async fn handle(shard: &Rc<Shard>, header: RequestHeader, body: &[u8], received: Instant) -> Reply {
+async fn handle(
+    shard: &Rc<Shard>,
+    header: RequestHeader,
+    body: &[u8],
+    received: Instant,
+    peer: Option<std::net::SocketAddr>,
+) -> Reply {
     shard.metrics.request(header.api_key.name());
-    handlers::dispatch(shard, header.api_key, body, received)
+    handlers::dispatch(shard, header.api_key, body, received, peer)
         .await
         .unwrap_or_else(|code| {
             shard.metrics.error(code);

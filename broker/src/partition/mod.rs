@@ -451,6 +451,19 @@ impl<D: Disk> Partition<D> {
         producer_snapshot::store(&self.disk, self.log.dir(), &table, offset).await
     }
 
+    /// Deletes the oldest closed segment if it lies wholly below `offset`
+    /// (compaction of an internal topic by a newer snapshot of its state).
+    ///
+    /// # Errors
+    /// [`StorageError`] when the deletion cannot be made durable.
+    pub async fn delete_segment_below(
+        &self,
+        offset: Offset,
+        cause: crate::storage::DeletionCause,
+    ) -> Result<Option<DeletedRange>, StorageError> {
+        self.log.delete_segment_below(offset, cause).await
+    }
+
     /// Flushes, seals the log and snapshots producer state, for a clean
     /// shutdown or before deletion.
     ///

@@ -20,6 +20,17 @@ use crate::storage::glommio_disk::GlommioDisk;
 /// end may have been handed out, so a restart starts after it.
 const PRODUCER_ID_BLOCK: i64 = 1024;
 
+/// A topic the broker itself creates at start-up.
+#[derive(Clone, Copy, Debug)]
+pub struct InternalTopic {
+    /// Its name (starting with `__`).
+    pub name: &'static str,
+    /// Partitions, fixed at creation.
+    pub partitions: u32,
+    /// Settings.
+    pub config: crate::metadata::TopicConfig,
+}
+
 /// Shard 0's metadata authority.
 #[derive(Debug)]
 pub struct MetadataAuthority {
@@ -55,8 +66,22 @@ impl MetadataAuthority {
         disk: GlommioDisk,
         data_dir: PathBuf,
         shard_count: u16,
+        internal: &[InternalTopic],
+        now_ms: i64,
     ) -> Result<Self, StorageError> {
-        let metadata = store::load(&disk, &data_dir).await?;
+        let mut metadata = store::load(&disk, &data_dir).await?;
+        let mut created = false;
+        for topic in internal {
+            created |= metadata.catalog.ensure_internal_topic(
+                topic.name,
+                topic.partitions,
+                topic.config,
+                now_ms,
+            );
+        }
+        if created {
+            store::store(&disk, &data_dir, &metadata).await?;
+        }
         let snapshot =
             MetadataSnapshot::build(&metadata.catalog, shard_count, &MetadataSnapshot::default());
         Ok(MetadataAuthority {

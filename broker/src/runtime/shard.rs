@@ -22,8 +22,12 @@ use event_listener::Event;
 use futures::channel::oneshot;
 
 use super::authority::MetadataAuthority;
-use super::command::{PartitionId, PartitionReply, ShardCommand, TopicOutcome, TopicToCreate};
+use super::command::{
+    GroupRequest, GroupResponse, PartitionId, PartitionReply, ShardCommand, TopicOutcome,
+    TopicToCreate,
+};
 use crate::config::BrokerConfig;
+use crate::group::service::{self, Coordinator, GROUPS_TOPIC};
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::metrics::ShardMetrics;
 use crate::partition::{
@@ -43,6 +47,8 @@ pub struct Shard {
     disk: GlommioDisk,
     storage: ShardStorage,
     partitions: RefCell<AHashMap<PartitionId, Rc<Partition<GlommioDisk>>>>,
+    /// Group coordinators of the `__groups` partitions this shard owns, by index.
+    coordinators: RefCell<AHashMap<u32, Rc<Coordinator>>>,
     /// Partitions this shard should own but could not open, with why.
     failed: RefCell<AHashMap<PartitionId, String>>,
     snapshot: RefCell<Arc<MetadataSnapshot>>,
@@ -121,6 +127,7 @@ impl Shard {
             disk: parts.disk,
             storage: parts.storage,
             partitions: RefCell::new(AHashMap::new()),
+            coordinators: RefCell::new(AHashMap::new()),
             failed: RefCell::new(AHashMap::new()),
             snapshot: RefCell::new(Arc::new(MetadataSnapshot::default())),
             peers: parts.peers,
@@ -233,8 +240,102 @@ impl Shard {
                 let _answered =
                     reply.send(self.init_producer_id(producer_id, producer_epoch).await);
             }
+            ShardCommand::Group {
+                partition_index,
+                request,
+                reply,
+            } => {
+                let _answered =
+                    reply.send(self.local_group_request(partition_index, request).await);
+            }
+            ShardCommand::ListGroups { reply } => {
+                let _answered = reply.send(self.local_groups());
+            }
             ShardCommand::Shutdown => {}
         }
+    }
+
+    /// Sends a group request to its coordinator's shard and awaits the answer.
+    pub async fn group_request(
+        self: &Rc<Self>,
+        group: &str,
+        request: GroupRequest,
+    ) -> GroupResponse {
+        let partitions = self
+            .snapshot()
+            .topics
+            .get(GROUPS_TOPIC)
+            .map_or(0, |view| view.record.partitions);
+        if partitions == 0 {
+            return GroupResponse::Unavailable(PartitionError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the broker is still starting its group coordinators; retry",
+            ));
+        }
+        let index = service::groups_partition_for(group, partitions);
+        let owner = match self.locate(GROUPS_TOPIC, index) {
+            Ok((_, owner)) => owner,
+            Err(error) => return GroupResponse::Unavailable(error),
+        };
+        if owner == self.id {
+            return self.local_group_request(index, request).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let command = ShardCommand::Group {
+            partition_index: index,
+            request,
+            reply,
+        };
+        if let Err(error) = self.send_now(owner, command) {
+            return GroupResponse::Unavailable(error);
+        }
+        answer.await.unwrap_or_else(|_| {
+            GroupResponse::Unavailable(PartitionError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the coordinator's shard stopped",
+            ))
+        })
+    }
+
+    async fn local_group_request(
+        self: &Rc<Self>,
+        index: u32,
+        request: GroupRequest,
+    ) -> GroupResponse {
+        let coordinator = self.coordinators.borrow().get(&index).cloned();
+        match coordinator {
+            Some(coordinator) => service::serve(self, &coordinator, request).await,
+            None => GroupResponse::Unavailable(PartitionError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the group coordinator is loading; retry",
+            )),
+        }
+    }
+
+    fn local_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
+        self.coordinators
+            .borrow()
+            .values()
+            .flat_map(|coordinator| coordinator.list())
+            .collect()
+    }
+
+    /// Every group on every shard: (group, state, members, generation).
+    pub async fn list_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
+        let mut groups = self.local_groups();
+        for (index, peer) in self.peers.iter().enumerate() {
+            if index == usize::from(self.id) {
+                continue;
+            }
+            let (reply, answer) = oneshot::channel();
+            if peer.try_send(ShardCommand::ListGroups { reply }).is_ok()
+                && let Ok(listed) = answer.await
+            {
+                groups.extend(listed);
+            }
+        }
+        groups.sort();
+        groups
     }
 
     /// Sends a command to shard `owner` and awaits the reply.
@@ -628,8 +729,12 @@ impl Shard {
                 };
                 match Partition::open(self.disk.clone(), spec, self.storage.clone()).await {
                     Ok(opened) => {
+                        let opened = Rc::new(opened);
                         self.failed.borrow_mut().remove(&id);
-                        self.partitions.borrow_mut().insert(id, Rc::new(opened));
+                        self.partitions.borrow_mut().insert(id, opened.clone());
+                        if name == GROUPS_TOPIC {
+                            self.start_coordinator(index as u32, opened).await;
+                        }
                     }
                     Err(error) => {
                         tracing::error!(topic = %name, partition = index, %error, "cannot open partition");
@@ -667,6 +772,20 @@ impl Shard {
         *self.snapshot.borrow_mut() = snapshot;
         if !self.is_ready.replace(true) {
             self.ready.notify(usize::MAX);
+        }
+    }
+
+    async fn start_coordinator(&self, index: u32, log: Rc<Partition<GlommioDisk>>) {
+        let now = crate::clock::Clock::now(&*self.storage.clock);
+        match Coordinator::load(index, log, now).await {
+            Ok(coordinator) => {
+                self.coordinators
+                    .borrow_mut()
+                    .insert(index, Rc::new(coordinator));
+            }
+            Err(error) => {
+                tracing::error!(partition = index, %error, "cannot load the group coordinator");
+            }
         }
     }
 

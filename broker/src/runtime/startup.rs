@@ -17,11 +17,13 @@ use std::sync::mpsc;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
-use super::authority::MetadataAuthority;
+use super::authority::{InternalTopic, MetadataAuthority};
 use super::command::ShardCommand;
 use super::shard::{Shard, ShardParts};
 use crate::clock::SystemClock;
 use crate::config::BrokerConfig;
+use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
+use crate::metadata::TopicConfig;
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::net::listener;
 use crate::storage::disk::Disk;
@@ -181,10 +183,36 @@ async fn start_shard(
         .map_err(|error| format!("cannot use data directory {}: {error}", data_dir.display()))?;
     let storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
     let authority = if id == 0 {
+        let kept_forever = TopicConfig {
+            retention_ms: None,
+            retention_bytes: None,
+            // Small segments: compaction by snapshot deletes whole segments.
+            segment_bytes: 8 << 20,
+            ..config.topic_defaults
+        };
+        let internal = [
+            InternalTopic {
+                name: GROUPS_TOPIC,
+                partitions: config.group_topic_partitions,
+                config: kept_forever,
+            },
+            InternalTopic {
+                name: AUDIT_TOPIC,
+                partitions: 1,
+                config: kept_forever,
+            },
+        ];
+        let now = crate::clock::Clock::now(&SystemClock).0;
         Some(
-            MetadataAuthority::load(disk.clone(), data_dir.clone(), config.shards)
-                .await
-                .map_err(|error| error.to_string())?,
+            MetadataAuthority::load(
+                disk.clone(),
+                data_dir.clone(),
+                config.shards,
+                &internal,
+                now,
+            )
+            .await
+            .map_err(|error| error.to_string())?,
         )
     } else {
         None

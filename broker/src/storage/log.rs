@@ -29,7 +29,7 @@ use event_listener::Event;
 
 use super::appender::{Appender, FlushPlan, PendingBatch};
 use super::checkpoint::Checkpoint;
-use super::deletion_ledger::{DeletedRange, DeletionLedger};
+use super::deletion_ledger::{DeletedRange, DeletionCause, DeletionLedger};
 use super::disk::{Disk, DiskFile};
 use super::index::SegmentSummary;
 use super::recovery::{self, remove_segment_files};
@@ -700,14 +700,47 @@ impl<D: Disk> PartitionLog<D> {
     /// [`StorageError::Io`] when the ledger or checkpoint cannot be written;
     /// the log is fenced, as its metadata can no longer be kept durable.
     pub async fn enforce_retention(&self) -> Result<Option<DeletedRange>, StorageError> {
-        let result = self.delete_oldest_if_due().await;
+        let retention = self.config.retention;
+        let result = self
+            .delete_oldest_if(|closed, total_bytes, now| {
+                next_deletion(closed, total_bytes, &retention, now)
+            })
+            .await;
         if let Err(error) = &result {
             self.fence(error);
         }
         result
     }
 
-    async fn delete_oldest_if_due(&self) -> Result<Option<DeletedRange>, StorageError> {
+    /// Deletes the oldest closed segment if it lies wholly below `offset`,
+    /// recording `cause`: how a compacted partition drops what a newer
+    /// snapshot of its state superseded. Call repeatedly to delete more.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::enforce_retention`].
+    pub async fn delete_segment_below(
+        &self,
+        offset: Offset,
+        cause: DeletionCause,
+    ) -> Result<Option<DeletedRange>, StorageError> {
+        let result = self
+            .delete_oldest_if(|closed, _, _| {
+                closed
+                    .first()
+                    .filter(|oldest| oldest.next_offset <= offset)
+                    .map(|_| cause)
+            })
+            .await;
+        if let Err(error) = &result {
+            self.fence(error);
+        }
+        result
+    }
+
+    async fn delete_oldest_if(
+        &self,
+        decide: impl FnOnce(&[SegmentSummary], u64, TimestampMs) -> Option<DeletionCause>,
+    ) -> Result<Option<DeletedRange>, StorageError> {
         let metadata = self.metadata.lock().await;
         let now = self.shard.clock.now();
         let (victim, deletion, ledger) = {
@@ -720,8 +753,7 @@ impl<D: Disk> PartitionLog<D> {
                 .map(|segment| segment.summary())
                 .collect();
             let total_bytes = state.segments.values().map(|segment| segment.size()).sum();
-            let Some(cause) = next_deletion(&closed, total_bytes, &self.config.retention, now)
-            else {
+            let Some(cause) = decide(&closed, total_bytes, now) else {
                 return Ok(None);
             };
             let victim = state

@@ -4,10 +4,12 @@
 //! A body that does not decode is refused whole with `INVALID_REQUEST`.
 
 mod fetch;
+mod groups;
 mod offsets;
 mod produce;
 mod topics;
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -32,6 +34,7 @@ pub async fn dispatch(
     api_key: ApiKey,
     body: &[u8],
     received: Instant,
+    peer: Option<SocketAddr>,
 ) -> Result<Reply, ErrorCode> {
     match api_key {
         ApiKey::ApiVersions => api_versions(body),
@@ -43,6 +46,17 @@ pub async fn dispatch(
         ApiKey::Fetch => fetch::fetch(shard, body).await,
         ApiKey::ListOffsets => offsets::list_offsets(shard, body).await,
         ApiKey::InitProducerId => init_producer_id(shard, body).await,
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, body),
+        ApiKey::JoinGroup => groups::join(shard, body, peer).await,
+        ApiKey::Heartbeat => groups::heartbeat(shard, body).await,
+        ApiKey::LeaveGroup => groups::leave(shard, body).await,
+        ApiKey::OffsetCommit => groups::commit(shard, body).await,
+        ApiKey::OffsetFetch => groups::fetch_offsets(shard, body).await,
+        ApiKey::ListGroups => groups::list(shard, body).await,
+        ApiKey::DescribeGroups => groups::describe(shard, body).await,
+        ApiKey::DeleteGroups => groups::delete(shard, body).await,
+        ApiKey::ResetOffsets => groups::reset(shard, body).await,
+        ApiKey::WriteAudit => groups::write_audit(shard, body).await,
     }
 }
 

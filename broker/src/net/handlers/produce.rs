@@ -15,6 +15,7 @@ use futures::future::{Either, join_all, ready};
 
 use super::{refused, unencodable};
 use crate::net::Reply;
+use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
 
 pub(super) async fn produce(
@@ -31,7 +32,18 @@ pub(super) async fn produce(
     for entry in &entries {
         let partition = entry.partition.partition.to_native();
         order.push((entry.topic.to_owned(), partition));
-        let future = match shard.locate(entry.topic, partition) {
+        let located = if entry.topic.starts_with("__") {
+            Err(PartitionError::new(
+                ErrorCode::InternalTopic,
+                format!(
+                    "{} is an internal topic, written by the broker only",
+                    entry.topic
+                ),
+            ))
+        } else {
+            shard.locate(entry.topic, partition)
+        };
+        let future = match located {
             Ok((id, owner)) => {
                 Either::Left(shard.produce(id, owner, BytesMut::from(entry.records), received))
             }

@@ -1,0 +1,449 @@
+//! Group requests on the coordinator's shard: the glue between the wire
+//! messages, the coordinator, and the other shards (high watermarks, the
+//! `__audit` topic, lag lookups).
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::audit::{AuditKind, AuditRecord};
+use corelog_wire::message::describe_groups::{GroupDescription, MemberDescription};
+use corelog_wire::message::heartbeat::HeartbeatResponse;
+use corelog_wire::message::join_group::{JoinGroupRequest, JoinGroupResponse};
+use corelog_wire::message::leave_group::LeaveGroupResponse;
+use corelog_wire::message::reset_offsets::{
+    ResetOffsetsRequest, ResetOffsetsResponse, ResetPartition, ResetTarget,
+};
+use corelog_wire::message::write_audit::{AuditAction, WriteAuditRequest, WriteAuditResponse};
+use corelog_wire::types::{Offset, TimestampMs};
+
+use super::coordinator::{GroupCoordinator, TopicView, audit_batch};
+use super::lag::partition_lag;
+use super::records;
+use super::state::JoinRequest;
+use crate::clock::{Clock, SystemClock};
+use crate::metadata::MetadataSnapshot;
+use crate::partition::{OffsetQuery, PartitionError};
+use crate::runtime::command::{GroupRequest, GroupResponse};
+use crate::runtime::shard::Shard;
+use crate::storage::glommio_disk::GlommioDisk;
+
+pub use corelog_wire::message::audit::AUDIT_TOPIC;
+pub use corelog_wire::message::group_records::GROUPS_TOPIC;
+
+/// The coordinator of one shard.
+pub type Coordinator = GroupCoordinator<GlommioDisk>;
+
+impl TopicView for MetadataSnapshot {
+    fn partition_count(&self, topic: &str) -> Option<u32> {
+        self.topics.get(topic).map(|view| view.record.partitions)
+    }
+}
+
+fn now() -> TimestampMs {
+    SystemClock.now()
+}
+
+/// The `__groups` partition that coordinates `group`: `xxh3_64(group) % N`.
+#[must_use]
+pub fn groups_partition_for(group: &str, partitions: u32) -> u32 {
+    (xxhash_rust::xxh3::xxh3_64(group.as_bytes()) % u64::from(partitions.max(1))) as u32
+}
+
+/// Serves one group request on the coordinator's shard.
+pub async fn serve(
+    shard: &Rc<Shard>,
+    coordinator: &Rc<Coordinator>,
+    request: GroupRequest,
+) -> GroupResponse {
+    match request {
+        GroupRequest::Join {
+            request,
+            client_host,
+        } => GroupResponse::Join(join(shard, coordinator, request, client_host).await),
+        GroupRequest::Heartbeat(request) => {
+            let result = coordinator.heartbeat(
+                &request.group,
+                &request.member_id,
+                request.generation,
+                now(),
+            );
+            GroupResponse::Heartbeat(HeartbeatResponse {
+                error_code: result.err().unwrap_or(ErrorCode::None).code(),
+                error_message: None,
+            })
+        }
+        GroupRequest::Leave(request) => {
+            let result = coordinator
+                .leave(&request.group, &request.member_id, now())
+                .await;
+            GroupResponse::Leave(LeaveGroupResponse {
+                error_code: result.err().unwrap_or(ErrorCode::None).code(),
+                error_message: None,
+            })
+        }
+        GroupRequest::Commit(request) => {
+            let lookup_shard = shard.clone();
+            let high_watermark = move |topic: &str, partition: u32| {
+                let shard = lookup_shard.clone();
+                let topic = topic.to_owned();
+                let future: futures::future::LocalBoxFuture<
+                    'static,
+                    Result<Offset, PartitionError>,
+                > = Box::pin(async move {
+                    let (id, owner) = shard.locate(&topic, partition)?;
+                    let found = shard.list_offset(id, owner, OffsetQuery::Latest).await?;
+                    Ok(found.map_or(Offset(0), |(offset, _)| offset))
+                });
+                future
+            };
+            GroupResponse::Commit(coordinator.commit(request, &high_watermark, now()).await)
+        }
+        GroupRequest::Fetch(request) => GroupResponse::Fetch(coordinator.fetch_offsets(&request)),
+        GroupRequest::Describe(group) => {
+            GroupResponse::Describe(describe(shard, coordinator, &group).await)
+        }
+        GroupRequest::Delete(group) => {
+            GroupResponse::Delete(coordinator.delete(&group, now()).await.err())
+        }
+        GroupRequest::Reset(request) => {
+            GroupResponse::Reset(reset(shard, coordinator, request).await)
+        }
+        GroupRequest::Audit(request) => GroupResponse::Audit(write_audit(shard, request).await),
+    }
+}
+
+async fn join(
+    shard: &Rc<Shard>,
+    coordinator: &Rc<Coordinator>,
+    request: JoinGroupRequest,
+    client_host: String,
+) -> JoinGroupResponse {
+    let heartbeat_interval_ms = (request.session_timeout_ms / 3).max(100);
+    let refused = |code: ErrorCode, message: Option<String>| JoinGroupResponse {
+        error_code: code.code(),
+        error_message: message,
+        member_id: String::new(),
+        generation: -1,
+        assignment: Vec::new(),
+        heartbeat_interval_ms,
+        members: 0,
+    };
+    if request.group.is_empty() || request.group.len() > 255 {
+        return refused(
+            ErrorCode::InvalidGroupId,
+            Some("a group id must be 1 to 255 bytes".to_owned()),
+        );
+    }
+    if request.session_timeout_ms < 1_000 || request.rebalance_timeout_ms < 1_000 {
+        return refused(
+            ErrorCode::InvalidRequest,
+            Some("session and rebalance timeouts must be at least 1000 ms".to_owned()),
+        );
+    }
+    let topics: BTreeSet<String> = request.topics.iter().cloned().collect();
+    let snapshot = shard.snapshot();
+    if let Some(unknown) = topics
+        .iter()
+        .find(|topic| !snapshot.topics.contains_key(*topic))
+    {
+        return refused(
+            ErrorCode::UnknownTopicOrPartition,
+            Some(format!("topic {unknown:?} does not exist; create it first")),
+        );
+    }
+    let join_request = JoinRequest {
+        member_id: request.member_id.clone(),
+        instance_id: request.instance_id.clone(),
+        client_id: request.client_id.clone(),
+        client_host,
+        topics,
+        session_timeout_ms: request.session_timeout_ms,
+        rebalance_timeout_ms: request.rebalance_timeout_ms,
+    };
+    match coordinator
+        .join(&request.group, join_request, &*snapshot, now())
+        .await
+    {
+        Ok(joined) => JoinGroupResponse {
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            member_id: joined.member_id,
+            generation: joined.generation,
+            assignment: joined.assignment,
+            heartbeat_interval_ms,
+            members: joined.members,
+        },
+        Err(code) => refused(code, None),
+    }
+}
+
+async fn describe(
+    shard: &Rc<Shard>,
+    coordinator: &Rc<Coordinator>,
+    name: &str,
+) -> GroupDescription {
+    let Some(group) = coordinator.group(name) else {
+        return GroupDescription {
+            group: name.to_owned(),
+            error_code: ErrorCode::UnknownGroup.code(),
+            error_message: Some(format!("group {name:?} does not exist")),
+            state: "Dead".to_owned(),
+            generation: -1,
+            members: Vec::new(),
+            partitions: Vec::new(),
+        };
+    };
+    let now = now();
+    let mut partitions: BTreeSet<(String, u32)> = group.offsets.keys().cloned().collect();
+    partitions.extend(group.assignment.values().flatten().cloned());
+    let mut lags = Vec::with_capacity(partitions.len());
+    for (topic, partition) in partitions {
+        let committed = group
+            .offsets
+            .get(&(topic.clone(), partition))
+            .map(|committed| (committed.next_offset, committed.metadata.clone()));
+        lags.push(partition_lag(shard, &topic, partition, committed, now).await);
+    }
+    GroupDescription {
+        group: group.name.clone(),
+        error_code: ErrorCode::None.code(),
+        error_message: None,
+        state: group.state.name().to_owned(),
+        generation: group.generation,
+        members: group
+            .members
+            .values()
+            .map(|member| MemberDescription {
+                member_id: member.id.clone(),
+                instance_id: member.instance_id.clone(),
+                client_id: member.client_id.clone(),
+                client_host: member.client_host.clone(),
+                assignment: records::to_wire(group.assignment.get(&member.id)),
+            })
+            .collect(),
+        partitions: lags,
+    }
+}
+
+/// Appends an audit record to `__audit` and returns its offset.
+async fn append_audit(shard: &Rc<Shard>, record: &AuditRecord) -> Result<Offset, PartitionError> {
+    let (id, owner) = shard.locate(AUDIT_TOPIC, 0)?;
+    let batch = audit_batch(&record.group, record.encode(), now());
+    let produced = shard
+        .produce(id, owner, batch, std::time::Instant::now())
+        .await?;
+    Ok(produced.base_offset)
+}
+
+async fn reset(
+    shard: &Rc<Shard>,
+    coordinator: &Rc<Coordinator>,
+    request: ResetOffsetsRequest,
+) -> ResetOffsetsResponse {
+    let refused = |error: PartitionError| ResetOffsetsResponse {
+        error_code: error.code.code(),
+        error_message: Some(error.message),
+        audit_offset: -1,
+        partitions: Vec::new(),
+    };
+    if request.reason.trim().is_empty() {
+        return refused(PartitionError::new(
+            ErrorCode::AuditReasonRequired,
+            "an offset reset is audited and needs a reason; pass --reason",
+        ));
+    }
+    if let Err(error) = coordinator.check_empty(&request.group) {
+        return refused(error);
+    }
+    let snapshot = shard.snapshot();
+    let Some(view) = snapshot.topics.get(&request.topic) else {
+        return refused(PartitionError::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic {:?} does not exist", request.topic),
+        ));
+    };
+    let partitions: Vec<u32> = request
+        .partitions
+        .clone()
+        .unwrap_or_else(|| (0..view.record.partitions).collect());
+    let current = coordinator.group(&request.group);
+    let mut outcome = Vec::with_capacity(partitions.len());
+    let mut changes = Vec::new();
+    for partition in partitions {
+        let before = current
+            .as_ref()
+            .and_then(|group| group.offsets.get(&(request.topic.clone(), partition)))
+            .map_or(-1, |committed| committed.next_offset as i64);
+        match reset_target(shard, &request.topic, partition, request.to).await {
+            Ok(after) => {
+                changes.push((request.topic.clone(), partition, after.0));
+                outcome.push(ResetPartition {
+                    partition,
+                    before,
+                    after: after.0 as i64,
+                    error_code: ErrorCode::None.code(),
+                });
+            }
+            Err(error) => outcome.push(ResetPartition {
+                partition,
+                before,
+                after: before,
+                error_code: error.code.code(),
+            }),
+        }
+    }
+    if request.dry_run || changes.is_empty() {
+        return ResetOffsetsResponse {
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            audit_offset: -1,
+            partitions: outcome,
+        };
+    }
+    let whole_topic = request.partitions.is_none();
+    let record = AuditRecord {
+        kind: AuditKind::OffsetReset,
+        group: request.group.clone(),
+        topic: request.topic.clone(),
+        partition: if whole_topic {
+            None
+        } else {
+            outcome.first().map(|entry| entry.partition)
+        },
+        principal: request.principal.clone(),
+        reason: request.reason.clone(),
+        at_ms: now().0,
+        before: outcome
+            .iter()
+            .map(|entry| (entry.partition, entry.before))
+            .collect(),
+        after: outcome
+            .iter()
+            .map(|entry| (entry.partition, entry.after))
+            .collect(),
+        offset: None,
+        dead_letter_topic: None,
+        dead_letter_offset: None,
+        error: None,
+    };
+    // The audit record first: a change nobody can account for never happens.
+    let audit_offset = match append_audit(shard, &record).await {
+        Ok(offset) => offset,
+        Err(error) => return refused(error),
+    };
+    if let Err(error) = coordinator
+        .set_offsets(&request.group, &changes, now())
+        .await
+    {
+        return refused(error);
+    }
+    ResetOffsetsResponse {
+        error_code: ErrorCode::None.code(),
+        error_message: None,
+        audit_offset: audit_offset.0 as i64,
+        partitions: outcome,
+    }
+}
+
+async fn reset_target(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+    to: ResetTarget,
+) -> Result<Offset, PartitionError> {
+    let (id, owner) = shard.locate(topic, partition)?;
+    let summary = shard.describe(id, owner).await?;
+    match to {
+        ResetTarget::Earliest => Ok(summary.log_start),
+        ResetTarget::Latest => Ok(summary.high_watermark),
+        ResetTarget::Offset(offset)
+            if (summary.log_start.0..=summary.high_watermark.0).contains(&offset) =>
+        {
+            Ok(Offset(offset))
+        }
+        ResetTarget::Offset(offset) => Err(PartitionError::new(
+            ErrorCode::OffsetOutOfRange,
+            format!(
+                "offset {offset} is outside {topic}/{partition}'s log ({}..{})",
+                summary.log_start, summary.high_watermark
+            ),
+        )),
+        ResetTarget::Timestamp(time) => {
+            let found = shard
+                .list_offset(id, owner, OffsetQuery::Timestamp(TimestampMs(time)))
+                .await?;
+            Ok(found.map_or(summary.high_watermark, |(offset, _)| offset))
+        }
+    }
+}
+
+async fn write_audit(shard: &Rc<Shard>, request: WriteAuditRequest) -> WriteAuditResponse {
+    if request.reason.trim().is_empty() {
+        return WriteAuditResponse {
+            error_code: ErrorCode::AuditReasonRequired.code(),
+            error_message: Some("a skipped record is audited and needs a reason".to_owned()),
+            audit_offset: -1,
+        };
+    }
+    let record = AuditRecord {
+        kind: match request.action {
+            AuditAction::Skip => AuditKind::Skip,
+            AuditAction::Quarantine => AuditKind::Quarantine,
+            AuditAction::Stop => AuditKind::Stop,
+        },
+        group: request.group,
+        topic: request.topic,
+        partition: Some(request.partition),
+        principal: request.principal,
+        reason: request.reason,
+        at_ms: now().0,
+        before: Vec::new(),
+        after: Vec::new(),
+        offset: Some(request.offset),
+        dead_letter_topic: request.dead_letter_topic,
+        dead_letter_offset: u64::try_from(request.dead_letter_offset).ok(),
+        error: None,
+    };
+    match append_audit(shard, &record).await {
+        Ok(offset) => WriteAuditResponse {
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            audit_offset: offset.0 as i64,
+        },
+        Err(error) => WriteAuditResponse {
+            error_code: error.code.code(),
+            error_message: Some(error.message),
+            audit_offset: -1,
+        },
+    }
+}
+
+/// Periodic work of a coordinator: expire silent members, complete overdue
+/// rebalances, and (every few ticks) refresh the lag metrics.
+pub async fn tick(shard: &Rc<Shard>, coordinator: &Rc<Coordinator>) {
+    let now = now();
+    coordinator.expire(now).await;
+    if let Err(error) = coordinator.compact_if_due(now).await {
+        tracing::error!(partition = coordinator.partition_index, %error, "cannot compact __groups");
+    }
+    let snapshot = shard.snapshot();
+    for group in coordinator.overdue(now) {
+        coordinator.try_complete(&group, &*snapshot, now).await;
+    }
+    if coordinator.ticks() % 5 == 1 {
+        for (group, offsets) in coordinator.committed() {
+            for ((topic, partition), committed) in offsets {
+                let lag = partition_lag(
+                    shard,
+                    &topic,
+                    partition,
+                    Some((committed.next_offset, None)),
+                    now,
+                )
+                .await;
+                shard.metrics.group_lag(&group, &lag);
+            }
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Consumer-group APIs. Each request is decoded (validated), turned into an
+//! owned request and sent to the coordinator of its group, which may live
+//! on another shard; the coordinator's answer is encoded here.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::delete_groups::{
+    DeleteGroupsRequest, DeleteGroupsResponse, GroupResult,
+};
+use corelog_wire::message::describe_groups::{
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupDescription,
+};
+use corelog_wire::message::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
+use corelog_wire::message::heartbeat::{HeartbeatRequest, HeartbeatResponse};
+use corelog_wire::message::join_group::{JoinGroupRequest, JoinGroupResponse};
+use corelog_wire::message::leave_group::{LeaveGroupRequest, LeaveGroupResponse};
+use corelog_wire::message::list_groups::{GroupListing, ListGroupsRequest, ListGroupsResponse};
+use corelog_wire::message::offset_commit::{OffsetCommitRequest, OffsetCommitResponse};
+use corelog_wire::message::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
+use corelog_wire::message::reset_offsets::{ResetOffsetsRequest, ResetOffsetsResponse};
+use corelog_wire::message::write_audit::{WriteAuditRequest, WriteAuditResponse};
+use corelog_wire::message::{Request, decode_request};
+use rkyv::rancor;
+
+use super::{refused, unencodable};
+use crate::group::service::{self, GROUPS_TOPIC};
+use crate::net::Reply;
+use crate::partition::PartitionError;
+use crate::runtime::command::{GroupRequest, GroupResponse};
+use crate::runtime::shard::Shard;
+
+/// Decodes and deserialises a request into its owned form.
+fn owned<T>(body: &[u8]) -> Result<T, ErrorCode>
+where
+    T: Request,
+    T::Archived: rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rancor::Error>>,
+{
+    let (archived, _) = decode_request::<T>(body).map_err(refused)?;
+    rkyv::deserialize::<T, rancor::Error>(archived).map_err(|error| {
+        tracing::debug!(%error, "request did not deserialise");
+        ErrorCode::InvalidRequest
+    })
+}
+
+fn unavailable_message(error: &PartitionError) -> (u16, Option<String>) {
+    (error.code.code(), Some(error.message.clone()))
+}
+
+pub(super) fn find_coordinator(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: FindCoordinatorRequest = owned(body)?;
+    let snapshot = shard.snapshot();
+    let partitions = snapshot
+        .topics
+        .get(GROUPS_TOPIC)
+        .map_or(0, |view| view.record.partitions);
+    let index = service::groups_partition_for(&request.group, partitions);
+    let (error_code, error_message, owner_shard) = match shard.locate(GROUPS_TOPIC, index) {
+        Ok((_, owner)) => (ErrorCode::None.code(), None, owner),
+        Err(error) => (
+            ErrorCode::CoordinatorNotAvailable.code(),
+            Some(error.message),
+            0,
+        ),
+    };
+    let response = FindCoordinatorResponse {
+        error_code,
+        error_message,
+        node_id: shard.config.node_id,
+        host: shard.config.advertised_host.clone(),
+        port: shard.config.listen.port(),
+        owner_shard,
+    };
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn join(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    peer: Option<SocketAddr>,
+) -> Result<Reply, ErrorCode> {
+    let request: JoinGroupRequest = owned(body)?;
+    let group = request.group.clone();
+    let client_host = peer.map_or_else(String::new, |peer| peer.ip().to_string());
+    let response = match shard
+        .group_request(
+            &group,
+            GroupRequest::Join {
+                request,
+                client_host,
+            },
+        )
+        .await
+    {
+        GroupResponse::Join(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            JoinGroupResponse {
+                error_code,
+                error_message,
+                member_id: String::new(),
+                generation: -1,
+                assignment: Vec::new(),
+                heartbeat_interval_ms: 1_000,
+                members: 0,
+            }
+        }
+    };
+    count_error(shard, response.error_code);
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn heartbeat(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: HeartbeatRequest = owned(body)?;
+    let group = request.group.clone();
+    let response = match shard
+        .group_request(&group, GroupRequest::Heartbeat(request))
+        .await
+    {
+        GroupResponse::Heartbeat(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            HeartbeatResponse {
+                error_code,
+                error_message,
+            }
+        }
+    };
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn leave(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: LeaveGroupRequest = owned(body)?;
+    let group = request.group.clone();
+    let response = match shard
+        .group_request(&group, GroupRequest::Leave(request))
+        .await
+    {
+        GroupResponse::Leave(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            LeaveGroupResponse {
+                error_code,
+                error_message,
+            }
+        }
+    };
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn commit(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: OffsetCommitRequest = owned(body)?;
+    let group = request.group.clone();
+    let response = match shard
+        .group_request(&group, GroupRequest::Commit(request))
+        .await
+    {
+        GroupResponse::Commit(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            OffsetCommitResponse {
+                error_code,
+                error_message,
+                topics: Vec::new(),
+            }
+        }
+    };
+    count_error(shard, response.error_code);
+    for partition in response.topics.iter().flat_map(|topic| &topic.partitions) {
+        count_error(shard, partition.error_code);
+    }
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn fetch_offsets(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: OffsetFetchRequest = owned(body)?;
+    let group = request.group.clone();
+    let response = match shard
+        .group_request(&group, GroupRequest::Fetch(request))
+        .await
+    {
+        GroupResponse::Fetch(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            OffsetFetchResponse {
+                error_code,
+                error_message,
+                topics: Vec::new(),
+            }
+        }
+    };
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn list(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: ListGroupsRequest = owned(body)?;
+    let groups = shard
+        .list_groups()
+        .await
+        .into_iter()
+        .filter(|(_, state, _, _)| {
+            request.states.is_empty() || request.states.iter().any(|wanted| wanted == state)
+        })
+        .map(|(group, state, members, generation)| GroupListing {
+            group,
+            state: state.to_owned(),
+            members,
+            generation,
+        })
+        .collect();
+    Reply::message(&ListGroupsResponse { groups }, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: DescribeGroupsRequest = owned(body)?;
+    let mut groups = Vec::with_capacity(request.groups.len());
+    for group in request.groups {
+        let description = match shard
+            .group_request(&group, GroupRequest::Describe(group.clone()))
+            .await
+        {
+            GroupResponse::Describe(description) => description,
+            other => {
+                let (error_code, error_message) = failure(other);
+                GroupDescription {
+                    group,
+                    error_code,
+                    error_message,
+                    state: "Unknown".to_owned(),
+                    generation: -1,
+                    members: Vec::new(),
+                    partitions: Vec::new(),
+                }
+            }
+        };
+        groups.push(description);
+    }
+    Reply::message(&DescribeGroupsResponse { groups }, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn delete(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: DeleteGroupsRequest = owned(body)?;
+    let mut results = Vec::with_capacity(request.groups.len());
+    for group in request.groups {
+        let (error_code, error_message) = match shard
+            .group_request(&group, GroupRequest::Delete(group.clone()))
+            .await
+        {
+            GroupResponse::Delete(None) => (ErrorCode::None.code(), None),
+            GroupResponse::Delete(Some(error)) => unavailable_message(&error),
+            other => failure(other),
+        };
+        count_error(shard, error_code);
+        results.push(GroupResult {
+            group,
+            error_code,
+            error_message,
+        });
+    }
+    Reply::message(&DeleteGroupsResponse { results }, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn reset(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: ResetOffsetsRequest = owned(body)?;
+    let group = request.group.clone();
+    let response = match shard
+        .group_request(&group, GroupRequest::Reset(request))
+        .await
+    {
+        GroupResponse::Reset(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            ResetOffsetsResponse {
+                error_code,
+                error_message,
+                audit_offset: -1,
+                partitions: Vec::new(),
+            }
+        }
+    };
+    count_error(shard, response.error_code);
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+pub(super) async fn write_audit(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request: WriteAuditRequest = owned(body)?;
+    let group = request.group.clone();
+    let response = match shard
+        .group_request(&group, GroupRequest::Audit(request))
+        .await
+    {
+        GroupResponse::Audit(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            WriteAuditResponse {
+                error_code,
+                error_message,
+                audit_offset: -1,
+            }
+        }
+    };
+    count_error(shard, response.error_code);
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+/// The code and message of a response that is not the one asked for: the
+/// coordinator was unavailable.
+fn failure(response: GroupResponse) -> (u16, Option<String>) {
+    match response {
+        GroupResponse::Unavailable(error) => unavailable_message(&error),
+        other => {
+            tracing::error!(?other, "group response of the wrong kind");
+            (ErrorCode::UnknownServerError.code(), None)
+        }
+    }
+}
+
+fn count_error(shard: &Rc<Shard>, code: u16) {
+    if let Some(code) = ErrorCode::from_code(code) {
+        shard.metrics.error(code);
+    }
+}
