@@ -10,6 +10,8 @@
 //!   state, reads and offset lookups.
 //! - [`metadata`]: the topic catalog, its persistence and the snapshots
 //!   shards work from.
+//! - [`group`]: consumer-group coordinators — membership, assignment,
+//!   durable offsets, audited resets, lag.
 //! - [`runtime`]: executors (one per core), partition ownership and the
 //!   cross-shard channels.
 //! - [`net`]: listeners, connections and request handlers.
