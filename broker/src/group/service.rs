@@ -119,7 +119,8 @@ async fn join(
     request: JoinGroupRequest,
     client_host: String,
 ) -> JoinGroupResponse {
-    let heartbeat_interval_ms = (request.session_timeout_ms / 3).max(100);
+    // A tenth of the session: members learn of a rebalance within it.
+    let heartbeat_interval_ms = (request.session_timeout_ms / 10).max(100);
     let refused = |code: ErrorCode, message: Option<String>| JoinGroupResponse {
         error_code: code.code(),
         error_message: message,
@@ -431,7 +432,8 @@ pub async fn tick(shard: &Rc<Shard>, coordinator: &Rc<Coordinator>) {
     for group in coordinator.overdue(now) {
         coordinator.try_complete(&group, &*snapshot, now).await;
     }
-    if coordinator.ticks() % 5 == 1 {
+    // Lag metrics every 20 ticks (5 s): each needs lookups on other shards.
+    if coordinator.ticks() % 20 == 1 {
         for (group, offsets) in coordinator.committed() {
             for ((topic, partition), committed) in offsets {
                 let lag = partition_lag(

@@ -36,6 +36,10 @@ use crate::partition::{
 use crate::storage::glommio_disk::GlommioDisk;
 use crate::storage::{CacheKey, ReadOutcome, ShardStorage};
 
+/// How often group coordinators expire silent members and complete overdue
+/// rebalances: a fraction of the shortest session timeout (1 s).
+const GROUP_TICK: Duration = Duration::from_millis(250);
+
 /// A shard's state. Lives on its executor's thread, behind an `Rc`.
 pub struct Shard {
     /// This shard's index.
@@ -793,6 +797,18 @@ impl Shard {
     pub async fn publish_initial_snapshot(&self) {
         if let Some(authority) = &self.authority {
             self.broadcast(authority.snapshot()).await;
+        }
+    }
+
+    /// Runs every group coordinator's tick (session expiry, rebalance
+    /// deadlines, compaction, lag metrics) every [`GROUP_TICK`] until shutdown.
+    pub async fn run_group_maintenance(self: Rc<Self>) {
+        while !self.is_stopping() {
+            glommio::timer::sleep(GROUP_TICK).await;
+            let coordinators: Vec<_> = self.coordinators.borrow().values().cloned().collect();
+            for coordinator in coordinators {
+                service::tick(&self, &coordinator).await;
+            }
         }
     }
 

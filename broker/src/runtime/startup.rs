@@ -247,6 +247,7 @@ async fn start_shard(
         glommio::spawn_local(async move { publisher.publish_initial_snapshot().await }).detach();
     }
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
+    glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
     glommio::spawn_local(listener::accept_loop(
         shard.clone(),
         listener,
