@@ -1,4 +1,6 @@
-//! Topic administration: create, delete, describe and list topics.
+//! Administration: topics (create, delete, describe, list) here, and
+//! groups (list, describe with lag, delete, audited offset resets, manual
+//! offsets, the audit log) in [`groups`](self#groups).
 //!
 //! ```no_run
 //! use corelog_client::{Admin, ClientConfig, NewTopic};
@@ -17,8 +19,18 @@
 //! # }
 //! ```
 //!
-//! Requests go to any broker; with replication they will go to the
-//! controller (the metadata names it).
+//! Topic requests go to any broker; with replication they will go to the
+//! controller (the metadata names it). Group requests go to the group's
+//! coordinator.
+//!
+//! # Groups
+//!
+//! See the methods [`Admin::list_groups`], [`Admin::describe_group`],
+//! [`Admin::delete_group`], [`Admin::reset_offsets`],
+//! [`Admin::fetch_offsets`], [`Admin::commit_offsets`] and
+//! [`Admin::read_audit`].
+
+mod groups;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +48,11 @@ use crate::cluster::Cluster;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::metadata::{ClusterMetadata, TopicMetadata};
+
+pub use self::groups::{
+    AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
+    PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
+};
 
 /// How long the broker may take to commit a topic creation or deletion
 /// before answering `REQUEST_TIMED_OUT` (sent in the request).

@@ -132,6 +132,17 @@ impl Cluster {
         }
     }
 
+    /// The address to connect to for a host and port a broker advertised
+    /// (a wildcard host means the bootstrap host).
+    pub(crate) fn advertised_addr(&self, host: &str, port: u16) -> String {
+        crate::metadata::connect_addr(host, port, &self.bootstrap_host)
+    }
+
+    /// The client settings.
+    pub(crate) fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
     /// A live connection to broker `node_id`, by the current metadata.
     ///
     /// # Errors

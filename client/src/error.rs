@@ -201,6 +201,23 @@ pub enum ClientError {
         /// How many the topic has.
         partition_count: u32,
     },
+    /// A group member stopped consuming a partition at a record its handler
+    /// kept failing on, as its poison policy says (C8). The group's offset
+    /// stays at the record; fix the handler and restart, or move the group
+    /// past it with `corelog group reset-offsets --reason`.
+    #[error(
+        "{topic}/{partition}: stopped at offset {offset} after its handler kept failing: {error}: fix the handler and restart, or skip the record with `corelog group reset-offsets --reason`"
+    )]
+    PoisonStopped {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The record the partition stopped at.
+        offset: u64,
+        /// The handler's last error, and what else went wrong.
+        error: String,
+    },
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -53,7 +53,9 @@
 //!
 //! - [`producer`] — batching, partitioning, idempotent retries.
 //! - [`consumer`] — assignment, positions, long-poll fetch, gap policy.
-//! - [`admin`] — topics.
+//! - [`group`] — consumer groups: membership, committed offsets, the
+//!   offset tracker, the poison policy.
+//! - [`admin`] — topics, groups, offset resets and the audit log.
 //! - [`error`] — [`ClientError`].
 //!
 //! Network code is in `connection` (one broker connection with pipelining)
@@ -66,6 +68,7 @@ mod config;
 mod connection;
 pub mod consumer;
 pub mod error;
+pub mod group;
 mod metadata;
 pub mod producer;
 
@@ -82,6 +85,10 @@ pub use self::consumer::{
     OffsetOutOfRangePolicy, Polled, StartFrom,
 };
 pub use self::error::ClientError;
+pub use self::group::{
+    Completer, GroupConfig, GroupConsumer, GroupEvent, GroupPolled, OffsetTracker, PoisonAction,
+    PoisonPolicy, TopicPartition,
+};
 pub use self::metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use self::producer::{
     Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, partition_for_key,

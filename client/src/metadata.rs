@@ -110,6 +110,22 @@ fn error_of(code: u16) -> Option<ErrorCode> {
     }
 }
 
+/// The `host:port` to connect to for an advertised host and port. A
+/// wildcard host (`0.0.0.0`, `::` or nothing) is replaced by
+/// `fallback_host`, the host the client bootstrapped from; IPv6 hosts are
+/// bracketed.
+pub(crate) fn connect_addr(host: &str, port: u16, fallback_host: &str) -> String {
+    let host = match host {
+        "" | "0.0.0.0" | "::" | "[::]" => fallback_host,
+        host => host,
+    };
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 impl ClusterMetadata {
     /// Copies a validated response into owned form.
     pub(crate) fn from_archived(response: &ArchivedMetadataResponse) -> ClusterMetadata {
@@ -169,15 +185,7 @@ impl ClusterMetadata {
     #[must_use]
     pub fn broker_addr(&self, node_id: u32, fallback_host: &str) -> Option<String> {
         let broker = self.brokers.get(&node_id)?;
-        let host = match broker.host.as_str() {
-            "" | "0.0.0.0" | "::" | "[::]" => fallback_host,
-            host => host,
-        };
-        Some(if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]:{}", broker.port)
-        } else {
-            format!("{host}:{}", broker.port)
-        })
+        Some(connect_addr(&broker.host, broker.port, fallback_host))
     }
 
     /// A topic whose metadata the broker returned without a topic-level

@@ -237,3 +237,93 @@ async fn a_stopped_broker_says_how_to_start_one() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commands_list_describe_reset_with_a_reason_audit_and_delete() {
+    let broker = FakeBroker::start().await;
+    broker.create_topic("orders", 1);
+    let addr = broker.addr();
+    corelog(args(&addr, &["produce", "--topic", "orders"]), "1\n2\n3\n").await;
+
+    let no_reason = corelog(
+        args(
+            &addr,
+            &[
+                "group",
+                "reset-offsets",
+                "search",
+                "--topic",
+                "orders",
+                "--to-earliest",
+            ],
+        ),
+        "",
+    )
+    .await;
+    assert_eq!(no_reason.status.code(), Some(2), "a usage error");
+    assert!(
+        text(&no_reason.stderr).contains("--reason"),
+        "{}",
+        text(&no_reason.stderr)
+    );
+
+    let reset = corelog(
+        args(
+            &addr,
+            &[
+                "group",
+                "reset-offsets",
+                "search",
+                "--topic",
+                "orders",
+                "--to-offset",
+                "2",
+                "--reason",
+                "replay the last record",
+                "--principal",
+                "ops",
+            ],
+        ),
+        "",
+    )
+    .await;
+    assert!(reset.status.success(), "{}", text(&reset.stderr));
+    assert!(
+        text(&reset.stdout).contains("audit record at __audit offset 0"),
+        "{}",
+        text(&reset.stdout)
+    );
+
+    let listed = corelog(args(&addr, &["--json", "group", "list"]), "").await;
+    let groups: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(groups[0]["group"], "search");
+    assert_eq!(groups[0]["state"], "Empty");
+
+    let described = corelog(args(&addr, &["group", "describe", "search"]), "").await;
+    let description = text(&described.stdout);
+    assert!(description.contains("LAG-TIME"), "{description}");
+    assert!(
+        description.contains("orders  0          2"),
+        "{description}"
+    );
+
+    let audit = corelog(
+        args(&addr, &["--json", "group", "audit", "--group", "search"]),
+        "",
+    )
+    .await;
+    let entries: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    assert_eq!(entries[0]["kind"], "offset-reset");
+    assert_eq!(entries[0]["reason"], "replay the last record");
+    assert_eq!(entries[0]["principal"], "ops");
+
+    let deleted = corelog(args(&addr, &["group", "delete", "search"]), "").await;
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let again = corelog(args(&addr, &["group", "delete", "search"]), "").await;
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        text(&again.stderr).contains("UNKNOWN_GROUP"),
+        "{}",
+        text(&again.stderr)
+    );
+}

@@ -5,6 +5,9 @@
 //! corelog topic list | topic describe NAME... | topic delete NAME
 //! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]   (lines from stdin)
 //! corelog consume --topic T [--partition P ...] [--from-beginning | --offset N | --time T] [--follow] [--max N]
+//! corelog group list | group describe GROUP | group audit [--group G] | group delete GROUP
+//! corelog group reset-offsets GROUP --topic T [--partition P ...]
+//!     (--to-earliest | --to-latest | --to-offset N | --to-time T) --reason TEXT [--dry-run]
 //! ```
 //!
 //! Output is a readable table or text for people, and JSON with `--json`
@@ -12,6 +15,7 @@
 //! non-zero: 1 for a failure, 2 for a usage error.
 
 mod consume;
+mod group;
 mod output;
 mod produce;
 mod time;
@@ -48,6 +52,10 @@ enum Command {
     /// beginning and stops at the end; with --follow it prints only new
     /// records and keeps waiting.
     Consume(consume::ConsumeArgs),
+    /// List, describe and delete consumer groups, reset their offsets (with
+    /// an audit reason) and read the audit log.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
 }
 
 /// Options every command shares.
@@ -88,6 +96,7 @@ fn main() -> ExitCode {
             Command::Topic(command) => topic::run(&global, command).await,
             Command::Produce(args) => produce::run(&global, args).await,
             Command::Consume(args) => consume::run(&global, args).await,
+            Command::Group(command) => group::run(&global, command).await,
         }
     });
     match result {
@@ -116,6 +125,16 @@ fn hint(error: &ClientError) -> Option<&'static str> {
             code: ErrorCode::UnknownTopicOrPartition,
             ..
         } => Some("list topics with `corelog topic list`, create one with `corelog topic create`"),
+        ClientError::Broker {
+            code: ErrorCode::GroupNotEmpty,
+            ..
+        } => Some(
+            "stop the group's consumers first (see `corelog group describe GROUP`); static members leave after their session timeout",
+        ),
+        ClientError::Broker {
+            code: ErrorCode::UnknownGroup,
+            ..
+        } => Some("list groups with `corelog group list`"),
         ClientError::UnsupportedApi { .. } => {
             Some("rebuild both with `make build` so that corelog and corelogd match")
         }

@@ -111,9 +111,88 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
+/// Milliseconds since the Unix epoch as RFC 3339 in UTC with milliseconds,
+/// for example `2023-11-14T22:13:20.000Z`.
+pub(crate) fn format_time_ms(ms: i64) -> String {
+    let seconds = ms.div_euclid(1_000);
+    let millis = ms.rem_euclid(1_000);
+    let days = seconds.div_euclid(86_400);
+    let of_day = seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
+}
+
+/// A duration in milliseconds as a person reads it: `850ms`, `12s`,
+/// `3m12s`, `5h04m`, `2d03h`.
+pub(crate) fn format_duration_ms(ms: i64) -> String {
+    if ms < 0 {
+        return format!("-{}", format_duration_ms(ms.saturating_neg()));
+    }
+    let seconds = ms / 1_000;
+    match seconds {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{seconds}s"),
+        60..3_600 => format!("{}m{:02}s", seconds / 60, seconds % 60),
+        3_600..86_400 => format!("{}h{:02}m", seconds / 3_600, seconds % 3_600 / 60),
+        _ => format!("{}d{:02}h", seconds / 86_400, seconds % 86_400 / 3_600),
+    }
+}
+
+/// The date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, the inverse of [`days_from_civil`]).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_format_as_rfc3339_and_parse_back() {
+        assert_eq!(format_time_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            format_time_ms(1_700_000_000_123),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(
+            format_time_ms(1_709_164_800_000),
+            "2024-02-29T00:00:00.000Z"
+        );
+        assert_eq!(format_time_ms(-1_000), "1969-12-31T23:59:59.000Z");
+        for ms in [0, 1_700_000_000_123, 951_782_400_000, -86_400_000 * 400] {
+            assert_eq!(parse_time_ms(&format_time_ms(ms)), Ok(ms));
+        }
+    }
+
+    #[test]
+    fn durations_read_like_a_person_writes_them() {
+        assert_eq!(format_duration_ms(850), "850ms");
+        assert_eq!(format_duration_ms(12_000), "12s");
+        assert_eq!(format_duration_ms(192_000), "3m12s");
+        assert_eq!(format_duration_ms(5 * 3_600_000 + 4 * 60_000), "5h04m");
+        assert_eq!(format_duration_ms(2 * 86_400_000 + 3 * 3_600_000), "2d03h");
+        assert_eq!(format_duration_ms(-12_000), "-12s");
+    }
 
     #[test]
     fn milliseconds_pass_through() {

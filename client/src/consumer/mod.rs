@@ -21,8 +21,10 @@
 //! # }
 //! ```
 //!
-//! There are no consumer groups yet: the application assigns partitions and
-//! keeps positions itself ([`Consumer::position`], [`Consumer::seek`]).
+//! This consumer reads the partitions the application assigns and keeps
+//! positions itself ([`Consumer::position`], [`Consumer::seek`]). For a
+//! consumer group with durable committed offsets, see
+//! [`GroupConsumer`](crate::group::GroupConsumer), which is built on it.
 //!
 //! # When the position is no longer in the log
 //!
@@ -326,6 +328,8 @@ struct Assignment {
     high_watermark: Option<Offset>,
     log_start_offset: Option<Offset>,
     not_before: Option<Instant>,
+    /// Not fetched while set ([`Consumer::pause`]).
+    paused: bool,
 }
 
 type Key = (Arc<str>, u32);
@@ -358,6 +362,12 @@ impl Consumer {
             config,
             assignments: BTreeMap::new(),
         })
+    }
+
+    /// The connections and metadata this consumer uses, for the group
+    /// consumer built on it.
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
     }
 
     /// Assigns every partition of a topic, starting at `start`, and returns
@@ -427,6 +437,7 @@ impl Consumer {
                 high_watermark: None,
                 log_start_offset: None,
                 not_before: None,
+                paused: false,
             },
         );
     }
@@ -436,9 +447,38 @@ impl Consumer {
         self.assignments.remove(&(Arc::from(topic), partition));
     }
 
-    /// Moves a partition's position; the same as assigning it again.
+    /// Moves a partition's position; the same as assigning it again, except
+    /// that a paused partition stays paused.
     pub fn seek(&mut self, topic: &str, partition: u32, start: StartFrom) {
+        let paused = self.is_paused(topic, partition);
         self.assign(topic, partition, start);
+        if paused {
+            self.pause(topic, partition);
+        }
+    }
+
+    /// Stops fetching a partition without forgetting its position, for
+    /// example while the application cannot take more of its records.
+    /// Does nothing for a partition that is not assigned.
+    pub fn pause(&mut self, topic: &str, partition: u32) {
+        if let Some(assignment) = self.assignments.get_mut(&(Arc::from(topic), partition)) {
+            assignment.paused = true;
+        }
+    }
+
+    /// Fetches a paused partition again.
+    pub fn resume(&mut self, topic: &str, partition: u32) {
+        if let Some(assignment) = self.assignments.get_mut(&(Arc::from(topic), partition)) {
+            assignment.paused = false;
+        }
+    }
+
+    /// Whether a partition is paused.
+    #[must_use]
+    pub fn is_paused(&self, topic: &str, partition: u32) -> bool {
+        self.assignments
+            .get(&(Arc::from(topic), partition))
+            .is_some_and(|assignment| assignment.paused)
     }
 
     /// The assigned partitions.
@@ -468,7 +508,8 @@ impl Consumer {
     }
 
     /// Whether every assigned partition's position has reached its high
-    /// watermark as of the last fetch: nothing more to read for now.
+    /// watermark as of the last fetch: nothing more to read for now. Paused
+    /// partitions count too.
     #[must_use]
     pub fn caught_up(&self) -> bool {
         self.assignments.values().all(|assignment| {
@@ -499,7 +540,7 @@ impl Consumer {
             let Some(position) = assignment.position else {
                 continue;
             };
-            if assignment.not_before.is_some_and(|at| at > now) {
+            if assignment.paused || assignment.not_before.is_some_and(|at| at > now) {
                 continue;
             }
             if let Some(leader) = metadata.leader(&key.0, key.1) {

@@ -8,6 +8,8 @@
 //! and retention gaps — plus faults a real broker cannot be asked for: lose
 //! the reply of an appended batch, answer an error instead of appending,
 //! hold produce answers back.
+//!
+//! Consumer groups are served by a small coordinator in `fake_groups.rs`.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -73,10 +75,10 @@ struct ProducerState {
 }
 
 #[derive(Debug, Default)]
-struct PartitionLog {
+pub(crate) struct PartitionLog {
     batches: Vec<Stored>,
-    log_start: u64,
-    next_offset: u64,
+    pub(crate) log_start: u64,
+    pub(crate) next_offset: u64,
     deleted: Vec<DeletedRange>,
     producers: HashMap<i64, ProducerState>,
 }
@@ -102,9 +104,9 @@ struct Faults {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    topics: BTreeMap<String, Vec<PartitionLog>>,
-    configs: BTreeMap<String, Vec<(String, String)>>,
+pub(crate) struct State {
+    pub(crate) topics: BTreeMap<String, Vec<PartitionLog>>,
+    pub(crate) configs: BTreeMap<String, Vec<(String, String)>>,
     next_producer_id: i64,
     init_producer_id_count: u32,
     attempts: Vec<Attempt>,
@@ -116,10 +118,11 @@ struct State {
 /// A running fake broker. It serves until the test's runtime ends.
 #[derive(Clone)]
 pub struct FakeBroker {
-    addr: SocketAddr,
-    state: Arc<Mutex<State>>,
-    appended: Arc<Notify>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) appended: Arc<Notify>,
     hold: Arc<watch::Sender<bool>>,
+    pub(crate) groups: Arc<Mutex<crate::common::fake_groups::Groups>>,
 }
 
 impl FakeBroker {
@@ -134,6 +137,7 @@ impl FakeBroker {
             state,
             appended,
             hold: Arc::new(hold),
+            groups: Arc::default(),
         };
         let server = broker.clone();
         tokio::spawn(async move {
@@ -354,6 +358,17 @@ impl FakeBroker {
             ApiKey::DescribeTopics => {
                 answer::<DescribeTopicsRequest>(body, |request, _| self.describe(request))
             }
+            ApiKey::JoinGroup => Some(self.join_group(body).await),
+            ApiKey::FindCoordinator
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+            | ApiKey::ResetOffsets
+            | ApiKey::WriteAudit => Some(self.handle_group(api, body)),
         }
     }
 
@@ -687,7 +702,7 @@ impl FakeBroker {
 
 /// Appends a batch with the broker's idempotence rules; returns the code
 /// and the base offset.
-fn append(
+pub(crate) fn append(
     state: &mut State,
     topic: &str,
     partition: u32,
@@ -760,7 +775,7 @@ fn topic_result(name: &str, code: ErrorCode) -> TopicResult {
 }
 
 /// Decodes a request of type `Q` and encodes the response `f` builds.
-fn answer<Q: Request>(
+pub(crate) fn answer<Q: Request>(
     body: &[u8],
     f: impl FnOnce(&Q::Archived, &[u8]) -> (Q::Response, Vec<u8>),
 ) -> Option<Vec<u8>>

@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod fake_broker;
+pub mod fake_groups;
 
 use std::time::Duration;
 
