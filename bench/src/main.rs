@@ -8,8 +8,13 @@
 //!   from each record's due time to its acknowledgement.
 //! - `e2e`: producers and a consumer together; visibility latency from
 //!   acknowledgement to receipt.
+//! - `group`: N consumers in one group while producers write at a rate:
+//!   consumption throughput, catch-up from a backlog (consume rate, net
+//!   catch-up rate, projected and measured time to catch up), and the
+//!   rebalance pause when one consumer leaves.
 
 mod e2e;
+mod group;
 mod load;
 mod produce;
 mod report;
@@ -36,6 +41,9 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Producers and a consumer together: visibility latency.
     E2e(e2e::E2eArgs),
+    /// A consumer group reading while producers write: throughput,
+    /// catch-up from a backlog, rebalance pause.
+    Group(group::GroupArgs),
 }
 
 fn main() {
@@ -44,6 +52,7 @@ fn main() {
         Command::Storage(args) => storage::run(&args),
         Command::Produce(args) => produce::run(&args),
         Command::E2e(args) => e2e::run(&args),
+        Command::Group(args) => group::run(&args),
     };
     if let Err(error) = result {
         eprintln!("corelog-bench: {error}");
