@@ -541,7 +541,10 @@ async fn write_loop(
         }
         _ = closed.wait_for(|closed| *closed) => {}
     }
-    let _ = writer.shutdown().await;
+    if let Err(error) = writer.shutdown().await {
+        // The connection is being closed either way.
+        tracing::debug!(%error, "shutting down a closed connection's writer failed");
+    }
 }
 
 /// Writes frames in channel order, flushing whenever the channel runs dry,

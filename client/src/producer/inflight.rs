@@ -334,7 +334,7 @@ mod tests {
                 .append(&topic, Target::Partition(0), &record, size)
                 .unwrap();
         }
-        let _ = accumulator.flush_markers();
+        let _markers = accumulator.flush_markers();
         accumulator
             .pop_ready(&TopicPartition {
                 topic,

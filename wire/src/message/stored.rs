@@ -72,11 +72,7 @@ where
 /// Lowercase hex of `bytes`, for the tests that pin stored formats.
 #[cfg(test)]
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut out, byte| {
-        let _ = write!(out, "{byte:02x}");
-        out
-    })
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Hostile inputs for a stored-record decoder, derived from a valid
