@@ -79,6 +79,8 @@ impl From<StorageError> for PartitionError {
             StorageError::Corrupt { .. } => ErrorCode::CorruptSegment,
             StorageError::Fenced { .. } | StorageError::Io { .. } => ErrorCode::StorageError,
             StorageError::InvalidConfig(_) => ErrorCode::UnknownServerError,
+            StorageError::OutOfSequence { .. } => ErrorCode::InvalidRequest,
+            StorageError::Busy(_) => ErrorCode::LeaderNotAvailable,
         };
         let gap = match &error {
             StorageError::OffsetOutOfRange {

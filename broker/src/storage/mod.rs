@@ -202,6 +202,17 @@ pub enum StorageError {
     /// The settings cannot work together.
     #[error("invalid storage configuration: {0}")]
     InvalidConfig(String),
+    /// A replicated batch does not continue the log.
+    #[error("batch starts at offset {got} but the log continues at {expected}")]
+    OutOfSequence {
+        /// The log's next offset.
+        expected: Offset,
+        /// The batch's base offset.
+        got: Offset,
+    },
+    /// The log is briefly unavailable (being truncated); retry.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl StorageError {

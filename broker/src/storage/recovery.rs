@@ -230,7 +230,11 @@ fn check_continuity<D: Disk>(
     Ok(())
 }
 
-async fn read_tail_block<D: Disk>(segment: &Segment<D>) -> Result<Vec<u8>, StorageError> {
+/// The partial last block of a segment, which the appender rewrites with
+/// the next flush.
+pub(super) async fn read_tail_block<D: Disk>(
+    segment: &Segment<D>,
+) -> Result<Vec<u8>, StorageError> {
     let size = segment.size();
     let block_start = align_down(size, segment.file().alignment());
     if block_start == size {

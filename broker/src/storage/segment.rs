@@ -543,6 +543,55 @@ impl<D: Disk> Segment<D> {
         Ok(out)
     }
 
+    /// Byte position of the batch that contains `offset` (or of the first
+    /// batch after it), where a truncation to `offset` cuts; the segment's
+    /// size if no batch reaches it.
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] or [`StorageError::Io`] from the reads.
+    pub(super) async fn cut_position(
+        &self,
+        offset: Offset,
+        limits: &BatchLimits,
+    ) -> Result<u64, StorageError> {
+        let (mut position, size) = {
+            let contents = self.contents.borrow();
+            let relative = u32::try_from(offset.0.saturating_sub(self.base.0)).unwrap_or(u32::MAX);
+            (u64::from(contents.index.lookup(relative)), contents.size)
+        };
+        let mut wanted = 0usize;
+        while position < size {
+            let chunk_len = (size - position).min((1usize << 20).max(wanted) as u64) as usize;
+            let chunk = self.read(position, chunk_len).await?;
+            let mut consumed = 0usize;
+            wanted = 0;
+            for found in batch::batches(&chunk, limits) {
+                match found {
+                    Ok(BatchAt { header, bytes, .. }) => {
+                        if header.next_offset() > offset {
+                            return Ok(position + consumed as u64);
+                        }
+                        consumed += bytes.len();
+                    }
+                    Err(BatchError::Truncated { needed, .. })
+                        if needed as u64 <= size - position - consumed as u64 =>
+                    {
+                        wanted = needed;
+                        break;
+                    }
+                    Err(error) => {
+                        return Err(self.corrupt(position + consumed as u64, &error.to_string()));
+                    }
+                }
+            }
+            if consumed == 0 && wanted == 0 {
+                return Err(self.corrupt(position, "segment file shorter than its durable length"));
+            }
+            position += consumed as u64;
+        }
+        Ok(size)
+    }
+
     /// Reads up to `len` bytes at `position`.
     pub(super) async fn read(
         &self,

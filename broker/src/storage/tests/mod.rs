@@ -7,6 +7,7 @@ mod faults;
 mod model;
 mod on_glommio;
 mod retention;
+mod truncation;
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;

@@ -27,13 +27,14 @@ use corelog_wire::batch::{self, BatchHeader};
 use corelog_wire::types::{Offset, TimestampMs};
 use event_listener::Event;
 
+mod prune;
+
 use super::appender::{Appender, FlushPlan, PendingBatch};
 use super::checkpoint::Checkpoint;
-use super::deletion_ledger::{DeletedRange, DeletionCause, DeletionLedger};
+use super::deletion_ledger::{DeletedRange, DeletionLedger};
 use super::disk::{Disk, DiskFile};
 use super::index::SegmentSummary;
-use super::recovery::{self, remove_segment_files};
-use super::retention::next_deletion;
+use super::recovery;
 use super::segment::Segment;
 use super::tail_cache::CacheKey;
 use super::{LogConfig, ShardStorage, StorageError};
@@ -126,6 +127,8 @@ struct LogState<D: Disk> {
     in_flight: Option<FlushPlan>,
     fenced: Option<String>,
     closed: bool,
+    /// A truncation or reset is rewriting the log: appends wait it out.
+    rewriting: bool,
     ledger: DeletionLedger,
     stats: LogStats,
 }
@@ -171,6 +174,11 @@ impl<D: Disk> LogState<D> {
             return Err(StorageError::Fenced {
                 reason: "log is closed".to_owned(),
             });
+        }
+        if self.rewriting {
+            return Err(StorageError::Busy(
+                "the log is being truncated to match its leader; retry".to_owned(),
+            ));
         }
         Ok(())
     }
@@ -275,6 +283,7 @@ impl<D: Disk> PartitionLog<D> {
             in_flight: None,
             fenced: None,
             closed: false,
+            rewriting: false,
             ledger: recovered.ledger,
             stats: LogStats::default(),
         };
@@ -359,6 +368,47 @@ impl<D: Disk> PartitionLog<D> {
         state.appender.push(PendingBatch { header, bytes });
         Ok(AppendOutcome {
             base_offset,
+            last_offset: header.last_offset(),
+            log_append_time: self.shard.clock.now(),
+        })
+    }
+
+    /// Appends a batch a leader already placed: its base offset must be
+    /// exactly the log's next offset (a follower's append). Nothing is
+    /// restamped, so the batch stays byte-identical to the leader's.
+    ///
+    /// # Errors
+    /// [`StorageError::OutOfSequence`] if the batch does not continue the
+    /// log; otherwise as [`PartitionLog::start_append`].
+    pub fn start_append_replicated(
+        &self,
+        batch: ValidBatch,
+    ) -> Result<AppendOutcome, StorageError> {
+        let ValidBatch { bytes, header } = batch;
+        let mut state = self.state.borrow_mut();
+        state.writable()?;
+        if header.base_offset != state.next_offset {
+            return Err(StorageError::OutOfSequence {
+                expected: state.next_offset,
+                got: header.base_offset,
+            });
+        }
+        self.shard
+            .space
+            .claim(bytes.len() as u64)
+            .map_err(StorageError::DiskFull)?;
+        let bytes = bytes.freeze();
+        state.next_offset = header.next_offset();
+        state.check_offsets();
+        self.shard.cache.insert(
+            self.cache_key,
+            header.base_offset,
+            header.next_offset(),
+            bytes.clone(),
+        );
+        state.appender.push(PendingBatch { header, bytes });
+        Ok(AppendOutcome {
+            base_offset: header.base_offset,
             last_offset: header.last_offset(),
             log_append_time: self.shard.clock.now(),
         })
@@ -689,113 +739,6 @@ impl<D: Disk> PartitionLog<D> {
             }
         }
         Ok(None)
-    }
-
-    /// Deletes the oldest closed segment if retention says it is due: records
-    /// the deletion in the ledger, persists the new log start, then unlinks.
-    /// Deletes at most one segment per call so that callers can pace
-    /// deletions (large unlinks stall fsyncs on discard-mounted disks).
-    ///
-    /// # Errors
-    /// [`StorageError::Io`] when the ledger or checkpoint cannot be written;
-    /// the log is fenced, as its metadata can no longer be kept durable.
-    pub async fn enforce_retention(&self) -> Result<Option<DeletedRange>, StorageError> {
-        let retention = self.config.retention;
-        let result = self
-            .delete_oldest_if(|closed, total_bytes, now| {
-                next_deletion(closed, total_bytes, &retention, now)
-            })
-            .await;
-        if let Err(error) = &result {
-            self.fence(error);
-        }
-        result
-    }
-
-    /// Deletes the oldest closed segment if it lies wholly below `offset`,
-    /// recording `cause`: how a compacted partition drops what a newer
-    /// snapshot of its state superseded. Call repeatedly to delete more.
-    ///
-    /// # Errors
-    /// As [`PartitionLog::enforce_retention`].
-    pub async fn delete_segment_below(
-        &self,
-        offset: Offset,
-        cause: DeletionCause,
-    ) -> Result<Option<DeletedRange>, StorageError> {
-        let result = self
-            .delete_oldest_if(|closed, _, _| {
-                closed
-                    .first()
-                    .filter(|oldest| oldest.next_offset <= offset)
-                    .map(|_| cause)
-            })
-            .await;
-        if let Err(error) = &result {
-            self.fence(error);
-        }
-        result
-    }
-
-    async fn delete_oldest_if(
-        &self,
-        decide: impl FnOnce(&[SegmentSummary], u64, TimestampMs) -> Option<DeletionCause>,
-    ) -> Result<Option<DeletedRange>, StorageError> {
-        let metadata = self.metadata.lock().await;
-        let now = self.shard.clock.now();
-        let (victim, deletion, ledger) = {
-            let mut state = self.state.borrow_mut();
-            state.writable()?;
-            let closed: Vec<SegmentSummary> = state
-                .segments
-                .values()
-                .take(state.segments.len() - 1)
-                .map(|segment| segment.summary())
-                .collect();
-            let total_bytes = state.segments.values().map(|segment| segment.size()).sum();
-            let Some(cause) = decide(&closed, total_bytes, now) else {
-                return Ok(None);
-            };
-            let victim = state
-                .segments
-                .values()
-                .next()
-                .expect("a closed segment")
-                .clone();
-            let summary = victim.summary();
-            let deletion = DeletedRange {
-                start_offset: summary.base_offset.max(state.log_start),
-                end_offset: summary.next_offset,
-                bytes: summary.size_bytes,
-                record_count: summary.record_count,
-                cause,
-                deleted_at: now,
-            };
-            state.ledger.record(deletion);
-            // Readers asking below the new start get the gap error from now on;
-            // readers already holding the segment finish on it.
-            state.log_start = summary.next_offset;
-            state.segments.remove(&summary.base_offset);
-            state.check_offsets();
-            (victim, deletion, state.ledger.clone())
-        };
-        ledger.store(&self.disk, &self.dir).await?;
-        drop(metadata);
-        self.store_checkpoint(false).await?;
-        remove_segment_files(&self.disk, &self.dir, victim.base()).await?;
-        self.disk
-            .sync_dir(&self.dir)
-            .await
-            .map_err(|error| StorageError::io(&self.dir, error))?;
-        tracing::info!(
-            dir = %self.dir.display(),
-            start = deletion.start_offset.0,
-            end = deletion.end_offset.0,
-            bytes = deletion.bytes,
-            cause = deletion.cause.name(),
-            "deleted segment"
-        );
-        Ok(Some(deletion))
     }
 
     /// Flushes everything pending, seals the active segment's indexes and
