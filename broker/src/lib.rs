@@ -26,5 +26,6 @@ pub mod metadata;
 pub mod metrics;
 pub mod net;
 pub mod partition;
+pub mod peer;
 pub mod runtime;
 pub mod storage;

@@ -1,0 +1,162 @@
+//! RPC to other brokers: the glommio-side client for the inter-broker APIs
+//! (controller Raft, registration, metadata, replication pushes, election
+//! queries). One pipelined connection per peer per shard, opened on first
+//! use, handshaken with ApiVersions like any client, replaced when it
+//! breaks; requests carry deadlines.
+
+mod connection;
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use ahash::AHashMap;
+use bytes::Bytes;
+use corelog_wire::message::{MessageError, Request};
+use rkyv::rancor;
+
+pub use connection::PeerConnection;
+
+/// Why a call to a peer failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PeerError {
+    /// The peer cannot be reached or the connection broke.
+    #[error("peer {addr} unreachable: {reason}")]
+    Unreachable {
+        /// The peer.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the deadline.
+    #[error("peer {addr} did not answer within {timeout:?}")]
+    Timeout {
+        /// The peer.
+        addr: SocketAddr,
+        /// The deadline.
+        timeout: Duration,
+    },
+    /// The answer was not a valid response.
+    #[error("peer {addr} answered badly: {reason}")]
+    Protocol {
+        /// The peer.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The peer refused the request as a whole.
+    #[error("peer {addr} refused the request: error code {code}")]
+    Refused {
+        /// The peer.
+        addr: SocketAddr,
+        /// The top-level error code.
+        code: u16,
+    },
+}
+
+/// A decoded response and its raw section.
+#[derive(Debug)]
+pub struct Answer<T> {
+    /// The response.
+    pub message: T,
+    /// The raw section (record batches, encoded state), if any.
+    pub raw: Bytes,
+}
+
+/// Decodes a response body into its owned form.
+fn decode<T>(addr: SocketAddr, body: &[u8]) -> Result<Answer<T::Response>, PeerError>
+where
+    T: Request,
+    <T::Response as rkyv::Archive>::Archived:
+        rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
+{
+    let (archived, raw) = match corelog_wire::message::decode_response::<T::Response>(body) {
+        Ok(decoded) => decoded,
+        Err(MessageError::TopLevelError { error_code, .. }) => {
+            return Err(PeerError::Refused {
+                addr,
+                code: error_code,
+            });
+        }
+        Err(error) => {
+            return Err(PeerError::Protocol {
+                addr,
+                reason: error.to_string(),
+            });
+        }
+    };
+    let message = rkyv::deserialize::<T::Response, rancor::Error>(archived).map_err(|error| {
+        PeerError::Protocol {
+            addr,
+            reason: error.to_string(),
+        }
+    })?;
+    Ok(Answer {
+        message,
+        raw: Bytes::copy_from_slice(raw),
+    })
+}
+
+/// The peers one shard talks to, by address.
+#[derive(Debug, Default)]
+pub struct Peers {
+    connections: RefCell<AHashMap<SocketAddr, Rc<PeerConnection>>>,
+}
+
+impl Peers {
+    /// No connections yet.
+    #[must_use]
+    pub fn new() -> Rc<Peers> {
+        Rc::new(Peers::default())
+    }
+
+    /// Calls `request` on the broker at `addr`, with `raw` as its raw
+    /// section, waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// [`PeerError`] when the peer is unreachable, slow, or answers badly.
+    pub async fn call<T>(
+        &self,
+        addr: SocketAddr,
+        request: &T,
+        raw: &[u8],
+        timeout: Duration,
+    ) -> Result<Answer<T::Response>, PeerError>
+    where
+        T: Request,
+        <T::Response as rkyv::Archive>::Archived:
+            rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
+    {
+        let body = corelog_wire::message::encode_request(request, raw).map_err(|error| {
+            PeerError::Protocol {
+                addr,
+                reason: error.to_string(),
+            }
+        })?;
+        let connection = self.connection(addr, timeout).await?;
+        let result = connection.call(T::API_KEY, &body, timeout).await;
+        if result.is_err() && connection.is_broken() {
+            self.connections.borrow_mut().remove(&addr);
+        }
+        let response = result?;
+        decode::<T>(addr, &response)
+    }
+
+    async fn connection(
+        &self,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Rc<PeerConnection>, PeerError> {
+        if let Some(existing) = self.connections.borrow().get(&addr)
+            && !existing.is_broken()
+        {
+            return Ok(existing.clone());
+        }
+        let connection = PeerConnection::connect(addr, timeout).await?;
+        self.connections
+            .borrow_mut()
+            .insert(addr, connection.clone());
+        Ok(connection)
+    }
+}
