@@ -11,7 +11,9 @@
 //! Numbers are grouped by tens: `0..10` request and record format, `10..20`
 //! topic administration, `20..30` partition leadership and replication,
 //! `30..40` idempotent producers, `40..50` storage, `50..60` resource bounds,
-//! `60..80` consumer groups, their administration and the audit log.
+//! `60..72` consumer groups, their administration and the audit log,
+//! `72..80` broker membership and the controller (answered only to brokers,
+//! on the inter-broker APIs; a client never sees them).
 //!
 //! Each code has a [`message`](ErrorCode::message) that tells the user what to
 //! do, and says whether retrying the same request can succeed
@@ -178,6 +180,13 @@ error_codes! {
         "The group id is empty, too long or contains characters that are not allowed; choose another group id.";
     InternalTopic = 71, "INTERNAL_TOPIC", retriable: false,
         "Internal topics (names starting with __) are written by the broker only; produce to a topic of your own.";
+
+    NotController = 72, "NOT_CONTROLLER", retriable: true,
+        "This node is not the controller leader; send controller requests to the controller leader named in the hint.";
+    BrokerFenced = 73, "BROKER_FENCED", retriable: true,
+        "The broker missed its heartbeats and was fenced; it re-registers.";
+    StaleBrokerIncarnation = 74, "STALE_BROKER_INCARNATION", retriable: false,
+        "A newer incarnation of this broker registered; this process must stop.";
 }
 
 impl ErrorCode {
@@ -275,6 +284,9 @@ mod tests {
         (69, "AUDIT_REASON_REQUIRED", false),
         (70, "INVALID_GROUP_ID", false),
         (71, "INTERNAL_TOPIC", false),
+        (72, "NOT_CONTROLLER", true),
+        (73, "BROKER_FENCED", true),
+        (74, "STALE_BROKER_INCARNATION", false),
     ];
 
     #[test]

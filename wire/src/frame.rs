@@ -59,7 +59,14 @@ const _: () = assert!(RESPONSE_HEADER_BYTES == 4 + 4);
 /// A numbered API. The numbers are part of the protocol and never reused.
 ///
 /// `0..20` are the data and admin APIs (`9..20` are kept free for later ones
-/// of that kind); `20..` are the consumer-group APIs and the audit log.
+/// of that kind); `20..31` are the consumer-group APIs and the audit log
+/// (`31..40` are kept free for later ones of that kind).
+///
+/// `40..` are the inter-broker and controller APIs: brokers and controller
+/// voters speak them to each other, never clients
+/// ([`is_inter_broker`](ApiKey::is_inter_broker)). They share the frame and
+/// body format with the client APIs so that one codec, one set of fuzzers and
+/// one connection handler serve both.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ApiKey {
@@ -103,6 +110,24 @@ pub enum ApiKey {
     ResetOffsets = 29,
     /// Record a poison-record skip in the audit log (C8).
     WriteAudit = 30,
+    /// One raft message between controller voters (inter-broker).
+    ControllerRaft = 40,
+    /// A broker announces itself to the controller leader (inter-broker).
+    BrokerRegister = 41,
+    /// A broker's periodic liveness signal to the controller leader
+    /// (inter-broker).
+    BrokerHeartbeat = 42,
+    /// A broker long-polls the controller leader for newer metadata
+    /// (inter-broker).
+    MetadataFetch = 43,
+    /// A broker forwards an administrative change to the controller leader
+    /// (inter-broker).
+    ControllerOperation = 44,
+    /// A partition leader sends record batches to a follower (inter-broker).
+    ReplicaPush = 45,
+    /// The controller asks a replica for its log position before an election
+    /// (inter-broker).
+    ReplicaQuery = 46,
 }
 
 impl ApiKey {
@@ -128,6 +153,13 @@ impl ApiKey {
         ApiKey::DeleteGroups,
         ApiKey::ResetOffsets,
         ApiKey::WriteAudit,
+        ApiKey::ControllerRaft,
+        ApiKey::BrokerRegister,
+        ApiKey::BrokerHeartbeat,
+        ApiKey::MetadataFetch,
+        ApiKey::ControllerOperation,
+        ApiKey::ReplicaPush,
+        ApiKey::ReplicaQuery,
     ];
 
     /// The wire number.
@@ -161,6 +193,13 @@ impl ApiKey {
             28 => Some(ApiKey::DeleteGroups),
             29 => Some(ApiKey::ResetOffsets),
             30 => Some(ApiKey::WriteAudit),
+            40 => Some(ApiKey::ControllerRaft),
+            41 => Some(ApiKey::BrokerRegister),
+            42 => Some(ApiKey::BrokerHeartbeat),
+            43 => Some(ApiKey::MetadataFetch),
+            44 => Some(ApiKey::ControllerOperation),
+            45 => Some(ApiKey::ReplicaPush),
+            46 => Some(ApiKey::ReplicaQuery),
             _ => None,
         }
     }
@@ -189,6 +228,13 @@ impl ApiKey {
             ApiKey::DeleteGroups => "DeleteGroups",
             ApiKey::ResetOffsets => "ResetOffsets",
             ApiKey::WriteAudit => "WriteAudit",
+            ApiKey::ControllerRaft => "ControllerRaft",
+            ApiKey::BrokerRegister => "BrokerRegister",
+            ApiKey::BrokerHeartbeat => "BrokerHeartbeat",
+            ApiKey::MetadataFetch => "MetadataFetch",
+            ApiKey::ControllerOperation => "ControllerOperation",
+            ApiKey::ReplicaPush => "ReplicaPush",
+            ApiKey::ReplicaQuery => "ReplicaQuery",
         }
     }
 
@@ -218,7 +264,52 @@ impl ApiKey {
             | ApiKey::DescribeGroups
             | ApiKey::DeleteGroups
             | ApiKey::ResetOffsets
-            | ApiKey::WriteAudit => VersionRange { min: 0, max: 0 },
+            | ApiKey::WriteAudit
+            | ApiKey::ControllerRaft
+            | ApiKey::BrokerRegister
+            | ApiKey::BrokerHeartbeat
+            | ApiKey::MetadataFetch
+            | ApiKey::ControllerOperation
+            | ApiKey::ReplicaPush
+            | ApiKey::ReplicaQuery => VersionRange { min: 0, max: 0 },
+        }
+    }
+
+    /// Whether brokers and controller voters speak this API only to each
+    /// other. Clients never send these; a broker can refuse them on a
+    /// listener meant for clients.
+    #[must_use]
+    pub const fn is_inter_broker(self) -> bool {
+        // Spelled out rather than `code() >= 40` so that adding an API forces
+        // a decision here.
+        match self {
+            ApiKey::ControllerRaft
+            | ApiKey::BrokerRegister
+            | ApiKey::BrokerHeartbeat
+            | ApiKey::MetadataFetch
+            | ApiKey::ControllerOperation
+            | ApiKey::ReplicaPush
+            | ApiKey::ReplicaQuery => true,
+            ApiKey::ApiVersions
+            | ApiKey::Metadata
+            | ApiKey::CreateTopics
+            | ApiKey::DeleteTopics
+            | ApiKey::DescribeTopics
+            | ApiKey::Produce
+            | ApiKey::Fetch
+            | ApiKey::ListOffsets
+            | ApiKey::InitProducerId
+            | ApiKey::FindCoordinator
+            | ApiKey::JoinGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+            | ApiKey::ResetOffsets
+            | ApiKey::WriteAudit => false,
         }
     }
 
@@ -733,18 +824,37 @@ mod tests {
                 (28, "DeleteGroups"),
                 (29, "ResetOffsets"),
                 (30, "WriteAudit"),
+                (40, "ControllerRaft"),
+                (41, "BrokerRegister"),
+                (42, "BrokerHeartbeat"),
+                (43, "MetadataFetch"),
+                (44, "ControllerOperation"),
+                (45, "ReplicaPush"),
+                (46, "ReplicaQuery"),
             ]
         );
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 8 || (20..=30).contains(&code)).then_some(code)
+                (code <= 8 || (20..=30).contains(&code) || (40..=46).contains(&code))
+                    .then_some(code)
             );
         }
         for key in ApiKey::ALL {
             assert!(key.supports(0));
             assert!(!key.supports(1));
+            assert_eq!(key.supported_versions(), VersionRange { min: 0, max: 0 });
         }
+    }
+
+    #[test]
+    fn inter_broker_apis_are_exactly_40_to_46() {
+        let inter_broker: Vec<u16> = ApiKey::ALL
+            .iter()
+            .filter(|key| key.is_inter_broker())
+            .map(|key| key.code())
+            .collect();
+        assert_eq!(inter_broker, [40, 41, 42, 43, 44, 45, 46]);
     }
 
     #[test]

@@ -369,6 +369,8 @@ impl FakeBroker {
             | ApiKey::DeleteGroups
             | ApiKey::ResetOffsets
             | ApiKey::WriteAudit => Some(self.handle_group(api, body)),
+            // The inter-broker APIs: a fake broker has no peers.
+            _ => None,
         }
     }
 

@@ -156,10 +156,12 @@ fn checked_in_fuzz_seeds_match_the_current_encoding() {
 
 fn write_all_seeds(dir: &Path) {
     use super::{
-        api_versions, audit, create_topics, delete_groups, delete_topics, describe_groups,
+        api_versions, audit, broker_heartbeat, broker_register, controller_operation,
+        controller_raft, create_topics, delete_groups, delete_topics, describe_groups,
         describe_topics, fetch, find_coordinator, group_records, heartbeat, init_producer_id,
-        join_group, leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
-        produce, reset_offsets, write_audit,
+        join_group, leave_group, list_groups, list_offsets, metadata, metadata_fetch,
+        offset_commit, offset_fetch, produce, replica_push, replica_query, reset_offsets,
+        write_audit,
     };
     write_seeds(
         dir,
@@ -216,7 +218,7 @@ fn write_all_seeds(dir: &Path) {
         no_raw(init_producer_id::tests::request()),
         no_raw(init_producer_id::tests::response()),
     );
-    macro_rules! group_seeds {
+    macro_rules! no_raw_seeds {
         ($($module:ident),* $(,)?) => {
             $(
                 write_seeds(
@@ -228,7 +230,7 @@ fn write_all_seeds(dir: &Path) {
             )*
         };
     }
-    group_seeds!(
+    no_raw_seeds!(
         find_coordinator,
         join_group,
         heartbeat,
@@ -240,6 +242,30 @@ fn write_all_seeds(dir: &Path) {
         delete_groups,
         reset_offsets,
         write_audit,
+    );
+    write_seeds(
+        dir,
+        "controller_raft",
+        controller_raft::tests::request(),
+        no_raw(controller_raft::tests::response()),
+    );
+    write_seeds(
+        dir,
+        "metadata_fetch",
+        no_raw(metadata_fetch::tests::request()),
+        metadata_fetch::tests::response(),
+    );
+    write_seeds(
+        dir,
+        "replica_push",
+        replica_push::tests::request(),
+        no_raw(replica_push::tests::response()),
+    );
+    no_raw_seeds!(
+        broker_register,
+        broker_heartbeat,
+        controller_operation,
+        replica_query,
     );
     write_record_seeds(
         dir,

@@ -25,9 +25,13 @@
 //!   built them and are never re-encoded. Produce requests and fetch responses
 //!   declare one `records_len` per partition; the raw section is those
 //!   partitions' bytes concatenated in message order
-//!   ([`produce::partition_records`], [`fetch::partition_records`]). Every
-//!   other message has an empty raw section. The decoders check that the
-//!   declared lengths add up to the raw section's length.
+//!   ([`produce::partition_records`], [`fetch::partition_records`]). Three
+//!   inter-broker messages carry one opaque section each, declared by one
+//!   length field: ControllerRaft requests (`message_len`, a raft message),
+//!   MetadataFetch responses (`state_len`, the metadata state) and
+//!   ReplicaPush requests (`records_len`, record batches). Every other
+//!   message has an empty raw section. The decoders check that the declared
+//!   lengths add up to the raw section's length.
 //! - A response whose `error_code` is not `NONE` refuses the whole request
 //!   (unsupported version, invalid request, …) and has no archive and no raw
 //!   section. Per-topic and per-partition errors live inside the archive,
@@ -49,6 +53,16 @@
 //! [`ErrorCode::from_code`](crate::error::ErrorCode::from_code). Offsets and
 //! times that can be absent are `i64` with `-1` for "none".
 //!
+//! # Inter-broker APIs
+//!
+//! [`controller_raft`], [`broker_register`], [`broker_heartbeat`],
+//! [`metadata_fetch`], [`controller_operation`], [`replica_push`] and
+//! [`replica_query`] (api keys `40..`) are spoken between brokers and
+//! controller voters, never by clients
+//! ([`ApiKey::is_inter_broker`](crate::frame::ApiKey::is_inter_broker)). They
+//! use the same frames and bodies as the client APIs, so that one codec and
+//! one set of fuzzers cover both.
+//!
 //! # Stored records
 //!
 //! [`audit`] and [`group_records`] are not messages but the values the broker
@@ -62,6 +76,10 @@ mod stored;
 
 pub mod api_versions;
 pub mod audit;
+pub mod broker_heartbeat;
+pub mod broker_register;
+pub mod controller_operation;
+pub mod controller_raft;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
@@ -77,9 +95,12 @@ pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod metadata_fetch;
 pub mod offset_commit;
 pub mod offset_fetch;
 pub mod produce;
+pub mod replica_push;
+pub mod replica_query;
 pub mod reset_offsets;
 pub mod write_audit;
 
@@ -106,7 +127,8 @@ pub use self::common::{
 use crate::frame::ApiKey;
 
 /// How many bytes of raw section a message declares: the sum of its
-/// `records_len` fields, or zero for messages without records. Implemented
+/// `records_len` fields (or its one `message_len` / `state_len` field), or
+/// zero for messages without a raw section. Implemented
 /// for each message and for its archived form, so that both the encoder and
 /// the decoder can check the raw section.
 pub trait RawSectionLen {

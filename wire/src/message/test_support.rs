@@ -9,8 +9,9 @@ use rkyv::api::high::HighDeserializer;
 use rkyv::rancor;
 
 use super::{
-    BODY_PREFIX_BYTES, Request, Response, copy_aligned, decode_request, decode_response,
-    encode_request, encode_request_archive, encode_response, encode_response_archive,
+    BODY_PREFIX_BYTES, MessageError, Request, Response, copy_aligned, decode_request,
+    decode_response, encode_request, encode_request_archive, encode_response,
+    encode_response_archive,
 };
 
 /// Short names, including multi-byte UTF-8 so that string validation is
@@ -33,6 +34,29 @@ pub fn few<S: Strategy>(element: S) -> impl Strategy<Value = Vec<S::Value>> {
 pub fn topic_partitions() -> impl Strategy<Value = super::TopicPartitions> {
     (name(), few(any::<u32>()))
         .prop_map(|(topic, partitions)| super::TopicPartitions { topic, partitions })
+}
+
+/// The tag rkyv archives an enum value with: the first byte of the archived
+/// root, which rkyv writes last. Tags are wire numbers, so tests pin them.
+pub fn archived_tag<T>(value: &T) -> u8
+where
+    T: rkyv::Archive
+        + for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<
+                rkyv::util::AlignedVec,
+                rkyv::ser::allocator::ArenaHandle<'a>,
+                rancor::Error,
+            >,
+        >,
+{
+    let bytes = rkyv::to_bytes::<rancor::Error>(value).unwrap();
+    bytes[bytes.len() - size_of::<T::Archived>()]
+}
+
+/// Non-empty random bytes for a message whose raw section is one opaque
+/// blob (a raft message, a metadata state, a follower's record batches).
+pub fn raw_section() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 1..64)
 }
 
 /// Random bytes and edits to apply to valid bodies.
@@ -181,4 +205,91 @@ pub fn arbitrary_bodies_never_panic<Q, S>(
         try_response(&flipped(&body, noise));
         try_response(&body[..noise.cut.index(body.len() + 1)]);
     }
+}
+
+/// Checks that a request whose declared raw section length differs from the
+/// raw bytes it travels with is refused: by the encoder, given one byte too
+/// many or too few, and by the decoder, given a body whose prefix agrees with
+/// its length but whose raw section is one byte longer than declared.
+pub fn request_raw_section_mismatch_is_refused<T: Request>(
+    msg: &T,
+    raw: &[u8],
+) -> Result<(), TestCaseError> {
+    let declared = raw.len() as u64;
+    let mut longer = raw.to_vec();
+    longer.push(0xA5);
+    prop_assert!(
+        matches!(
+            encode_request(msg, &longer),
+            Err(MessageError::RawSectionMismatch { raw_len, declared: d, .. })
+                if raw_len == longer.len() && d == declared
+        ),
+        "encoder accepted a raw section one byte too long"
+    );
+    if let Some((_, shorter)) = raw.split_last() {
+        prop_assert!(
+            matches!(
+                encode_request(msg, shorter),
+                Err(MessageError::RawSectionMismatch { .. })
+            ),
+            "encoder accepted a raw section one byte too short"
+        );
+    }
+    let mut body = encode_request_archive(msg, raw.len()).map_err(fail)?;
+    body[4..8].copy_from_slice(&(longer.len() as u32).to_be_bytes());
+    body.extend_from_slice(&longer);
+    let decoded = decode_request::<T>(&copy_aligned(&body)).map(|_| ());
+    prop_assert_eq!(
+        decoded,
+        Err(MessageError::RawSectionMismatch {
+            api_key: T::API_KEY,
+            raw_len: longer.len(),
+            declared,
+        })
+    );
+    Ok(())
+}
+
+/// As [`request_raw_section_mismatch_is_refused`], for responses.
+pub fn response_raw_section_mismatch_is_refused<T: Response>(
+    msg: &T,
+    raw: &[u8],
+) -> Result<(), TestCaseError> {
+    let declared = raw.len() as u64;
+    let mut longer = raw.to_vec();
+    longer.push(0xA5);
+    prop_assert!(
+        matches!(
+            encode_response(msg, &longer),
+            Err(MessageError::RawSectionMismatch { raw_len, declared: d, .. })
+                if raw_len == longer.len() && d == declared
+        ),
+        "encoder accepted a raw section one byte too long"
+    );
+    if let Some((_, shorter)) = raw.split_last() {
+        prop_assert!(
+            matches!(
+                encode_response(msg, shorter),
+                Err(MessageError::RawSectionMismatch { .. })
+            ),
+            "encoder accepted a raw section one byte too short"
+        );
+    }
+    let mut body = encode_response_archive(msg, raw.len()).map_err(fail)?;
+    body[8..12].copy_from_slice(&(longer.len() as u32).to_be_bytes());
+    body.extend_from_slice(&longer);
+    let decoded = decode_response::<T>(&copy_aligned(&body)).map(|_| ());
+    prop_assert_eq!(
+        decoded,
+        Err(MessageError::RawSectionMismatch {
+            api_key: T::API_KEY,
+            raw_len: longer.len(),
+            declared,
+        })
+    );
+    Ok(())
+}
+
+fn fail(error: MessageError) -> TestCaseError {
+    TestCaseError::fail(error.to_string())
 }

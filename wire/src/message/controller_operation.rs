@@ -1,0 +1,169 @@
+//! ControllerOperation: a broker forwards an administrative change to the
+//! controller leader.
+//!
+//! Inter-broker: spoken by brokers to the controller, never by clients.
+//! Clients send CreateTopics, DeleteTopics and InitProducerId to any broker;
+//! that broker checks what it can and forwards the change here, because only
+//! the controller leader proposes metadata changes through raft.
+//!
+//! The controller answers once the change is committed and applied. `value`
+//! is the metadata version it was applied at, so that the forwarding broker
+//! can wait until its own metadata reaches that version before answering the
+//! client (a client that creates a topic and then asks that broker for
+//! metadata sees the topic).
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use super::common::ConfigEntry;
+use super::{api, no_raw_section};
+use crate::frame::ApiKey;
+
+/// One metadata change. The tags are part of the protocol: a new operation
+/// takes a new number, and a retired one is never reused.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+#[repr(u8)]
+pub enum ControllerOp {
+    /// Create a topic; the controller computes the placement.
+    CreateTopic {
+        /// Topic name.
+        name: String,
+        /// Number of partitions.
+        partitions: u32,
+        /// Replicas per partition.
+        replication_factor: u16,
+        /// Topic configuration, as given by the client.
+        configs: Vec<ConfigEntry>,
+    } = 0,
+    /// Delete a topic and all its partitions.
+    DeleteTopic {
+        /// Topic name.
+        name: String,
+    } = 1,
+    /// Reserve a block of idempotent producer ids for the forwarding broker,
+    /// which hands them out to InitProducerId requests one by one.
+    AllocateProducerIds {
+        /// Ids in the block.
+        count: u32,
+    } = 2,
+}
+
+/// Forwards one change to the controller leader.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ControllerOperationRequest {
+    /// The change.
+    pub op: ControllerOp,
+}
+
+/// The change's outcome.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ControllerOperationResponse {
+    /// `NONE` (0); `NOT_CONTROLLER` (retry at `leader_hint`), or the
+    /// operation's own refusal to pass on to the client (for example
+    /// `TOPIC_ALREADY_EXISTS`, `INVALID_REPLICATION_FACTOR`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`).
+    pub error_code: u16,
+    /// Detail for people, beyond the error code's own message.
+    pub error_message: Option<String>,
+    /// With `NOT_CONTROLLER`: node id of the controller leader, if the
+    /// answering voter knows it.
+    pub leader_hint: Option<u32>,
+    /// With `NONE`: for `AllocateProducerIds`, the first id of the allocated
+    /// block (the block is `value..value + count`); for the other
+    /// operations, the metadata version the change was applied at. `-1` on
+    /// error.
+    pub value: i64,
+}
+
+api!(ApiKey::ControllerOperation, ControllerOperationRequest => ControllerOperationResponse);
+no_raw_section!(
+    ControllerOperationRequest,
+    ArchivedControllerOperationRequest,
+    ControllerOperationResponse,
+    ArchivedControllerOperationResponse,
+);
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::message::test_support::{
+        arbitrary_bodies_never_panic, archived_tag, few, name, noise, optional_name,
+        round_trip_request, round_trip_response,
+    };
+
+    fn op() -> impl Strategy<Value = ControllerOp> {
+        let config = (name(), name()).prop_map(|(key, value)| ConfigEntry { key, value });
+        prop_oneof![
+            (name(), any::<u32>(), any::<u16>(), few(config)).prop_map(
+                |(name, partitions, replication_factor, configs)| ControllerOp::CreateTopic {
+                    name,
+                    partitions,
+                    replication_factor,
+                    configs,
+                }
+            ),
+            name().prop_map(|name| ControllerOp::DeleteTopic { name }),
+            any::<u32>().prop_map(|count| ControllerOp::AllocateProducerIds { count }),
+        ]
+    }
+
+    pub(crate) fn request() -> impl Strategy<Value = ControllerOperationRequest> {
+        op().prop_map(|op| ControllerOperationRequest { op })
+    }
+
+    pub(crate) fn response() -> impl Strategy<Value = ControllerOperationResponse> {
+        (
+            any::<u16>(),
+            optional_name(),
+            any::<Option<u32>>(),
+            any::<i64>(),
+        )
+            .prop_map(|(error_code, error_message, leader_hint, value)| {
+                ControllerOperationResponse {
+                    error_code,
+                    error_message,
+                    leader_hint,
+                    value,
+                }
+            })
+    }
+
+    /// A renumbered tag would make an old controller apply the wrong change.
+    #[test]
+    fn operation_tags_are_pinned() {
+        let create = ControllerOp::CreateTopic {
+            name: "t".to_owned(),
+            partitions: 3,
+            replication_factor: 3,
+            configs: Vec::new(),
+        };
+        let delete = ControllerOp::DeleteTopic {
+            name: "t".to_owned(),
+        };
+        let allocate = ControllerOp::AllocateProducerIds { count: 1000 };
+        assert_eq!(archived_tag(&create), 0);
+        assert_eq!(archived_tag(&delete), 1);
+        assert_eq!(archived_tag(&allocate), 2);
+    }
+
+    proptest! {
+        #[test]
+        fn request_round_trips(msg in request()) {
+            round_trip_request(&msg, &[])?;
+        }
+
+        #[test]
+        fn response_round_trips(msg in response()) {
+            round_trip_response(&msg, &[])?;
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(q in request(), s in response(), noise in noise()) {
+            arbitrary_bodies_never_panic((&q, &[]), (&s, &[]), &noise);
+        }
+    }
+}
