@@ -57,6 +57,15 @@ pub async fn dispatch(
         ApiKey::DeleteGroups => groups::delete(shard, body).await,
         ApiKey::ResetOffsets => groups::reset(shard, body).await,
         ApiKey::WriteAudit => groups::write_audit(shard, body).await,
+        // Inter-broker and controller APIs: a standalone broker has no peers
+        // and is its own controller, so it serves none of them.
+        ApiKey::ControllerRaft
+        | ApiKey::BrokerRegister
+        | ApiKey::BrokerHeartbeat
+        | ApiKey::MetadataFetch
+        | ApiKey::ControllerOperation
+        | ApiKey::ReplicaPush
+        | ApiKey::ReplicaQuery => Err(ErrorCode::UnsupportedVersion),
     }
 }
 
