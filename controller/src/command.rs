@@ -1,0 +1,516 @@
+//! Metadata commands: what the controller leader proposes through Raft and
+//! every controller node applies, in log order, to its [`MetadataState`].
+//!
+//! A command carries every input its effect depends on (the placement, the
+//! creation time), so that applying it is a pure function of the state and
+//! the command: two nodes that apply the same log end in the same state.
+//!
+//! Encoding (inside a Raft entry's data):
+//!
+//! ```text
+//! version u8 (1) · crc32c(body) u32 LE · body
+//! body = tag u8 · fields (little-endian; strings and lists u32-length-prefixed)
+//! ```
+//!
+//! Tags are never reused: a retired command keeps its number. A node that
+//! meets a version or tag it does not know stops applying (see
+//! [`crate::node`]) instead of skipping, because skipping would let it
+//! diverge from nodes that understood the command.
+//!
+//! [`MetadataState`]: crate::state::MetadataState
+
+use std::collections::BTreeMap;
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
+
+/// Longest broker host name.
+pub const HOST_BYTES_MAX: usize = 255;
+/// Longest rack label.
+pub const RACK_BYTES_MAX: usize = 255;
+/// Longest topic name (as the single-node catalog).
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most partitions one topic may have (as the single-node catalog).
+pub const PARTITIONS_MAX: u32 = 10_000;
+/// Most replicas of one partition: more would only slow every commit.
+pub const REPLICAS_MAX: usize = 16;
+/// Most config entries on one topic.
+pub const CONFIG_ENTRIES_MAX: usize = 256;
+/// Longest config key.
+pub const CONFIG_KEY_BYTES_MAX: usize = 255;
+/// Longest config value.
+pub const CONFIG_VALUE_BYTES_MAX: usize = 4096;
+/// Most producer ids one command may allocate; the broker asks for blocks
+/// of about a thousand.
+pub const PRODUCER_IDS_PER_COMMAND_MAX: u32 = 1 << 20;
+/// Largest encoded command: a topic with [`PARTITIONS_MAX`] partitions of
+/// [`REPLICAS_MAX`] replicas and full config fits.
+pub const COMMAND_BYTES_MAX: usize = 4 << 20;
+
+/// Format version written by this build.
+const COMMAND_VERSION: u8 = 1;
+const HEADER_BYTES: usize = 1 + 4;
+
+const TAG_REGISTER_BROKER: u8 = 1;
+const TAG_FENCE_BROKER: u8 = 2;
+const TAG_UNFENCE_BROKER: u8 = 3;
+const TAG_CREATE_TOPIC: u8 = 4;
+const TAG_DELETE_TOPIC: u8 = 5;
+const TAG_SET_LEADER: u8 = 6;
+const TAG_ALLOCATE_PRODUCER_IDS: u8 = 7;
+
+/// One change to cluster metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// A broker (re)joins. A higher incarnation replaces the registration
+    /// of an earlier process; the broker starts fenced (see
+    /// [`crate::state::BrokerRecord::fenced`]).
+    RegisterBroker {
+        /// Its id.
+        node: NodeId,
+        /// Where clients and peers reach it.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// Failure domain; placement spreads replicas over racks.
+        rack: Option<String>,
+        /// Executors on it; replicas are assigned to one of them.
+        shard_count: u16,
+        /// Grows with every start of the broker process.
+        incarnation: u64,
+    },
+    /// The broker is presumed dead (session expired) or being drained: it
+    /// gets no new replicas or leaderships.
+    FenceBroker {
+        /// Its id.
+        node: NodeId,
+    },
+    /// The broker's current incarnation caught up with metadata and may
+    /// take replicas and leaderships again.
+    UnfenceBroker {
+        /// Its id.
+        node: NodeId,
+        /// Must be the registered incarnation: a heartbeat from an earlier
+        /// process must not unfence a later one.
+        incarnation: u64,
+    },
+    /// A new topic with its placement, computed by the leader with
+    /// [`crate::placement::place`] before proposing.
+    CreateTopic {
+        /// Name; internal topics start with `__`.
+        name: String,
+        /// Whether it is an internal topic (`__groups`, `__audit`); only
+        /// those may, and must, start with `__`.
+        internal: bool,
+        /// Settings as `key=value` entries, parsed by the broker's
+        /// `TopicConfig::with_entries`.
+        config: BTreeMap<String, String>,
+        /// Replicas per partition, preferred leader first.
+        assignments: Vec<Vec<Replica>>,
+        /// Creation time stamped by the proposer (the state has no clock).
+        created_at_ms: i64,
+    },
+    /// Removes a topic. By id, so that a delete racing a re-creation under
+    /// the same name never removes the new topic.
+    DeleteTopic {
+        /// The topic.
+        topic_id: TopicId,
+    },
+    /// Publishes a partition's leader (or none) under a new epoch, after
+    /// the election rule picked it.
+    SetLeader {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The new leader, a replica; `None` leaves the partition leaderless.
+        leader: Option<NodeId>,
+        /// Must be greater than the current epoch.
+        epoch: LeaderEpoch,
+    },
+    /// Reserves the next `count` producer ids.
+    AllocateProducerIds {
+        /// How many.
+        count: u32,
+    },
+}
+
+/// What an applied command did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The broker is registered (fenced) with this incarnation.
+    BrokerRegistered {
+        /// Its id.
+        node: NodeId,
+        /// Its incarnation.
+        incarnation: u64,
+    },
+    /// The broker is fenced; `changed` is false if it already was.
+    BrokerFenced {
+        /// Its id.
+        node: NodeId,
+        /// Whether this command fenced it.
+        changed: bool,
+    },
+    /// The broker is unfenced; `changed` is false if it already was.
+    BrokerUnfenced {
+        /// Its id.
+        node: NodeId,
+        /// Whether this command unfenced it.
+        changed: bool,
+    },
+    /// The topic exists with this id.
+    TopicCreated {
+        /// The new, never reused id.
+        topic_id: TopicId,
+    },
+    /// The topic is gone.
+    TopicDeleted {
+        /// Its id.
+        topic_id: TopicId,
+        /// Its name.
+        name: String,
+    },
+    /// The partition has this leader and epoch.
+    LeaderSet {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The leader.
+        leader: Option<NodeId>,
+        /// The epoch.
+        epoch: LeaderEpoch,
+    },
+    /// Producer ids `start..end` belong to the proposer.
+    ProducerIdsAllocated {
+        /// First id.
+        start: i64,
+        /// One past the last id.
+        end: i64,
+    },
+}
+
+impl Command {
+    /// Encodes the command for a Raft entry.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Writer::default();
+        self.encode_body(&mut body);
+        let mut bytes = Vec::with_capacity(HEADER_BYTES + body.bytes.len());
+        bytes.push(COMMAND_VERSION);
+        bytes.extend_from_slice(&crc32c::crc32c(&body.bytes).to_le_bytes());
+        bytes.extend_from_slice(&body.bytes);
+        bytes
+    }
+
+    fn encode_body(&self, writer: &mut Writer) {
+        match self {
+            Command::RegisterBroker {
+                node,
+                host,
+                port,
+                rack,
+                shard_count,
+                incarnation,
+            } => {
+                writer.u8(TAG_REGISTER_BROKER);
+                writer.u64(node.0);
+                writer.str(host);
+                writer.u16(*port);
+                writer.opt_str(rack.as_deref());
+                writer.u16(*shard_count);
+                writer.u64(*incarnation);
+            }
+            Command::FenceBroker { node } => {
+                writer.u8(TAG_FENCE_BROKER);
+                writer.u64(node.0);
+            }
+            Command::UnfenceBroker { node, incarnation } => {
+                writer.u8(TAG_UNFENCE_BROKER);
+                writer.u64(node.0);
+                writer.u64(*incarnation);
+            }
+            Command::CreateTopic {
+                name,
+                internal,
+                config,
+                assignments,
+                created_at_ms,
+            } => {
+                writer.u8(TAG_CREATE_TOPIC);
+                writer.str(name);
+                writer.bool(*internal);
+                write_config(writer, config);
+                writer.len(assignments.len());
+                for replicas in assignments {
+                    write_replicas(writer, replicas);
+                }
+                writer.i64(*created_at_ms);
+            }
+            Command::DeleteTopic { topic_id } => {
+                writer.u8(TAG_DELETE_TOPIC);
+                writer.u64(topic_id.0);
+            }
+            Command::SetLeader {
+                topic_id,
+                partition,
+                leader,
+                epoch,
+            } => {
+                writer.u8(TAG_SET_LEADER);
+                writer.u64(topic_id.0);
+                writer.u32(*partition);
+                writer.u64(leader.map_or(0, |leader| leader.0));
+                writer.u32(epoch.0);
+            }
+            Command::AllocateProducerIds { count } => {
+                writer.u8(TAG_ALLOCATE_PRODUCER_IDS);
+                writer.u32(*count);
+            }
+        }
+    }
+
+    /// Decodes a command from a Raft entry's data.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for anything but a whole, undamaged command of a
+    /// version and tag this build knows. Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
+        let what = "command";
+        if bytes.len() > COMMAND_BYTES_MAX {
+            return Err(DecodeError::Invalid {
+                what,
+                at: 0,
+                reason: format!("{} bytes, over {COMMAND_BYTES_MAX}", bytes.len()),
+            });
+        }
+        let mut reader = Reader::new(bytes, 0);
+        let version = reader.u8(what)?;
+        if version != COMMAND_VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                what,
+                version,
+                supported: COMMAND_VERSION,
+            });
+        }
+        let stored = reader.u32(what)?;
+        let body = &bytes[HEADER_BYTES..];
+        let computed = crc32c::crc32c(body);
+        if stored != computed {
+            return Err(DecodeError::Checksum {
+                what,
+                stored,
+                computed,
+            });
+        }
+        let mut reader = Reader::new(body, HEADER_BYTES);
+        let command = Self::decode_body(&mut reader)?;
+        reader.finish()?;
+        Ok(command)
+    }
+
+    fn decode_body(reader: &mut Reader<'_>) -> Result<Command, DecodeError> {
+        let at = reader.position();
+        let command = match reader.u8("command tag")? {
+            TAG_REGISTER_BROKER => Command::RegisterBroker {
+                node: NodeId(reader.u64("node")?),
+                host: reader.str("host", HOST_BYTES_MAX)?,
+                port: reader.u16("port")?,
+                rack: reader.opt_str("rack", RACK_BYTES_MAX)?,
+                shard_count: reader.u16("shard count")?,
+                incarnation: reader.u64("incarnation")?,
+            },
+            TAG_FENCE_BROKER => Command::FenceBroker {
+                node: NodeId(reader.u64("node")?),
+            },
+            TAG_UNFENCE_BROKER => Command::UnfenceBroker {
+                node: NodeId(reader.u64("node")?),
+                incarnation: reader.u64("incarnation")?,
+            },
+            TAG_CREATE_TOPIC => {
+                let name = reader.str("topic name", TOPIC_NAME_BYTES_MAX)?;
+                let internal = reader.bool("internal")?;
+                let config = read_config(reader)?;
+                let count = reader.len("partitions", PARTITIONS_MAX as usize, 4)?;
+                let mut assignments = Vec::with_capacity(count);
+                for _ in 0..count {
+                    assignments.push(read_replicas(reader)?);
+                }
+                Command::CreateTopic {
+                    name,
+                    internal,
+                    config,
+                    assignments,
+                    created_at_ms: reader.i64("created at")?,
+                }
+            }
+            TAG_DELETE_TOPIC => Command::DeleteTopic {
+                topic_id: TopicId(reader.u64("topic id")?),
+            },
+            TAG_SET_LEADER => Command::SetLeader {
+                topic_id: TopicId(reader.u64("topic id")?),
+                partition: reader.u32("partition")?,
+                leader: match reader.u64("leader")? {
+                    0 => None,
+                    node => Some(NodeId(node)),
+                },
+                epoch: LeaderEpoch(reader.u32("leader epoch")?),
+            },
+            TAG_ALLOCATE_PRODUCER_IDS => Command::AllocateProducerIds {
+                count: reader.u32("producer id count")?,
+            },
+            tag => {
+                return Err(reader.invalid_at("command tag", at, format!("unknown tag {tag}")));
+            }
+        };
+        Ok(command)
+    }
+}
+
+/// Writes config entries (sorted, as the map keeps them).
+pub(crate) fn write_config(writer: &mut Writer, config: &BTreeMap<String, String>) {
+    writer.len(config.len());
+    for (key, value) in config {
+        writer.str(key);
+        writer.str(value);
+    }
+}
+
+/// Reads config entries; keys must be strictly increasing, which makes the
+/// encoding of a map unique.
+pub(crate) fn read_config(
+    reader: &mut Reader<'_>,
+) -> Result<BTreeMap<String, String>, DecodeError> {
+    let count = reader.len("config entries", CONFIG_ENTRIES_MAX, 8)?;
+    let mut config = BTreeMap::new();
+    let mut previous: Option<String> = None;
+    for _ in 0..count {
+        let at = reader.position();
+        let key = reader.str("config key", CONFIG_KEY_BYTES_MAX)?;
+        let value = reader.str("config value", CONFIG_VALUE_BYTES_MAX)?;
+        if previous.as_ref().is_some_and(|previous| *previous >= key) {
+            return Err(reader.invalid_at("config key", at, "keys out of order".to_owned()));
+        }
+        previous = Some(key.clone());
+        config.insert(key, value);
+    }
+    Ok(config)
+}
+
+pub(crate) fn write_replicas(writer: &mut Writer, replicas: &[Replica]) {
+    writer.len(replicas.len());
+    for replica in replicas {
+        writer.u64(replica.node.0);
+        writer.u16(replica.shard);
+    }
+}
+
+pub(crate) fn read_replicas(reader: &mut Reader<'_>) -> Result<Vec<Replica>, DecodeError> {
+    let count = reader.len("replicas", REPLICAS_MAX, 10)?;
+    let mut replicas = Vec::with_capacity(count);
+    for _ in 0..count {
+        replicas.push(Replica {
+            node: NodeId(reader.u64("replica node")?),
+            shard: reader.u16("replica shard")? as ShardId,
+        });
+    }
+    Ok(replicas)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::arb_command;
+
+    #[test]
+    fn every_command_round_trips() {
+        let commands = [
+            Command::RegisterBroker {
+                node: NodeId(1),
+                host: "broker-1.local".to_owned(),
+                port: 7100,
+                rack: Some("eu-west-1a".to_owned()),
+                shard_count: 4,
+                incarnation: 7,
+            },
+            Command::FenceBroker { node: NodeId(2) },
+            Command::UnfenceBroker {
+                node: NodeId(2),
+                incarnation: 3,
+            },
+            Command::CreateTopic {
+                name: "orders".to_owned(),
+                internal: false,
+                config: BTreeMap::from([("retention.ms".to_owned(), "60000".to_owned())]),
+                assignments: vec![vec![
+                    Replica {
+                        node: NodeId(1),
+                        shard: 0,
+                    },
+                    Replica {
+                        node: NodeId(2),
+                        shard: 1,
+                    },
+                ]],
+                created_at_ms: 1_700_000_000_000,
+            },
+            Command::DeleteTopic {
+                topic_id: TopicId(9),
+            },
+            Command::SetLeader {
+                topic_id: TopicId(9),
+                partition: 3,
+                leader: None,
+                epoch: LeaderEpoch(4),
+            },
+            Command::AllocateProducerIds { count: 1024 },
+        ];
+        for command in commands {
+            assert_eq!(Command::decode(&command.encode()), Ok(command));
+        }
+    }
+
+    #[test]
+    fn unknown_versions_and_tags_are_refused() {
+        let mut bytes = Command::FenceBroker { node: NodeId(1) }.encode();
+        bytes[0] = 2;
+        assert!(matches!(
+            Command::decode(&bytes),
+            Err(DecodeError::UnsupportedVersion { version: 2, .. })
+        ));
+        let body = [99u8];
+        let mut bytes = vec![COMMAND_VERSION];
+        bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        assert!(matches!(
+            Command::decode(&bytes),
+            Err(DecodeError::Invalid {
+                what: "command tag",
+                ..
+            })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn commands_round_trip(command in arb_command()) {
+            prop_assert_eq!(Command::decode(&command.encode()), Ok(command));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Command::decode(&bytes);
+        }
+
+        #[test]
+        fn any_flipped_bit_is_detected(command in arb_command(), seed in any::<u64>()) {
+            let mut bytes = command.encode();
+            let bit = (seed % (bytes.len() as u64 * 8)) as usize;
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(Command::decode(&bytes).is_err());
+        }
+    }
+}

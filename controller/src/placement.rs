@@ -1,0 +1,244 @@
+//! Replica placement: which brokers, and which shard on each, hold the
+//! replicas of a new topic's partitions. Pure and deterministic: the leader
+//! computes it and proposes the result inside `CreateTopic`, so followers
+//! never re-run it (a placement rule can then change between releases
+//! without making nodes disagree).
+//!
+//! Greedy, partition by partition, against the load already in the cluster
+//! plus what this call placed so far:
+//! - the preferred leader (first replica) is the live broker with the
+//!   fewest preferred leaderships (then fewest replicas, then lowest id);
+//! - each further replica goes to a live broker not yet in the partition,
+//!   on a failure domain (rack) not yet in the partition whenever one is
+//!   left, with the fewest replicas, then the MOST leaderships, then lowest
+//!   id. Most leaderships because a broker with few leaderships is about to
+//!   receive replicas as a leader: giving it follower replicas now is what
+//!   unbalances replica counts (found by the balance property test). A
+//!   broker without a rack label is its own failure domain;
+//! - on its broker a replica goes to the shard with the fewest leaders,
+//!   then fewest replicas (for the leader), or the fewest replicas, then
+//!   most leaders (for a follower), then the lowest shard, for the same
+//!   reason. This replaces the single-node rule `(topic_id +
+//!   partition) % shards`, which cannot see load: it spreads per broker.
+//!
+//! Taking a new rack whenever one is left gives as many distinct racks as
+//! `min(replication factor, racks)`, the most possible. Choosing by least
+//! count keeps leaders within one of each other across brokers on a fresh
+//! cluster (max − min ≤ 1), which the tests check.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::command::{PARTITIONS_MAX, REPLICAS_MAX};
+use crate::state::{BrokerRecord, MetadataState};
+use crate::types::{NodeId, Replica, ShardId};
+
+/// Why no placement was produced.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// Not enough live (registered, unfenced) brokers, or a factor of 0.
+    #[error(
+        "replication factor {requested} is not possible with {live} live broker(s) (at most {REPLICAS_MAX})"
+    )]
+    InvalidReplicationFactor {
+        /// Asked for.
+        requested: u16,
+        /// Live brokers.
+        live: usize,
+    },
+    /// Partition count out of range.
+    #[error("partition count {0} must be between 1 and {PARTITIONS_MAX}")]
+    InvalidPartitions(u32),
+}
+
+/// Replicas and preferred leaderships already placed, per broker and per
+/// shard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacementLoad {
+    replicas: BTreeMap<NodeId, u32>,
+    leaders: BTreeMap<NodeId, u32>,
+    shard_replicas: BTreeMap<(NodeId, ShardId), u32>,
+    shard_leaders: BTreeMap<(NodeId, ShardId), u32>,
+}
+
+impl PlacementLoad {
+    /// The load of every partition in `state`. Preferred leaders (first
+    /// replicas) count as leaderships, not current leaders: leadership
+    /// returns to the preferred replica, so that is the load to balance.
+    #[must_use]
+    pub fn from_state(state: &MetadataState) -> PlacementLoad {
+        let mut load = PlacementLoad::default();
+        for topic in state.topics().values() {
+            for partition in &topic.partitions {
+                load.add(&partition.replicas);
+            }
+        }
+        load
+    }
+
+    /// Counts one partition's replicas, the first as preferred leader.
+    pub fn add(&mut self, replicas: &[Replica]) {
+        for (position, replica) in replicas.iter().enumerate() {
+            *self.replicas.entry(replica.node).or_default() += 1;
+            *self
+                .shard_replicas
+                .entry((replica.node, replica.shard))
+                .or_default() += 1;
+            if position == 0 {
+                *self.leaders.entry(replica.node).or_default() += 1;
+                *self
+                    .shard_leaders
+                    .entry((replica.node, replica.shard))
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    /// Replicas on `node`.
+    #[must_use]
+    pub fn replicas_on(&self, node: NodeId) -> u32 {
+        self.replicas.get(&node).copied().unwrap_or(0)
+    }
+
+    /// Preferred leaderships on `node`.
+    #[must_use]
+    pub fn leaders_on(&self, node: NodeId) -> u32 {
+        self.leaders.get(&node).copied().unwrap_or(0)
+    }
+
+    /// Replicas on one shard of `node`.
+    #[must_use]
+    pub fn replicas_on_shard(&self, node: NodeId, shard: ShardId) -> u32 {
+        self.shard_replicas
+            .get(&(node, shard))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Preferred leaderships on one shard of `node`.
+    #[must_use]
+    pub fn leaders_on_shard(&self, node: NodeId, shard: ShardId) -> u32 {
+        self.shard_leaders.get(&(node, shard)).copied().unwrap_or(0)
+    }
+}
+
+/// A failure domain: the rack, or the broker itself when it has no rack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Domain<'a> {
+    Rack(&'a str),
+    Node(NodeId),
+}
+
+fn domain(broker: &BrokerRecord) -> Domain<'_> {
+    broker
+        .rack
+        .as_deref()
+        .map_or(Domain::Node(broker.id), Domain::Rack)
+}
+
+/// Places `partition_count` partitions of `replication_factor` replicas on
+/// the live (unfenced) brokers among `brokers`, given the existing `load`.
+/// Returns one replica list per partition, preferred leader first.
+///
+/// # Errors
+/// [`PlacementError`] when the factor is 0, above [`REPLICAS_MAX`] or above
+/// the number of live brokers, or the partition count is out of range.
+pub fn place<'a>(
+    brokers: impl IntoIterator<Item = &'a BrokerRecord>,
+    partition_count: u32,
+    replication_factor: u16,
+    load: &PlacementLoad,
+) -> Result<Vec<Vec<Replica>>, PlacementError> {
+    let live: BTreeMap<NodeId, &BrokerRecord> = brokers
+        .into_iter()
+        .filter(|broker| !broker.fenced && broker.shard_count > 0)
+        .map(|broker| (broker.id, broker))
+        .collect();
+    let factor = usize::from(replication_factor);
+    if factor == 0 || factor > live.len() || factor > REPLICAS_MAX {
+        return Err(PlacementError::InvalidReplicationFactor {
+            requested: replication_factor,
+            live: live.len(),
+        });
+    }
+    if partition_count == 0 || partition_count > PARTITIONS_MAX {
+        return Err(PlacementError::InvalidPartitions(partition_count));
+    }
+    let mut load = load.clone();
+    let mut assignments = Vec::with_capacity(partition_count as usize);
+    for _ in 0..partition_count {
+        let replicas = place_partition(&live, factor, &load);
+        load.add(&replicas);
+        assignments.push(replicas);
+    }
+    Ok(assignments)
+}
+
+fn place_partition(
+    live: &BTreeMap<NodeId, &BrokerRecord>,
+    factor: usize,
+    load: &PlacementLoad,
+) -> Vec<Replica> {
+    let mut chosen: Vec<&BrokerRecord> = Vec::with_capacity(factor);
+    let leader = live
+        .values()
+        .min_by_key(|broker| {
+            (
+                load.leaders_on(broker.id),
+                load.replicas_on(broker.id),
+                broker.id,
+            )
+        })
+        .copied();
+    chosen.extend(leader);
+    while chosen.len() < factor {
+        let used_nodes: BTreeSet<NodeId> = chosen.iter().map(|broker| broker.id).collect();
+        let used_domains: BTreeSet<Domain<'_>> =
+            chosen.iter().map(|broker| domain(broker)).collect();
+        let candidates = live
+            .values()
+            .filter(|broker| !used_nodes.contains(&broker.id));
+        let new_domain = candidates
+            .clone()
+            .any(|broker| !used_domains.contains(&domain(broker)));
+        let next = candidates
+            .filter(|broker| !new_domain || !used_domains.contains(&domain(broker)))
+            .min_by_key(|broker| {
+                (
+                    load.replicas_on(broker.id),
+                    Reverse(load.leaders_on(broker.id)),
+                    broker.id,
+                )
+            })
+            .copied();
+        match next {
+            Some(broker) => chosen.push(broker),
+            // Unreachable: the factor was checked against the live count.
+            None => break,
+        }
+    }
+    chosen
+        .iter()
+        .enumerate()
+        .map(|(position, broker)| Replica {
+            node: broker.id,
+            shard: pick_shard(broker, position == 0, load),
+        })
+        .collect()
+}
+
+fn pick_shard(broker: &BrokerRecord, leader: bool, load: &PlacementLoad) -> ShardId {
+    let shards = 0..broker.shard_count;
+    let leaders = |shard| load.leaders_on_shard(broker.id, shard);
+    let replicas = |shard| load.replicas_on_shard(broker.id, shard);
+    let chosen = if leader {
+        shards.min_by_key(|&shard| (leaders(shard), replicas(shard), shard))
+    } else {
+        shards.min_by_key(|&shard| (replicas(shard), Reverse(leaders(shard)), shard))
+    };
+    chosen.unwrap_or(0)
+}
+
+#[cfg(test)]
+#[path = "placement_tests.rs"]
+mod tests;

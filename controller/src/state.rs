@@ -1,0 +1,712 @@
+//! The cluster metadata state machine: brokers, topics, partitions and the
+//! producer-id block, changed only by [`MetadataState::apply`].
+//!
+//! Pure and deterministic: no clock, no randomness, ordered maps only. Every
+//! controller node applies the same commands in the same order and must end
+//! in the same state, which the cluster tests check byte for byte through
+//! [`MetadataState::encode`].
+//!
+//! It takes over the single-node catalog's concepts: topic ids are never
+//! reused, internal topics (`__groups`, `__audit`) are created through the
+//! same command with `internal: true`, producer ids are handed out in blocks
+//! whose end is part of the state, and topic settings are kept as the
+//! `key=value` entries the broker's `TopicConfig::with_entries` parses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::command::{
+    CONFIG_ENTRIES_MAX, CONFIG_KEY_BYTES_MAX, CONFIG_VALUE_BYTES_MAX, Command, HOST_BYTES_MAX,
+    Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX, REPLICAS_MAX,
+    TOPIC_NAME_BYTES_MAX,
+};
+use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
+
+/// A registered broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRecord {
+    /// Its id.
+    pub id: NodeId,
+    /// Where it is reached.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// Failure domain.
+    pub rack: Option<String>,
+    /// Executors on it.
+    pub shard_count: u16,
+    /// The process generation that registered last.
+    pub incarnation: u64,
+    /// A fenced broker gets no new replicas or leaderships. Brokers
+    /// register fenced: a new process has not yet caught up with metadata
+    /// and its replicas' state is unknown, so the controller unfences it
+    /// (`UnfenceBroker`) once it heartbeats with a current metadata version.
+    pub fenced: bool,
+}
+
+/// One partition: its replica set, leader and leader epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionRecord {
+    /// Replicas, preferred leader first; distinct brokers.
+    pub replicas: Vec<Replica>,
+    /// The leader, one of the replicas; `None` while leaderless.
+    pub leader: Option<NodeId>,
+    /// Grows with every leader change (C11).
+    pub leader_epoch: LeaderEpoch,
+}
+
+impl PartitionRecord {
+    /// The replica on `node`, if it holds one.
+    #[must_use]
+    pub fn replica_on(&self, node: NodeId) -> Option<Replica> {
+        self.replicas
+            .iter()
+            .copied()
+            .find(|replica| replica.node == node)
+    }
+}
+
+/// One topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// Never reused.
+    pub id: TopicId,
+    /// Unique among live topics.
+    pub name: String,
+    /// An internal topic (`__groups`, `__audit`).
+    pub internal: bool,
+    /// Settings as `key=value` entries.
+    pub config: BTreeMap<String, String>,
+    /// Partitions by index.
+    pub partitions: Vec<PartitionRecord>,
+    /// When it was created (stamped by the proposer).
+    pub created_at_ms: i64,
+}
+
+impl TopicRecord {
+    /// Partition count.
+    #[must_use]
+    pub fn partition_count(&self) -> u32 {
+        u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The settings as `(key, value)` pairs, the shape
+    /// `TopicConfig::with_entries` takes.
+    pub fn config_entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.config
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+    }
+}
+
+/// Why a command was refused. A refused command changes nothing but the
+/// metadata version (it still consumed a log index).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// A registration field is unusable.
+    #[error("invalid registration of broker {node}: {reason}")]
+    InvalidBroker {
+        /// The broker.
+        node: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The registration comes from an earlier (or conflicting) process.
+    #[error(
+        "broker {node} registration with incarnation {given} is stale: incarnation {registered} is registered"
+    )]
+    StaleIncarnation {
+        /// The broker.
+        node: NodeId,
+        /// Registered now.
+        registered: u64,
+        /// In the command.
+        given: u64,
+    },
+    /// A re-registration would leave replicas on shards that no longer exist.
+    #[error("broker {node} cannot shrink to {shard_count} shard(s): shard {in_use} holds replicas")]
+    ShardsInUse {
+        /// The broker.
+        node: NodeId,
+        /// Asked for.
+        shard_count: u16,
+        /// Highest shard with a replica.
+        in_use: ShardId,
+    },
+    /// No such broker.
+    #[error("broker {0} is not registered")]
+    UnknownBroker(NodeId),
+    /// The broker is fenced and can take no replica or leadership.
+    #[error("broker {0} is fenced")]
+    BrokerFenced(NodeId),
+    /// The topic name is not usable.
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopicName {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A topic with the name exists.
+    #[error("topic {0:?} already exists")]
+    TopicExists(String),
+    /// No topic with the id.
+    #[error("topic {0} does not exist")]
+    UnknownTopic(TopicId),
+    /// Partition count out of range.
+    #[error("partition count {0} must be between 1 and {PARTITIONS_MAX}")]
+    InvalidPartitions(usize),
+    /// A partition's replica list is unusable.
+    #[error("invalid assignment of partition {partition}: {reason}")]
+    InvalidAssignment {
+        /// The partition.
+        partition: u32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A config entry is unusable.
+    #[error("invalid config entry {key:?}: {reason}")]
+    InvalidConfig {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The topic has no such partition.
+    #[error("topic {topic_id} has no partition {partition}")]
+    UnknownPartition {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+    },
+    /// The epoch is not greater than the partition's current one.
+    #[error(
+        "stale leader epoch {given} for topic {topic_id} partition {partition}: current {current}"
+    )]
+    StaleEpoch {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The partition's epoch.
+        current: LeaderEpoch,
+        /// In the command.
+        given: LeaderEpoch,
+    },
+    /// The proposed leader holds no replica of the partition.
+    #[error("broker {node} is not a replica of topic {topic_id} partition {partition}")]
+    NotAReplica {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The broker.
+        node: NodeId,
+    },
+    /// Producer id count out of range.
+    #[error("producer id count {0} must be between 1 and {PRODUCER_IDS_PER_COMMAND_MAX}")]
+    InvalidProducerIdCount(u32),
+    /// The producer id space is used up.
+    #[error("producer ids are exhausted")]
+    ProducerIdsExhausted,
+}
+
+/// The whole cluster metadata. See the module docs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetadataState {
+    pub(crate) version: u64,
+    pub(crate) brokers: BTreeMap<NodeId, BrokerRecord>,
+    pub(crate) topics: BTreeMap<TopicId, TopicRecord>,
+    /// Index of `topics` by name; rebuilt on decode, never encoded.
+    pub(crate) names: BTreeMap<String, TopicId>,
+    pub(crate) next_topic_id: u64,
+    pub(crate) producer_id_block_end: i64,
+}
+
+impl MetadataState {
+    /// The metadata version: the Raft index of the last applied entry.
+    /// Brokers long-poll on it and apply snapshots in its order.
+    #[must_use]
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Registered brokers by id.
+    #[must_use]
+    pub fn brokers(&self) -> &BTreeMap<NodeId, BrokerRecord> {
+        &self.brokers
+    }
+
+    /// Topics by id.
+    #[must_use]
+    pub fn topics(&self) -> &BTreeMap<TopicId, TopicRecord> {
+        &self.topics
+    }
+
+    /// The topic named `name`.
+    #[must_use]
+    pub fn topic_by_name(&self, name: &str) -> Option<&TopicRecord> {
+        self.names.get(name).and_then(|id| self.topics.get(id))
+    }
+
+    /// The id the next created topic gets.
+    #[must_use]
+    pub fn next_topic_id(&self) -> TopicId {
+        TopicId(self.next_topic_id)
+    }
+
+    /// Producer ids below this were handed out.
+    #[must_use]
+    pub fn producer_id_block_end(&self) -> i64 {
+        self.producer_id_block_end
+    }
+
+    /// A partition.
+    #[must_use]
+    pub fn partition(&self, topic_id: TopicId, partition: u32) -> Option<&PartitionRecord> {
+        self.topics
+            .get(&topic_id)?
+            .partitions
+            .get(partition as usize)
+    }
+
+    /// Records that the entry at `index` carried no command (a new Raft
+    /// leader's empty entry), so that the version still equals the applied
+    /// index.
+    ///
+    /// # Panics
+    /// If `index` does not follow the version: entries apply in log order.
+    pub fn note_applied(&mut self, index: u64) {
+        assert!(
+            index > self.version,
+            "metadata index {index} applied after {}",
+            self.version
+        );
+        self.version = index;
+    }
+
+    /// Applies the command committed at Raft index `index`.
+    ///
+    /// # Errors
+    /// A [`CommandError`] when the command is refused; the state is then
+    /// unchanged but for the version.
+    ///
+    /// # Panics
+    /// If `index` does not follow the version: entries apply in log order.
+    pub fn apply(&mut self, index: u64, command: &Command) -> Result<Outcome, CommandError> {
+        self.note_applied(index);
+        match command {
+            Command::RegisterBroker {
+                node,
+                host,
+                port,
+                rack,
+                shard_count,
+                incarnation,
+            } => self.register_broker(BrokerRecord {
+                id: *node,
+                host: host.clone(),
+                port: *port,
+                rack: rack.clone(),
+                shard_count: *shard_count,
+                incarnation: *incarnation,
+                fenced: true,
+            }),
+            Command::FenceBroker { node } => {
+                let broker = self
+                    .brokers
+                    .get_mut(node)
+                    .ok_or(CommandError::UnknownBroker(*node))?;
+                let changed = !broker.fenced;
+                broker.fenced = true;
+                Ok(Outcome::BrokerFenced {
+                    node: *node,
+                    changed,
+                })
+            }
+            Command::UnfenceBroker { node, incarnation } => {
+                let broker = self
+                    .brokers
+                    .get_mut(node)
+                    .ok_or(CommandError::UnknownBroker(*node))?;
+                if broker.incarnation != *incarnation {
+                    return Err(CommandError::StaleIncarnation {
+                        node: *node,
+                        registered: broker.incarnation,
+                        given: *incarnation,
+                    });
+                }
+                let changed = broker.fenced;
+                broker.fenced = false;
+                Ok(Outcome::BrokerUnfenced {
+                    node: *node,
+                    changed,
+                })
+            }
+            Command::CreateTopic {
+                name,
+                internal,
+                config,
+                assignments,
+                created_at_ms,
+            } => self.create_topic(name, *internal, config, assignments, *created_at_ms),
+            Command::DeleteTopic { topic_id } => {
+                let topic = self
+                    .topics
+                    .remove(topic_id)
+                    .ok_or(CommandError::UnknownTopic(*topic_id))?;
+                self.names.remove(&topic.name);
+                Ok(Outcome::TopicDeleted {
+                    topic_id: *topic_id,
+                    name: topic.name,
+                })
+            }
+            Command::SetLeader {
+                topic_id,
+                partition,
+                leader,
+                epoch,
+            } => self.set_leader(*topic_id, *partition, *leader, *epoch),
+            Command::AllocateProducerIds { count } => {
+                if *count == 0 || *count > PRODUCER_IDS_PER_COMMAND_MAX {
+                    return Err(CommandError::InvalidProducerIdCount(*count));
+                }
+                let start = self.producer_id_block_end;
+                let end = start
+                    .checked_add(i64::from(*count))
+                    .ok_or(CommandError::ProducerIdsExhausted)?;
+                self.producer_id_block_end = end;
+                Ok(Outcome::ProducerIdsAllocated { start, end })
+            }
+        }
+    }
+
+    fn register_broker(&mut self, broker: BrokerRecord) -> Result<Outcome, CommandError> {
+        let node = broker.id;
+        validate_broker(&broker)?;
+        if let Some(registered) = self.brokers.get(&node) {
+            let retry = registered.incarnation == broker.incarnation
+                && registered.host == broker.host
+                && registered.port == broker.port
+                && registered.rack == broker.rack
+                && registered.shard_count == broker.shard_count;
+            if retry {
+                // The same process asking again (its answer was lost): no
+                // change, and in particular its fence stays as it is.
+                return Ok(Outcome::BrokerRegistered {
+                    node,
+                    incarnation: broker.incarnation,
+                });
+            }
+            if broker.incarnation <= registered.incarnation {
+                return Err(CommandError::StaleIncarnation {
+                    node,
+                    registered: registered.incarnation,
+                    given: broker.incarnation,
+                });
+            }
+        }
+        if let Some(in_use) = self.highest_shard_used(node)
+            && in_use >= broker.shard_count
+        {
+            return Err(CommandError::ShardsInUse {
+                node,
+                shard_count: broker.shard_count,
+                in_use,
+            });
+        }
+        let incarnation = broker.incarnation;
+        self.brokers.insert(node, broker);
+        Ok(Outcome::BrokerRegistered { node, incarnation })
+    }
+
+    fn highest_shard_used(&self, node: NodeId) -> Option<ShardId> {
+        self.topics
+            .values()
+            .flat_map(|topic| &topic.partitions)
+            .filter_map(|partition| partition.replica_on(node))
+            .map(|replica| replica.shard)
+            .max()
+    }
+
+    fn create_topic(
+        &mut self,
+        name: &str,
+        internal: bool,
+        config: &BTreeMap<String, String>,
+        assignments: &[Vec<Replica>],
+        created_at_ms: i64,
+    ) -> Result<Outcome, CommandError> {
+        validate_topic_name(name, internal)?;
+        validate_config(config)?;
+        if self.names.contains_key(name) {
+            return Err(CommandError::TopicExists(name.to_owned()));
+        }
+        if assignments.is_empty() || assignments.len() > PARTITIONS_MAX as usize {
+            return Err(CommandError::InvalidPartitions(assignments.len()));
+        }
+        let mut partitions = Vec::with_capacity(assignments.len());
+        for (partition, replicas) in (0u32..).zip(assignments) {
+            self.validate_replicas(partition, replicas)?;
+            partitions.push(PartitionRecord {
+                replicas: replicas.clone(),
+                leader: replicas.first().map(|replica| replica.node),
+                leader_epoch: LeaderEpoch(0),
+            });
+        }
+        let id = TopicId(self.next_topic_id);
+        self.next_topic_id += 1;
+        self.names.insert(name.to_owned(), id);
+        self.topics.insert(
+            id,
+            TopicRecord {
+                id,
+                name: name.to_owned(),
+                internal,
+                config: config.clone(),
+                partitions,
+                created_at_ms,
+            },
+        );
+        Ok(Outcome::TopicCreated { topic_id: id })
+    }
+
+    fn validate_replicas(&self, partition: u32, replicas: &[Replica]) -> Result<(), CommandError> {
+        let invalid = |reason: String| Err(CommandError::InvalidAssignment { partition, reason });
+        if replicas.is_empty() || replicas.len() > REPLICAS_MAX {
+            return invalid(format!("must have 1 to {REPLICAS_MAX} replicas"));
+        }
+        let mut seen = BTreeSet::new();
+        for replica in replicas {
+            if !seen.insert(replica.node) {
+                return invalid(format!("broker {} appears twice", replica.node));
+            }
+            let broker = self
+                .brokers
+                .get(&replica.node)
+                .ok_or(CommandError::UnknownBroker(replica.node))?;
+            if broker.fenced {
+                return Err(CommandError::BrokerFenced(replica.node));
+            }
+            if replica.shard >= broker.shard_count {
+                return invalid(format!(
+                    "broker {} has {} shard(s), not shard {}",
+                    replica.node, broker.shard_count, replica.shard
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn set_leader(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        leader: Option<NodeId>,
+        epoch: LeaderEpoch,
+    ) -> Result<Outcome, CommandError> {
+        if let Some(node) = leader {
+            match self.brokers.get(&node) {
+                None => return Err(CommandError::UnknownBroker(node)),
+                Some(broker) if broker.fenced => return Err(CommandError::BrokerFenced(node)),
+                Some(_) => {}
+            }
+        }
+        let topic = self
+            .topics
+            .get_mut(&topic_id)
+            .ok_or(CommandError::UnknownTopic(topic_id))?;
+        let record =
+            topic
+                .partitions
+                .get_mut(partition as usize)
+                .ok_or(CommandError::UnknownPartition {
+                    topic_id,
+                    partition,
+                })?;
+        if epoch <= record.leader_epoch {
+            return Err(CommandError::StaleEpoch {
+                topic_id,
+                partition,
+                current: record.leader_epoch,
+                given: epoch,
+            });
+        }
+        if let Some(node) = leader
+            && record.replica_on(node).is_none()
+        {
+            return Err(CommandError::NotAReplica {
+                topic_id,
+                partition,
+                node,
+            });
+        }
+        record.leader = leader;
+        record.leader_epoch = epoch;
+        Ok(Outcome::LeaderSet {
+            topic_id,
+            partition,
+            leader,
+            epoch,
+        })
+    }
+
+    /// Checks every structural invariant; used after decoding a snapshot
+    /// (a snapshot that breaks one is corrupt) and by the tests after every
+    /// applied command.
+    ///
+    /// # Errors
+    /// The first broken invariant, as a sentence.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (id, broker) in &self.brokers {
+            if *id != broker.id {
+                return Err(format!("broker {id} is keyed under another id"));
+            }
+            validate_broker(broker).map_err(|error| error.to_string())?;
+        }
+        if self.names.len() != self.topics.len() {
+            return Err("the name index does not match the topics".to_owned());
+        }
+        if self.producer_id_block_end < 0 {
+            return Err("the producer id block end is negative".to_owned());
+        }
+        for (id, topic) in &self.topics {
+            if *id != topic.id || self.names.get(&topic.name) != Some(id) {
+                return Err(format!("topic {id} is indexed under another id or name"));
+            }
+            if id.0 >= self.next_topic_id {
+                return Err(format!("topic {id} is not below the next topic id"));
+            }
+            validate_topic_name(&topic.name, topic.internal).map_err(|error| error.to_string())?;
+            validate_config(&topic.config).map_err(|error| error.to_string())?;
+            if topic.partitions.is_empty() || topic.partitions.len() > PARTITIONS_MAX as usize {
+                return Err(format!(
+                    "topic {id} has {} partitions",
+                    topic.partitions.len()
+                ));
+            }
+            for (index, partition) in topic.partitions.iter().enumerate() {
+                self.check_partition(partition)
+                    .map_err(|reason| format!("topic {id} partition {index}: {reason}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_partition(&self, partition: &PartitionRecord) -> Result<(), String> {
+        if partition.replicas.is_empty() || partition.replicas.len() > REPLICAS_MAX {
+            return Err(format!("{} replicas", partition.replicas.len()));
+        }
+        let mut seen = BTreeSet::new();
+        for replica in &partition.replicas {
+            if !seen.insert(replica.node) {
+                return Err(format!("broker {} appears twice", replica.node));
+            }
+            let broker = self
+                .brokers
+                .get(&replica.node)
+                .ok_or_else(|| format!("replica on unregistered broker {}", replica.node))?;
+            if replica.shard >= broker.shard_count {
+                return Err(format!("replica on missing shard {}", replica.shard));
+            }
+        }
+        if let Some(leader) = partition.leader
+            && !seen.contains(&leader)
+        {
+            return Err(format!("leader {leader} is not a replica"));
+        }
+        Ok(())
+    }
+}
+
+fn validate_broker(broker: &BrokerRecord) -> Result<(), CommandError> {
+    let invalid = |reason: &str| {
+        Err(CommandError::InvalidBroker {
+            node: broker.id,
+            reason: reason.to_owned(),
+        })
+    };
+    if broker.id.0 == 0 {
+        return invalid("node id 0 is reserved");
+    }
+    if broker.host.is_empty() || broker.host.len() > HOST_BYTES_MAX {
+        return invalid("host must be 1 to 255 bytes");
+    }
+    if broker
+        .rack
+        .as_ref()
+        .is_some_and(|rack| rack.is_empty() || rack.len() > RACK_BYTES_MAX)
+    {
+        return invalid("rack must be 1 to 255 bytes when set");
+    }
+    if broker.shard_count == 0 {
+        return invalid("shard count must be at least 1");
+    }
+    Ok(())
+}
+
+/// Checks a topic name: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`; names
+/// starting with `__` are exactly the internal topics. The same rules as
+/// the single-node catalog's `validate_topic_name`.
+///
+/// # Errors
+/// [`CommandError::InvalidTopicName`] with the reason.
+pub fn validate_topic_name(name: &str, internal: bool) -> Result<(), CommandError> {
+    let invalid = |reason| {
+        Err(CommandError::InvalidTopicName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
+        return invalid("must be 1 to 249 characters");
+    }
+    if name == "." || name == ".." {
+        return invalid("must not be . or ..");
+    }
+    if !name
+        .bytes()
+        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+    {
+        return invalid("may contain only letters, digits, '.', '_' and '-'");
+    }
+    match (name.starts_with("__"), internal) {
+        (true, false) => invalid("names starting with __ are reserved for internal topics"),
+        (false, true) => invalid("internal topic names start with __"),
+        _ => Ok(()),
+    }
+}
+
+fn validate_config(config: &BTreeMap<String, String>) -> Result<(), CommandError> {
+    if config.len() > CONFIG_ENTRIES_MAX {
+        return Err(CommandError::InvalidConfig {
+            key: String::new(),
+            reason: "too many entries",
+        });
+    }
+    for (key, value) in config {
+        let invalid = |reason| {
+            Err(CommandError::InvalidConfig {
+                key: key.clone(),
+                reason,
+            })
+        };
+        if key.is_empty() || key.len() > CONFIG_KEY_BYTES_MAX {
+            return invalid("keys are 1 to 255 bytes");
+        }
+        if !key
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+        {
+            return invalid("keys contain only letters, digits, '.', '_' and '-'");
+        }
+        if value.len() > CONFIG_VALUE_BYTES_MAX {
+            return invalid("values are at most 4096 bytes");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

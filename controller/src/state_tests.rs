@@ -1,0 +1,353 @@
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::testing::{arb_applicable_command, sample_state};
+
+fn register(node: u64, incarnation: u64, shard_count: u16) -> Command {
+    Command::RegisterBroker {
+        node: NodeId(node),
+        host: format!("broker-{node}"),
+        port: 7100,
+        rack: None,
+        shard_count,
+        incarnation,
+    }
+}
+
+fn create(name: &str, assignments: Vec<Vec<Replica>>) -> Command {
+    Command::CreateTopic {
+        name: name.to_owned(),
+        internal: name.starts_with("__"),
+        config: BTreeMap::new(),
+        assignments,
+        created_at_ms: 0,
+    }
+}
+
+fn replica(node: u64, shard: ShardId) -> Replica {
+    Replica {
+        node: NodeId(node),
+        shard,
+    }
+}
+
+/// Applies commands at consecutive indexes after the state's version.
+fn apply_all(
+    state: &mut MetadataState,
+    commands: &[Command],
+) -> Vec<Result<Outcome, CommandError>> {
+    commands
+        .iter()
+        .map(|command| state.apply(state.version() + 1, command))
+        .collect()
+}
+
+fn two_live_brokers() -> MetadataState {
+    let mut state = MetadataState::default();
+    for result in apply_all(
+        &mut state,
+        &[
+            register(1, 1, 2),
+            register(2, 1, 2),
+            Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 1,
+            },
+            Command::UnfenceBroker {
+                node: NodeId(2),
+                incarnation: 1,
+            },
+        ],
+    ) {
+        result.unwrap();
+    }
+    state
+}
+
+#[test]
+fn brokers_register_fenced_and_unfence_only_for_their_incarnation() {
+    let mut state = MetadataState::default();
+    let results = apply_all(
+        &mut state,
+        &[
+            register(1, 5, 2),
+            Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 4,
+            },
+            Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 5,
+            },
+            register(1, 5, 2),
+            register(1, 4, 2),
+            register(1, 6, 2),
+        ],
+    );
+    assert_eq!(
+        results[0],
+        Ok(Outcome::BrokerRegistered {
+            node: NodeId(1),
+            incarnation: 5
+        })
+    );
+    assert!(matches!(
+        results[1],
+        Err(CommandError::StaleIncarnation { .. })
+    ));
+    assert_eq!(
+        results[2],
+        Ok(Outcome::BrokerUnfenced {
+            node: NodeId(1),
+            changed: true
+        })
+    );
+    assert!(results[3].is_ok(), "a retried registration is accepted");
+    assert!(matches!(
+        results[4],
+        Err(CommandError::StaleIncarnation { .. })
+    ));
+    assert!(results[5].is_ok());
+    assert!(
+        state.brokers()[&NodeId(1)].fenced,
+        "a new incarnation starts fenced"
+    );
+    assert_eq!(state.version(), 6);
+}
+
+#[test]
+fn topics_get_ids_that_are_never_reused() {
+    let mut state = two_live_brokers();
+    let results = apply_all(
+        &mut state,
+        &[
+            create("orders", vec![vec![replica(1, 0), replica(2, 1)]]),
+            create("orders", vec![vec![replica(2, 0)]]),
+            Command::DeleteTopic {
+                topic_id: TopicId(0),
+            },
+            create("orders", vec![vec![replica(2, 0)]]),
+        ],
+    );
+    assert_eq!(
+        results[0],
+        Ok(Outcome::TopicCreated {
+            topic_id: TopicId(0)
+        })
+    );
+    assert_eq!(
+        results[1],
+        Err(CommandError::TopicExists("orders".to_owned()))
+    );
+    assert_eq!(
+        results[3],
+        Ok(Outcome::TopicCreated {
+            topic_id: TopicId(1)
+        })
+    );
+    let topic = state.topic_by_name("orders").unwrap();
+    assert_eq!(topic.id, TopicId(1));
+    assert_eq!(topic.partitions[0].leader, Some(NodeId(2)));
+    assert_eq!(topic.partitions[0].leader_epoch, LeaderEpoch(0));
+}
+
+#[test]
+fn bad_assignments_are_refused() {
+    let mut state = two_live_brokers();
+    apply_all(&mut state, &[register(3, 1, 1)]);
+    let cases = [
+        (create("t", vec![]), "no partitions"),
+        (create("t", vec![vec![]]), "no replicas"),
+        (
+            create("t", vec![vec![replica(1, 0), replica(1, 1)]]),
+            "same broker twice",
+        ),
+        (create("t", vec![vec![replica(1, 2)]]), "missing shard"),
+        (create("t", vec![vec![replica(9, 0)]]), "unknown broker"),
+        (create("t", vec![vec![replica(3, 0)]]), "fenced broker"),
+        (
+            Command::CreateTopic {
+                name: "__t".to_owned(),
+                internal: false,
+                config: BTreeMap::new(),
+                assignments: vec![vec![replica(1, 0)]],
+                created_at_ms: 0,
+            },
+            "a user topic named like an internal one",
+        ),
+        (create("a/b", vec![vec![replica(1, 0)]]), "bad name"),
+    ];
+    for (command, case) in cases {
+        let before = state.clone();
+        assert!(
+            state.apply(state.version() + 1, &command).is_err(),
+            "{case}"
+        );
+        assert_eq!(state.topics(), before.topics(), "{case}");
+    }
+    let internal_without_prefix = Command::CreateTopic {
+        name: "groups".to_owned(),
+        internal: true,
+        config: BTreeMap::new(),
+        assignments: vec![vec![replica(1, 0)]],
+        created_at_ms: 0,
+    };
+    assert!(
+        state
+            .apply(state.version() + 1, &internal_without_prefix)
+            .is_err()
+    );
+}
+
+#[test]
+fn leaders_need_a_greater_epoch_and_a_live_replica() {
+    let mut state = two_live_brokers();
+    apply_all(
+        &mut state,
+        &[create("t", vec![vec![replica(1, 0), replica(2, 0)]])],
+    );
+    let set = |leader: Option<u64>, epoch: u32| Command::SetLeader {
+        topic_id: TopicId(0),
+        partition: 0,
+        leader: leader.map(NodeId),
+        epoch: LeaderEpoch(epoch),
+    };
+    let results = apply_all(
+        &mut state,
+        &[
+            set(Some(2), 0),
+            set(Some(2), 1),
+            set(Some(1), 1),
+            set(None, 2),
+            Command::FenceBroker { node: NodeId(1) },
+            set(Some(1), 3),
+            set(Some(2), 3),
+            Command::SetLeader {
+                topic_id: TopicId(0),
+                partition: 1,
+                leader: None,
+                epoch: LeaderEpoch(9),
+            },
+        ],
+    );
+    assert!(matches!(results[0], Err(CommandError::StaleEpoch { .. })));
+    assert!(results[1].is_ok());
+    assert!(matches!(results[2], Err(CommandError::StaleEpoch { .. })));
+    assert!(results[3].is_ok());
+    assert_eq!(results[5], Err(CommandError::BrokerFenced(NodeId(1))));
+    assert!(results[6].is_ok());
+    assert!(matches!(
+        results[7],
+        Err(CommandError::UnknownPartition { .. })
+    ));
+    let partition = state.partition(TopicId(0), 0).unwrap();
+    assert_eq!(partition.leader, Some(NodeId(2)));
+    assert_eq!(partition.leader_epoch, LeaderEpoch(3));
+}
+
+#[test]
+fn shards_holding_replicas_cannot_be_removed() {
+    let mut state = two_live_brokers();
+    apply_all(&mut state, &[create("t", vec![vec![replica(1, 1)]])]);
+    let results = apply_all(&mut state, &[register(1, 2, 1), register(1, 3, 4)]);
+    assert!(matches!(
+        results[0],
+        Err(CommandError::ShardsInUse { in_use: 1, .. })
+    ));
+    assert!(results[1].is_ok());
+}
+
+#[test]
+fn producer_id_blocks_are_disjoint_and_bounded() {
+    let mut state = MetadataState::default();
+    let results = apply_all(
+        &mut state,
+        &[
+            Command::AllocateProducerIds { count: 10 },
+            Command::AllocateProducerIds { count: 0 },
+            Command::AllocateProducerIds { count: 5 },
+        ],
+    );
+    assert_eq!(
+        results[0],
+        Ok(Outcome::ProducerIdsAllocated { start: 0, end: 10 })
+    );
+    assert!(results[1].is_err());
+    assert_eq!(
+        results[2],
+        Ok(Outcome::ProducerIdsAllocated { start: 10, end: 15 })
+    );
+    state.producer_id_block_end = i64::MAX - 1;
+    assert_eq!(
+        state.apply(
+            state.version() + 1,
+            &Command::AllocateProducerIds { count: 5 }
+        ),
+        Err(CommandError::ProducerIdsExhausted)
+    );
+}
+
+#[test]
+fn the_sample_state_keeps_its_invariants() {
+    sample_state().check_invariants().unwrap();
+}
+
+#[test]
+#[should_panic(expected = "applied after")]
+fn entries_must_apply_in_order() {
+    let mut state = MetadataState::default();
+    state.note_applied(5);
+    state.note_applied(5);
+}
+
+proptest! {
+    #[test]
+    fn apply_sequences_keep_every_invariant(
+        commands in proptest::collection::vec(arb_applicable_command(), 0..80),
+    ) {
+        let mut state = MetadataState::default();
+        let mut ids_seen = std::collections::BTreeSet::new();
+        for (index, command) in (1u64..).zip(&commands) {
+            let before = state.clone();
+            let result = state.apply(index, command);
+            prop_assert_eq!(state.version(), index);
+            prop_assert!(state.check_invariants().is_ok(), "{:?}", state.check_invariants());
+            match &result {
+                Err(_) => {
+                    let mut unchanged = before.clone();
+                    unchanged.version = index;
+                    prop_assert_eq!(&state, &unchanged, "a refused command changed the state");
+                }
+                Ok(Outcome::TopicCreated { topic_id }) => {
+                    prop_assert!(ids_seen.insert(*topic_id), "topic id reused");
+                    prop_assert!(ids_seen.iter().all(|id| id <= topic_id));
+                }
+                Ok(_) => {}
+            }
+            // Epochs only grow, and a partition keeps its replica set.
+            for (id, topic) in before.topics() {
+                if let Some(after) = state.topics().get(id) {
+                    for (old, new) in topic.partitions.iter().zip(&after.partitions) {
+                        prop_assert!(new.leader_epoch >= old.leader_epoch);
+                        prop_assert_eq!(&new.replicas, &old.replicas);
+                    }
+                }
+            }
+            prop_assert!(state.producer_id_block_end() >= before.producer_id_block_end());
+            prop_assert!(state.next_topic_id() >= before.next_topic_id());
+        }
+    }
+
+    #[test]
+    fn decoding_an_applied_state_gives_it_back(
+        commands in proptest::collection::vec(arb_applicable_command(), 0..60),
+    ) {
+        let mut state = MetadataState::default();
+        for (index, command) in (1u64..).zip(&commands) {
+            let _ = state.apply(index, command);
+        }
+        prop_assert_eq!(MetadataState::decode(&state.encode()), Ok(state));
+    }
+}

@@ -1,0 +1,227 @@
+//! Strategies and fixtures shared by the unit tests.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use crate::command::Command;
+use crate::state::MetadataState;
+use crate::types::{LeaderEpoch, NodeId, Replica, TopicId};
+
+fn arb_name() -> impl Strategy<Value = String> {
+    "[a-z0-9._-]{1,40}"
+}
+
+fn arb_config() -> impl Strategy<Value = BTreeMap<String, String>> {
+    proptest::collection::btree_map("[a-z.]{1,20}", "[0-9a-z-]{0,12}", 0..5)
+}
+
+fn arb_replicas() -> impl Strategy<Value = Vec<Replica>> {
+    proptest::collection::vec(
+        (any::<u64>(), any::<u16>()).prop_map(|(node, shard)| Replica {
+            node: NodeId(node),
+            shard,
+        }),
+        0..5,
+    )
+}
+
+/// Any command, with strings inside the format's limits (the codec round
+/// trip needs that; [`arb_applicable_command`] aims at the state instead).
+pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        (
+            any::<u64>(),
+            "[a-z0-9.-]{0,255}",
+            any::<u16>(),
+            proptest::option::of("[a-z0-9-]{0,255}"),
+            any::<u16>(),
+            any::<u64>()
+        )
+            .prop_map(|(node, host, port, rack, shard_count, incarnation)| {
+                Command::RegisterBroker {
+                    node: NodeId(node),
+                    host,
+                    port,
+                    rack,
+                    shard_count,
+                    incarnation,
+                }
+            }),
+        any::<u64>().prop_map(|node| Command::FenceBroker { node: NodeId(node) }),
+        (any::<u64>(), any::<u64>()).prop_map(|(node, incarnation)| Command::UnfenceBroker {
+            node: NodeId(node),
+            incarnation
+        }),
+        (
+            arb_name(),
+            any::<bool>(),
+            arb_config(),
+            proptest::collection::vec(arb_replicas(), 0..6),
+            any::<i64>()
+        )
+            .prop_map(|(name, internal, config, assignments, created_at_ms)| {
+                Command::CreateTopic {
+                    name,
+                    internal,
+                    config,
+                    assignments,
+                    created_at_ms,
+                }
+            }),
+        any::<u64>().prop_map(|id| Command::DeleteTopic {
+            topic_id: TopicId(id)
+        }),
+        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(
+            |(topic, partition, leader, epoch)| Command::SetLeader {
+                topic_id: TopicId(topic),
+                partition,
+                leader: (leader != 0).then_some(NodeId(leader)),
+                epoch: LeaderEpoch(epoch),
+            }
+        ),
+        any::<u32>().prop_map(|count| Command::AllocateProducerIds { count }),
+    ]
+}
+
+/// Commands over small id ranges, so that a random sequence mostly
+/// succeeds and exercises every path of `apply`.
+pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
+    let node = (0u64..6).prop_map(NodeId);
+    let replica = (1u64..6, 0u16..4).prop_map(|(node, shard)| Replica {
+        node: NodeId(node),
+        shard,
+    });
+    let replicas = proptest::collection::vec(replica, 1..4);
+    prop_oneof![
+        (
+            node.clone(),
+            proptest::option::of(prop_oneof![Just("a"), Just("b")]),
+            1u16..4,
+            0u64..4
+        )
+            .prop_map(|(node, rack, shard_count, incarnation)| {
+                Command::RegisterBroker {
+                    node,
+                    host: format!("broker-{node}"),
+                    port: 7100,
+                    rack: rack.map(str::to_owned),
+                    shard_count,
+                    incarnation,
+                }
+            }),
+        node.clone().prop_map(|node| Command::FenceBroker { node }),
+        (node.clone(), 0u64..4)
+            .prop_map(|(node, incarnation)| Command::UnfenceBroker { node, incarnation }),
+        (
+            prop_oneof![Just("a"), Just("b"), Just("__groups"), Just("c.d")],
+            any::<bool>(),
+            proptest::collection::vec(replicas, 0..4),
+        )
+            .prop_map(|(name, internal, assignments)| Command::CreateTopic {
+                name: name.to_owned(),
+                internal,
+                config: BTreeMap::from([("retention.ms".to_owned(), "1000".to_owned())]),
+                assignments,
+                created_at_ms: 0,
+            }),
+        (0u64..6).prop_map(|id| Command::DeleteTopic {
+            topic_id: TopicId(id)
+        }),
+        (0u64..6, 0u32..4, proptest::option::of(1u64..6), 0u32..6).prop_map(
+            |(topic, partition, leader, epoch)| Command::SetLeader {
+                topic_id: TopicId(topic),
+                partition,
+                leader: leader.map(NodeId),
+                epoch: LeaderEpoch(epoch),
+            }
+        ),
+        (0u32..3000).prop_map(|count| Command::AllocateProducerIds { count }),
+    ]
+}
+
+/// A state reached by applying a random command sequence.
+pub(crate) fn arb_state() -> impl Strategy<Value = MetadataState> {
+    proptest::collection::vec(arb_applicable_command(), 0..40).prop_map(|commands| {
+        let mut state = MetadataState::default();
+        for (index, command) in (1u64..).zip(&commands) {
+            let _ = state.apply(index, command);
+        }
+        state
+    })
+}
+
+/// Three brokers, two racks, a user topic and an internal one, a leader
+/// change and a producer-id block.
+pub(crate) fn sample_state() -> MetadataState {
+    let mut state = MetadataState::default();
+    let mut index = 0;
+    let mut apply = |state: &mut MetadataState, command: Command| {
+        index += 1;
+        state
+            .apply(index, &command)
+            .expect("sample command applies");
+    };
+    for node in 1..=3u64 {
+        apply(
+            &mut state,
+            Command::RegisterBroker {
+                node: NodeId(node),
+                host: format!("broker-{node}"),
+                port: 7100,
+                rack: Some(if node == 3 { "b" } else { "a" }.to_owned()),
+                shard_count: 2,
+                incarnation: 1,
+            },
+        );
+        apply(
+            &mut state,
+            Command::UnfenceBroker {
+                node: NodeId(node),
+                incarnation: 1,
+            },
+        );
+    }
+    let replicas = |first: u64| {
+        (0..3)
+            .map(|offset| Replica {
+                node: NodeId((first + offset) % 3 + 1),
+                shard: (offset % 2) as u16,
+            })
+            .collect::<Vec<_>>()
+    };
+    apply(
+        &mut state,
+        Command::CreateTopic {
+            name: "orders".to_owned(),
+            internal: false,
+            config: BTreeMap::from([
+                ("retention.ms".to_owned(), "60000".to_owned()),
+                ("segment.bytes".to_owned(), "1048576".to_owned()),
+            ]),
+            assignments: (0..4).map(replicas).collect(),
+            created_at_ms: 1_700_000_000_000,
+        },
+    );
+    apply(
+        &mut state,
+        Command::CreateTopic {
+            name: "__groups".to_owned(),
+            internal: true,
+            config: BTreeMap::new(),
+            assignments: (0..2).map(replicas).collect(),
+            created_at_ms: 1_700_000_000_001,
+        },
+    );
+    apply(
+        &mut state,
+        Command::SetLeader {
+            topic_id: TopicId(0),
+            partition: 1,
+            leader: Some(NodeId(3)),
+            epoch: LeaderEpoch(1),
+        },
+    );
+    apply(&mut state, Command::AllocateProducerIds { count: 1024 });
+    state
+}
