@@ -30,6 +30,17 @@ pub struct BrokerConfig {
     pub node_id: u32,
     /// Host name clients are told to connect to (Metadata).
     pub advertised_host: String,
+    /// The controller voters as `id@host:port` (their client listeners).
+    /// Empty: a standalone broker, its own controller. Otherwise this
+    /// broker joins the cluster they lead, and is a voter itself if its
+    /// `node_id` is among them.
+    pub controller_voters: Vec<ControllerVoter>,
+    /// Failure domain; placement spreads a partition's replicas over racks.
+    pub rack: Option<String>,
+    /// How often a broker heartbeats to the controller leader.
+    pub broker_heartbeat_interval_ms: u64,
+    /// A broker silent this long is fenced by the controller.
+    pub broker_session_timeout_ms: u64,
     /// Largest request frame, bytes after the length field.
     pub max_frame_bytes: u32,
     /// Open client connections per broker.
@@ -78,6 +89,10 @@ impl Default for BrokerConfig {
             io_memory_bytes: 1 << 20,
             node_id: 0,
             advertised_host: "127.0.0.1".to_owned(),
+            controller_voters: Vec::new(),
+            rack: None,
+            broker_heartbeat_interval_ms: 250,
+            broker_session_timeout_ms: 2_000,
             max_frame_bytes: 16 << 20,
             max_connections: 10_000,
             max_in_flight_per_connection: 64,
@@ -136,6 +151,19 @@ pub struct Flags {
     /// Host advertised to clients [default: 127.0.0.1].
     #[arg(long)]
     pub advertised_host: Option<String>,
+    /// Controller voters, `id@host:port,...` (1, 3 or 5) [default: none,
+    /// a standalone broker].
+    #[arg(long)]
+    pub controller_voters: Option<String>,
+    /// Rack (failure domain) of this broker [default: none].
+    #[arg(long)]
+    pub rack: Option<String>,
+    /// Heartbeat interval to the controller in ms [default: 250].
+    #[arg(long)]
+    pub broker_heartbeat_interval_ms: Option<u64>,
+    /// Silence after which the controller fences a broker, ms [default: 2000].
+    #[arg(long)]
+    pub broker_session_timeout_ms: Option<u64>,
     /// Largest request frame in bytes [default: 16 MiB].
     #[arg(long)]
     pub max_frame_bytes: Option<u32>,
@@ -201,6 +229,10 @@ struct FileSettings {
     io_memory_bytes: Option<usize>,
     node_id: Option<u32>,
     advertised_host: Option<String>,
+    controller_voters: Option<String>,
+    rack: Option<String>,
+    broker_heartbeat_interval_ms: Option<u64>,
+    broker_session_timeout_ms: Option<u64>,
     max_frame_bytes: Option<u32>,
     max_connections: Option<u32>,
     max_in_flight_per_connection: Option<u32>,
@@ -282,6 +314,8 @@ impl BrokerConfig {
             io_memory_bytes,
             node_id,
             advertised_host,
+            broker_heartbeat_interval_ms,
+            broker_session_timeout_ms,
             max_frame_bytes,
             max_connections,
             max_in_flight_per_connection,
@@ -295,6 +329,20 @@ impl BrokerConfig {
             maintenance_interval_ms,
             log_level,
         );
+        if let Some(voters) = flags
+            .controller_voters
+            .clone()
+            .or(file.controller_voters.clone())
+        {
+            config.controller_voters =
+                parse_voters(&voters).map_err(|message| ConfigError::Invalid {
+                    name: "controller_voters",
+                    message,
+                })?;
+        }
+        if let Some(rack) = flags.rack.clone().or(file.rack.clone()) {
+            config.rack = Some(rack);
+        }
         let topic = &mut config.topic_defaults;
         if let Some(ms) = flags.retention_ms.or(file.retention_ms) {
             topic.retention_ms = (ms >= 0).then_some(ms);
@@ -358,8 +406,65 @@ impl BrokerConfig {
         if self.maintenance_interval_ms == 0 {
             return invalid("maintenance_interval_ms", "must be positive");
         }
+        if !self.controller_voters.is_empty() {
+            if self.node_id == 0 {
+                return invalid("node_id", "must be set (non-zero) in a cluster");
+            }
+            let mut ids: Vec<u32> = self.controller_voters.iter().map(|v| v.id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.len() != self.controller_voters.len() || ![1, 3, 5].contains(&ids.len()) {
+                return invalid(
+                    "controller_voters",
+                    "must name 1, 3 or 5 distinct voters, e.g. 1@host1:7100,2@host2:7100,3@host3:7100",
+                );
+            }
+        }
+        if self.broker_heartbeat_interval_ms == 0
+            || self.broker_session_timeout_ms < 2 * self.broker_heartbeat_interval_ms
+        {
+            return invalid(
+                "broker_session_timeout_ms",
+                "must be at least twice broker_heartbeat_interval_ms, which must be positive",
+            );
+        }
         Ok(())
     }
+}
+
+/// One controller voter: its node id and the address of its listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerVoter {
+    /// Its node id (non-zero).
+    pub id: u32,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// Parses `id@host:port,id@host:port,...`.
+///
+/// # Errors
+/// A message naming the entry at fault.
+pub fn parse_voters(text: &str) -> Result<Vec<ControllerVoter>, String> {
+    text.split(',')
+        .filter(|entry| !entry.trim().is_empty())
+        .map(|entry| {
+            let entry = entry.trim();
+            let (id, addr) = entry
+                .split_once('@')
+                .ok_or_else(|| format!("voter {entry:?} is not id@host:port"))?;
+            let id: u32 = id
+                .parse()
+                .ok()
+                .filter(|id| *id > 0)
+                .ok_or_else(|| format!("voter {entry:?}: the id must be a positive integer"))?;
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+                .ok()
+                .and_then(|mut addrs| addrs.next())
+                .ok_or_else(|| format!("voter {entry:?}: cannot resolve {addr:?}"))?;
+            Ok(ControllerVoter { id, addr })
+        })
+        .collect()
 }
 
 fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -376,6 +481,36 @@ fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controller_voters_parse_and_are_checked() {
+        let voters = parse_voters("1@127.0.0.1:7101, 2@127.0.0.1:7102,3@127.0.0.1:7103").unwrap();
+        assert_eq!(voters.len(), 3);
+        assert_eq!(voters[1].id, 2);
+        assert_eq!(voters[2].addr, SocketAddr::from(([127, 0, 0, 1], 7103)));
+        assert!(
+            parse_voters("127.0.0.1:7101")
+                .unwrap_err()
+                .contains("id@host:port")
+        );
+        assert!(
+            parse_voters("0@127.0.0.1:7101")
+                .unwrap_err()
+                .contains("positive")
+        );
+        let resolve = |voters: &str, node_id: u32| {
+            BrokerConfig::resolve(&Flags {
+                controller_voters: Some(voters.to_owned()),
+                node_id: Some(node_id),
+                ..Flags::default()
+            })
+        };
+        assert!(resolve("1@127.0.0.1:7101,2@127.0.0.1:7102,3@127.0.0.1:7103", 2).is_ok());
+        let two = resolve("1@127.0.0.1:7101,2@127.0.0.1:7102", 1).unwrap_err();
+        assert!(two.to_string().contains("1, 3 or 5"), "{two}");
+        let unnamed = resolve("1@127.0.0.1:7101", 0).unwrap_err();
+        assert!(unnamed.to_string().contains("node_id"), "{unnamed}");
+    }
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {

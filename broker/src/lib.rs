@@ -20,6 +20,7 @@
 //! - [`clock`]: wall-clock time as an input, so that tests control it.
 
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod group;
 pub mod metadata;

@@ -10,5 +10,5 @@
 pub mod process;
 pub mod wire_client;
 
-pub use process::{Broker, binary, free_port};
+pub use process::{Broker, binary, free_port, start_cluster};
 pub use wire_client::{Client, batch, values};

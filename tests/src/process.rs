@@ -67,6 +67,28 @@ impl Broker {
         broker
     }
 
+    /// Starts a broker on `addr` with one shard and `extra_args`; for
+    /// clusters, whose members must know each other's addresses first.
+    pub fn start_at(addr: SocketAddr, extra_args: &[&str]) -> Broker {
+        let temp = tempfile::tempdir().unwrap();
+        let data_dir = temp.path().join("data");
+        let mut broker = Broker {
+            child: None,
+            addr,
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            data_dir,
+            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            _temp: Some(temp),
+        };
+        broker.spawn();
+        broker
+    }
+
+    /// Whether the process is running (not killed by the test).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Starts the process again on the same ports and data directory.
     pub fn spawn(&mut self) {
         let mut command = Command::new(binary("corelogd"));
@@ -165,4 +187,35 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `n` brokers forming a cluster whose every member is a controller voter.
+pub fn start_cluster(n: u32, extra_args: &[&str]) -> Vec<Broker> {
+    let addrs: Vec<SocketAddr> = (0..n)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        .collect();
+    let voters = addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| format!("{}@{addr}", index + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| {
+            let node_id = (index + 1).to_string();
+            let rack = format!("rack-{}", index + 1);
+            let mut args = vec![
+                "--node-id",
+                node_id.as_str(),
+                "--controller-voters",
+                voters.as_str(),
+                "--rack",
+                rack.as_str(),
+            ];
+            args.extend_from_slice(extra_args);
+            Broker::start_at(*addr, &args)
+        })
+        .collect()
 }

@@ -40,6 +40,19 @@ pub struct MetadataSnapshot {
     pub shard_count: u16,
     /// Topics by name.
     pub topics: BTreeMap<String, Arc<TopicView>>,
+    /// Cluster mode: the controller's metadata this snapshot was built from.
+    pub cluster: Option<ClusterView>,
+}
+
+/// The cluster metadata behind a cluster-mode snapshot.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    /// The controller's applied state.
+    pub state: Arc<corelog_controller::MetadataState>,
+    /// The controller leader as last heard.
+    pub controller: Option<u32>,
+    /// This broker.
+    pub node_id: u32,
 }
 
 /// The shard that owns partition `partition` of topic `topic_id`: spread
@@ -87,6 +100,29 @@ impl MetadataSnapshot {
             version: catalog.version,
             shard_count,
             topics,
+            cluster: None,
+        }
+    }
+
+    /// A cluster-mode snapshot of the controller's `state`. Partitions are
+    /// not opened from it yet (no local `topics`): the replicated data path
+    /// is not wired, so clients get `LEADER_NOT_AVAILABLE` for them.
+    #[must_use]
+    pub fn for_cluster(
+        state: Arc<corelog_controller::MetadataState>,
+        controller: Option<u32>,
+        node_id: u32,
+        previous: &MetadataSnapshot,
+    ) -> MetadataSnapshot {
+        MetadataSnapshot {
+            version: state.version(),
+            shard_count: previous.shard_count,
+            topics: BTreeMap::new(),
+            cluster: Some(ClusterView {
+                state,
+                controller,
+                node_id,
+            }),
         }
     }
 

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use corelog_wire::error::ErrorCode;
 use corelog_wire::types::{Offset, TimestampMs};
 use futures::channel::oneshot;
 
@@ -188,6 +189,15 @@ pub enum ShardCommand {
     ListGroups {
         /// Where to answer: (group, state, members, generation).
         reply: oneshot::Sender<Vec<(String, &'static str, u32, i32)>>,
+    },
+    /// To shard 0: a controller API request (cluster mode).
+    Cluster {
+        /// Which API.
+        api_key: corelog_wire::frame::ApiKey,
+        /// The request body as received.
+        body: Vec<u8>,
+        /// Where to answer.
+        reply: oneshot::Sender<Result<crate::net::Reply, ErrorCode>>,
     },
     /// Finish in-flight work, close every partition, stop.
     Shutdown,

@@ -26,6 +26,7 @@ use super::command::{
     GroupRequest, GroupResponse, PartitionId, PartitionReply, ShardCommand, TopicOutcome,
     TopicToCreate,
 };
+use crate::cluster::ClusterRole;
 use crate::config::BrokerConfig;
 use crate::group::service::{self, Coordinator, GROUPS_TOPIC};
 use crate::metadata::{MetadataSnapshot, ShardId};
@@ -59,6 +60,8 @@ pub struct Shard {
     peers: Vec<flume::Sender<ShardCommand>>,
     inbox: flume::Receiver<ShardCommand>,
     authority: Option<MetadataAuthority>,
+    /// Shard 0 in cluster mode: the controller role and membership.
+    cluster: RefCell<Option<ClusterRole>>,
     /// Connections and requests being served, and a signal when one ends.
     pub connections: Cell<u32>,
     in_flight: Cell<u64>,
@@ -137,6 +140,7 @@ impl Shard {
             peers: parts.peers,
             inbox: parts.inbox,
             authority: parts.authority,
+            cluster: RefCell::new(None),
             connections: Cell::new(0),
             in_flight: Cell::new(0),
             drained: Event::new(),
@@ -148,6 +152,40 @@ impl Shard {
     }
 
     /// The metadata snapshot this shard works from.
+    /// Shard 0 in cluster mode: installs the cluster role.
+    pub fn set_cluster(&self, role: ClusterRole) {
+        assert!(self.id == 0, "the cluster role lives on shard 0");
+        *self.cluster.borrow_mut() = Some(role);
+    }
+
+    /// The cluster role (shard 0 in cluster mode).
+    #[must_use]
+    pub fn cluster(&self) -> Option<ClusterRole> {
+        self.cluster.borrow().clone()
+    }
+
+    /// Sends a controller API request to shard 0 and awaits its reply.
+    ///
+    /// # Errors
+    /// `QUEUE_FULL` or `LEADER_NOT_AVAILABLE` when shard 0 cannot take it.
+    pub async fn forward_cluster(
+        &self,
+        api_key: corelog_wire::frame::ApiKey,
+        body: Vec<u8>,
+    ) -> Result<crate::net::Reply, ErrorCode> {
+        let (reply, answer) = oneshot::channel();
+        self.send_now(
+            0,
+            ShardCommand::Cluster {
+                api_key,
+                body,
+                reply,
+            },
+        )
+        .map_err(|error| error.code)?;
+        answer.await.unwrap_or(Err(ErrorCode::LeaderNotAvailable))
+    }
+
     #[must_use]
     pub fn snapshot(&self) -> Arc<MetadataSnapshot> {
         self.snapshot.borrow().clone()
@@ -254,6 +292,15 @@ impl Shard {
             }
             ShardCommand::ListGroups { reply } => {
                 let _answered = reply.send(self.local_groups());
+            }
+            ShardCommand::Cluster {
+                api_key,
+                body,
+                reply,
+            } => {
+                let result =
+                    crate::net::handlers::cluster_on_shard_zero(&self, api_key, &body).await;
+                let _answered = reply.send(result);
             }
             ShardCommand::Shutdown => {}
         }
@@ -368,6 +415,17 @@ impl Shard {
         partition: u32,
     ) -> Result<(PartitionId, ShardId), PartitionError> {
         let snapshot = self.snapshot.borrow();
+        if let Some(cluster) = &snapshot.cluster
+            && cluster
+                .state
+                .topic_by_name(topic)
+                .is_some_and(|found| partition < found.partition_count())
+        {
+            return Err(PartitionError::new(
+                ErrorCode::LeaderNotAvailable,
+                "replicated partitions are not served by this build yet (cluster mode is in development)",
+            ));
+        }
         let (view, partition_view) = snapshot.partition(topic, partition).ok_or_else(|| {
             PartitionError::new(
                 ErrorCode::UnknownTopicOrPartition,
@@ -565,6 +623,9 @@ impl Shard {
         topics: Vec<TopicToCreate>,
         validate_only: bool,
     ) -> Vec<TopicOutcome> {
+        if let Some(role) = self.cluster() {
+            return role.member.create_topics(topics, validate_only).await;
+        }
         let Some(authority) = &self.authority else {
             let names: Vec<String> = topics.iter().map(|topic| topic.name.clone()).collect();
             let (reply, answer) = oneshot::channel();
@@ -591,6 +652,9 @@ impl Shard {
     /// Deletes topics through shard 0 and waits until every shard has
     /// closed and removed its partitions.
     pub async fn delete_topics(&self, names: Vec<String>) -> Vec<TopicOutcome> {
+        if let Some(role) = self.cluster() {
+            return role.member.delete_topics(names).await;
+        }
         let Some(authority) = &self.authority else {
             let (reply, answer) = oneshot::channel();
             let command = ShardCommand::DeleteTopics {
@@ -650,6 +714,12 @@ impl Shard {
         producer_id: i64,
         producer_epoch: i16,
     ) -> Result<(i64, i16), PartitionError> {
+        if let Some(role) = self.cluster() {
+            return role
+                .member
+                .init_producer_id(producer_id, producer_epoch)
+                .await;
+        }
         match &self.authority {
             Some(authority) => {
                 authority
@@ -797,6 +867,14 @@ impl Shard {
     pub async fn publish_initial_snapshot(&self) {
         if let Some(authority) = &self.authority {
             self.broadcast(authority.snapshot()).await;
+        } else {
+            // Cluster mode: serve at once with no topics; the metadata
+            // follower publishes the controller's as soon as it has it.
+            let empty = MetadataSnapshot {
+                shard_count: self.config.shards,
+                ..MetadataSnapshot::default()
+            };
+            self.broadcast(Arc::new(empty)).await;
         }
     }
 

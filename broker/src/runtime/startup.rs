@@ -13,14 +13,19 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::sync::mpsc;
+use std::time::Duration;
 
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
+
+use corelog_wire::message::broker_register::BrokerRegisterRequest;
 
 use super::authority::{InternalTopic, MetadataAuthority};
 use super::command::ShardCommand;
 use super::shard::{Shard, ShardParts};
 use crate::clock::SystemClock;
+use crate::cluster::raft_log::RaftLogFile;
+use crate::cluster::{self, ClusterMember, ClusterRole, ControllerService};
 use crate::config::BrokerConfig;
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
 use crate::metadata::TopicConfig;
@@ -182,7 +187,8 @@ async fn start_shard(
         .await
         .map_err(|error| format!("cannot use data directory {}: {error}", data_dir.display()))?;
     let storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
-    let authority = if id == 0 {
+    let cluster_mode = !config.controller_voters.is_empty();
+    let authority = if id == 0 && !cluster_mode {
         let kept_forever = TopicConfig {
             retention_ms: None,
             retention_bytes: None,
@@ -241,6 +247,11 @@ async fn start_shard(
         inbox,
         authority,
     });
+    if id == 0 && cluster_mode {
+        let role = start_cluster_role(&shard.config).await?;
+        role.member.run(shard.clone());
+        shard.set_cluster(role);
+    }
     if id == 0 {
         // Peers queue the snapshot until their inbox runs; this waits for all.
         let publisher = shard.clone();
@@ -258,6 +269,50 @@ async fn start_shard(
         glommio::spawn_local(crate::metrics::http::serve(metrics_listener, metrics)).detach();
     }
     Ok(shard)
+}
+
+/// Shard 0 in cluster mode: the controller role (on voters) and the
+/// membership that registers this broker and follows metadata.
+async fn start_cluster_role(config: &BrokerConfig) -> Result<ClusterRole, String> {
+    let voters = cluster::voter_map(&config.controller_voters);
+    let controller = if voters.contains_key(&config.node_id) {
+        let (log, recovered) = RaftLogFile::open(&config.data_dir)
+            .await
+            .map_err(|error| error.to_string())?;
+        let by_node = voters
+            .iter()
+            .map(|(id, addr)| (corelog_controller::NodeId(u64::from(*id)), *addr))
+            .collect();
+        let service = ControllerService::start(
+            config.node_id,
+            by_node,
+            log,
+            recovered,
+            Duration::from_millis(config.broker_session_timeout_ms),
+        )
+        .map_err(|error| format!("cannot start the controller role: {error}"))?;
+        Some(service)
+    } else {
+        None
+    };
+    let incarnation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |elapsed| elapsed.as_millis() as u64);
+    let registration = BrokerRegisterRequest {
+        node_id: config.node_id,
+        host: config.advertised_host.clone(),
+        port: config.listen.port(),
+        rack: config.rack.clone(),
+        shards: config.shards,
+        incarnation,
+    };
+    let member = ClusterMember::new(
+        config.node_id,
+        voters,
+        registration,
+        Duration::from_millis(config.broker_heartbeat_interval_ms),
+    );
+    Ok(ClusterRole { controller, member })
 }
 
 fn shard_storage(

@@ -32,7 +32,7 @@ use crate::runtime::command::{GroupRequest, GroupResponse};
 use crate::runtime::shard::Shard;
 
 /// Decodes and deserialises a request into its owned form.
-fn owned<T>(body: &[u8]) -> Result<T, ErrorCode>
+pub(super) fn owned<T>(body: &[u8]) -> Result<T, ErrorCode>
 where
     T: Request,
     T::Archived: rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rancor::Error>>,

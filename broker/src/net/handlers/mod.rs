@@ -3,6 +3,7 @@
 //! partition operations to their owners — and returns the encoded reply.
 //! A body that does not decode is refused whole with `INVALID_REQUEST`.
 
+mod cluster;
 mod fetch;
 mod groups;
 mod offsets;
@@ -57,16 +58,28 @@ pub async fn dispatch(
         ApiKey::DeleteGroups => groups::delete(shard, body).await,
         ApiKey::ResetOffsets => groups::reset(shard, body).await,
         ApiKey::WriteAudit => groups::write_audit(shard, body).await,
-        // Inter-broker and controller APIs: a standalone broker has no peers
-        // and is its own controller, so it serves none of them.
+        // Controller APIs: served on shard 0 in cluster mode; a standalone
+        // broker is its own controller and refuses them.
         ApiKey::ControllerRaft
         | ApiKey::BrokerRegister
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
-        | ApiKey::ControllerOperation
-        | ApiKey::ReplicaPush
-        | ApiKey::ReplicaQuery => Err(ErrorCode::UnsupportedVersion),
+        | ApiKey::ControllerOperation => cluster::handle(shard, api_key, body).await,
+        // Replication: not served until replicas run in cluster mode.
+        ApiKey::ReplicaPush | ApiKey::ReplicaQuery => Err(ErrorCode::UnsupportedVersion),
     }
+}
+
+/// Runs a controller API forwarded to shard 0 by another shard.
+///
+/// # Errors
+/// The top-level refusal code.
+pub async fn cluster_on_shard_zero(
+    shard: &Rc<Shard>,
+    api_key: ApiKey,
+    body: &[u8],
+) -> Result<Reply, ErrorCode> {
+    cluster::handle(shard, api_key, body).await
 }
 
 /// Maps a message codec failure to the code it is answered with.

@@ -17,6 +17,7 @@ use corelog_wire::message::{ConfigEntry, TopicResult};
 use super::{refused, unencodable};
 use crate::metadata::TopicConfig;
 use crate::metadata::catalog::validate_topic_name;
+use crate::metadata::snapshot::ClusterView;
 use crate::net::Reply;
 use crate::partition::PartitionError;
 use crate::runtime::command::{PartitionId, TopicOutcome, TopicToCreate};
@@ -25,6 +26,14 @@ use crate::runtime::shard::Shard;
 pub(super) fn metadata(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<MetadataRequest>(body).map_err(refused)?;
     let snapshot = shard.snapshot();
+    if let Some(cluster) = &snapshot.cluster {
+        let wanted = request
+            .topics
+            .as_ref()
+            .map(|names| names.iter().map(|name| name.to_string()).collect());
+        let response = cluster_metadata(cluster, wanted);
+        return Reply::message(&response, Vec::new()).map_err(unencodable);
+    }
     let node_id = shard.config.node_id;
     let wanted: Vec<String> = match request.topics.as_ref() {
         Some(names) => names.iter().map(|name| name.to_string()).collect(),
@@ -70,6 +79,76 @@ pub(super) fn metadata(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCod
         topics,
     };
     Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+/// Metadata in cluster mode, from the controller's state: every broker,
+/// and each partition's leader, epoch and replicas.
+fn cluster_metadata(cluster: &ClusterView, wanted: Option<Vec<String>>) -> MetadataResponse {
+    let state = &cluster.state;
+    let node_id = |node: corelog_controller::NodeId| u32::try_from(node.0).unwrap_or(u32::MAX);
+    let wanted = wanted.unwrap_or_else(|| {
+        state
+            .topics()
+            .values()
+            .map(|topic| topic.name.clone())
+            .collect()
+    });
+    let topics = wanted
+        .into_iter()
+        .map(|name| match state.topic_by_name(&name) {
+            Some(topic) => TopicMetadata {
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .map(|(index, partition)| {
+                        let leader_replica = partition
+                            .leader
+                            .and_then(|leader| partition.replica_on(leader));
+                        PartitionMetadata {
+                            partition: index as u32,
+                            error_code: if partition.leader.is_some() {
+                                ErrorCode::None.code()
+                            } else {
+                                ErrorCode::LeaderNotAvailable.code()
+                            },
+                            leader: partition.leader.map(node_id),
+                            leader_epoch: partition.leader_epoch.0,
+                            replicas: partition
+                                .replicas
+                                .iter()
+                                .map(|replica| node_id(replica.node))
+                                .collect(),
+                            in_sync: partition.leader.map(node_id).into_iter().collect(),
+                            owner_shard: leader_replica.map_or(0, |replica| replica.shard),
+                        }
+                    })
+                    .collect(),
+                name,
+                error_code: ErrorCode::None.code(),
+            },
+            None => TopicMetadata {
+                name,
+                error_code: ErrorCode::UnknownTopicOrPartition.code(),
+                partitions: Vec::new(),
+            },
+        })
+        .collect();
+    MetadataResponse {
+        brokers: state
+            .brokers()
+            .values()
+            .map(|broker| BrokerInfo {
+                node_id: node_id(broker.id),
+                host: broker.host.clone(),
+                port: broker.port,
+                rack: broker.rack.clone(),
+            })
+            .collect(),
+        controller_id: cluster.controller,
+        metadata_version: state.version(),
+        topics,
+    }
 }
 
 fn results(outcomes: Vec<TopicOutcome>) -> Vec<TopicResult> {

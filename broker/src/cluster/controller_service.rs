@@ -1,0 +1,650 @@
+//! The controller role on shard 0 of a voter: the I/O shell around
+//! [`ControllerNode`].
+//!
+//! One driver task owns the Raft log file and handles every Ready in the
+//! order Raft's safety needs: append (and fsync when Raft asks) the records,
+//! then send the messages, then act on what committed, then `advance`.
+//! Requests (raft messages, registrations, heartbeats, operations) only
+//! feed the node and wake the driver; proposals wait for their outcome on
+//! a one-shot channel keyed by proposal id.
+//!
+//! The leader also watches broker sessions: a broker silent past the
+//! session timeout is fenced, and a fenced broker whose heartbeat shows it
+//! caught up with the metadata of its registration is unfenced.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use ahash::{AHashMap, AHashSet};
+use corelog_controller::durable::RecoveredLog;
+use corelog_controller::{
+    Command, ControllerConfig, ControllerNode, MetadataState, NodeId, OutboundMessage, Outcome,
+    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place,
+};
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::controller_raft::ControllerRaftRequest;
+use event_listener::Event;
+use futures::channel::oneshot;
+
+use super::raft_log::RaftLogFile;
+use crate::peer::Peers;
+
+/// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
+const TICK: Duration = Duration::from_millis(100);
+/// Deadline of one raft message; raft resends what is lost.
+const RAFT_SEND_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest a proposal is waited for before the caller is told to retry.
+const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a controller request was not carried out.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControllerRequestError {
+    /// This node is not the controller leader; `leader` is the hint.
+    #[error("this node is not the controller leader (leader: {leader:?})")]
+    NotController {
+        /// The leader as this node knows it.
+        leader: Option<u32>,
+    },
+    /// The command was refused, with the code to answer and why.
+    #[error("{code}: {message}")]
+    Refused {
+        /// The wire code.
+        code: ErrorCode,
+        /// What to do.
+        message: String,
+    },
+}
+
+impl ControllerRequestError {
+    fn refused(code: ErrorCode, message: impl Into<String>) -> Self {
+        ControllerRequestError::Refused {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The code to answer with.
+    #[must_use]
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ControllerRequestError::NotController { .. } => ErrorCode::NotController,
+            ControllerRequestError::Refused { code, .. } => *code,
+        }
+    }
+
+    /// The leader hint, if any.
+    #[must_use]
+    pub fn leader_hint(&self) -> Option<u32> {
+        match self {
+            ControllerRequestError::NotController { leader } => *leader,
+            ControllerRequestError::Refused { .. } => None,
+        }
+    }
+}
+
+/// A broker's session as the leader sees it.
+#[derive(Clone, Copy, Debug)]
+struct Session {
+    last_heartbeat: Instant,
+    /// The metadata version at which its registration applied: it is
+    /// unfenced once it reports at least this version.
+    registered_version: u64,
+}
+
+/// The controller role of this node.
+pub struct ControllerService {
+    id: NodeId,
+    voters: BTreeMap<NodeId, SocketAddr>,
+    node: RefCell<ControllerNode>,
+    peers: Rc<Peers>,
+    /// Woken when the node may have a Ready.
+    work: Event,
+    /// Woken when the applied metadata version moves.
+    applied: Event,
+    /// Woken after each `advance`: proposals refused mid-Ready retry then.
+    advanced: Event,
+    waiting: RefCell<BTreeMap<ProposalId, oneshot::Sender<ProposalOutcome>>>,
+    sessions: RefCell<AHashMap<NodeId, Session>>,
+    /// Fence/unfence proposals in flight, so a tick does not repeat them.
+    pending_membership: RefCell<AHashSet<NodeId>>,
+    was_leader: Cell<bool>,
+    halted: RefCell<Option<String>>,
+    session_timeout: Duration,
+}
+
+impl std::fmt::Debug for ControllerService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerService")
+            .field("id", &self.id)
+            .field("node", &*self.node.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControllerService {
+    /// Starts the role: builds the node from the recovered log and spawns
+    /// the driver and the ticker on the current executor.
+    ///
+    /// # Errors
+    /// A message when the recovered log or the configuration is unusable.
+    pub fn start(
+        id: u32,
+        voters: BTreeMap<NodeId, SocketAddr>,
+        log: RaftLogFile,
+        recovered: RecoveredLog,
+        session_timeout: Duration,
+    ) -> Result<Rc<ControllerService>, String> {
+        let seed = u64::from(id)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos() as u64);
+        let config = ControllerConfig::new(
+            NodeId(u64::from(id)),
+            voters.keys().copied().collect(),
+            seed,
+        );
+        let node = ControllerNode::new(config, recovered).map_err(|error| error.to_string())?;
+        let service = Rc::new(ControllerService {
+            id: NodeId(u64::from(id)),
+            voters,
+            node: RefCell::new(node),
+            peers: Peers::new(),
+            work: Event::new(),
+            applied: Event::new(),
+            advanced: Event::new(),
+            waiting: RefCell::new(BTreeMap::new()),
+            sessions: RefCell::new(AHashMap::new()),
+            pending_membership: RefCell::new(AHashSet::new()),
+            was_leader: Cell::new(false),
+            halted: RefCell::new(None),
+            session_timeout,
+        });
+        glommio::spawn_local(service.clone().drive(log)).detach();
+        glommio::spawn_local(service.clone().tick_forever()).detach();
+        Ok(service)
+    }
+
+    /// This voter's node id.
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        u32::try_from(self.id.0).unwrap_or(u32::MAX)
+    }
+
+    /// The applied metadata.
+    #[must_use]
+    pub fn state(&self) -> MetadataState {
+        self.node.borrow().state().clone()
+    }
+
+    /// The applied metadata version.
+    #[must_use]
+    pub fn version(&self) -> u64 {
+        self.node.borrow().state().version()
+    }
+
+    /// The controller leader as this node knows it.
+    #[must_use]
+    pub fn leader(&self) -> Option<u32> {
+        self.node
+            .borrow()
+            .leader_id()
+            .and_then(|leader| u32::try_from(leader.0).ok())
+    }
+
+    /// Whether this node leads.
+    #[must_use]
+    pub fn is_leader(&self) -> bool {
+        self.node.borrow().is_leader() && self.halted.borrow().is_none()
+    }
+
+    /// Hands a raft message from another voter to the node.
+    ///
+    /// # Errors
+    /// `INVALID_REQUEST` for a message that does not decode.
+    pub fn step(&self, bytes: &[u8]) -> Result<(), ErrorCode> {
+        let stepped = self.node.borrow_mut().step(bytes);
+        self.work.notify(1);
+        stepped.map_err(|error| {
+            tracing::debug!(%error, "raft message refused");
+            ErrorCode::InvalidRequest
+        })
+    }
+
+    /// Waits until the applied version passes `known` or `wait` elapses;
+    /// returns the version then.
+    pub async fn wait_for_version(&self, known: u64, wait: Duration) -> u64 {
+        let deadline = Instant::now() + wait;
+        loop {
+            let listener = self.applied.listen();
+            let version = self.version();
+            let now = Instant::now();
+            if version > known || now >= deadline {
+                return version;
+            }
+            let _timed_out =
+                futures::future::select(listener, Box::pin(glommio::timer::sleep(deadline - now)))
+                    .await;
+        }
+    }
+
+    /// Proposes `command` (leader only) and waits for it to apply.
+    ///
+    /// # Errors
+    /// [`ControllerRequestError`]: not the leader, refused by the state
+    /// machine, or lost in a leader change (retriable).
+    pub async fn propose(&self, command: Command) -> Result<Outcome, ControllerRequestError> {
+        if !self.is_leader() {
+            return Err(ControllerRequestError::NotController {
+                leader: self.leader(),
+            });
+        }
+        let id = self.propose_now(&command).await?;
+        let (sender, receiver) = oneshot::channel();
+        self.waiting.borrow_mut().insert(id, sender);
+        self.work.notify(1);
+        let timeout = glommio::timer::sleep(PROPOSAL_TIMEOUT);
+        let outcome = match futures::future::select(receiver, Box::pin(timeout)).await {
+            futures::future::Either::Left((Ok(outcome), _)) => outcome,
+            futures::future::Either::Left((Err(_), _)) | futures::future::Either::Right(_) => {
+                self.waiting.borrow_mut().remove(&id);
+                ProposalOutcome::Unknown
+            }
+        };
+        match outcome {
+            ProposalOutcome::Applied(outcome) => Ok(outcome),
+            ProposalOutcome::Refused(error) => Err(ControllerRequestError::refused(
+                refusal_code(&error),
+                error.to_string(),
+            )),
+            ProposalOutcome::Lost | ProposalOutcome::Unknown => {
+                Err(ControllerRequestError::NotController {
+                    leader: self.leader(),
+                })
+            }
+        }
+    }
+
+    /// Proposes, waiting out a Ready being handled (the node takes no
+    /// proposal between `ready` and `advance`).
+    async fn propose_now(&self, command: &Command) -> Result<ProposalId, ControllerRequestError> {
+        let deadline = Instant::now() + PROPOSAL_TIMEOUT;
+        loop {
+            let listener = self.advanced.listen();
+            let proposed = self.node.borrow_mut().propose(command);
+            match proposed {
+                Ok(id) => return Ok(id),
+                Err(ProposeError::ReadyInProgress) if Instant::now() < deadline => {
+                    let _woken =
+                        futures::future::select(listener, Box::pin(glommio::timer::sleep(TICK)))
+                            .await;
+                }
+                Err(ProposeError::NotLeader { .. }) => {
+                    return Err(ControllerRequestError::NotController {
+                        leader: self.leader(),
+                    });
+                }
+                Err(error) => {
+                    return Err(ControllerRequestError::refused(
+                        ErrorCode::NotController,
+                        format!("the controller cannot take the change now ({error}); retry"),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Registers a broker (leader only).
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`].
+    pub async fn register(&self, command: Command) -> Result<(), ControllerRequestError> {
+        let Command::RegisterBroker { node, .. } = &command else {
+            return Err(ControllerRequestError::refused(
+                ErrorCode::InvalidRequest,
+                "not a registration",
+            ));
+        };
+        let node = *node;
+        self.propose(command).await?;
+        let version = self.version();
+        self.sessions.borrow_mut().insert(
+            node,
+            Session {
+                last_heartbeat: Instant::now(),
+                registered_version: version,
+            },
+        );
+        Ok(())
+    }
+
+    /// Records a heartbeat (leader only) and returns whether the broker is
+    /// fenced. Unfences a fenced broker that caught up.
+    ///
+    /// # Errors
+    /// `NOT_CONTROLLER`, or `STALE_BROKER_INCARNATION` when the broker must
+    /// register again (unknown, or an older process).
+    pub fn heartbeat(
+        self: &Rc<Self>,
+        node: NodeId,
+        incarnation: u64,
+        metadata_version: u64,
+    ) -> Result<bool, ControllerRequestError> {
+        if !self.is_leader() {
+            return Err(ControllerRequestError::NotController {
+                leader: self.leader(),
+            });
+        }
+        let fenced = {
+            let node_ref = self.node.borrow();
+            let Some(record) = node_ref.state().brokers().get(&node) else {
+                return Err(ControllerRequestError::refused(
+                    ErrorCode::StaleBrokerIncarnation,
+                    format!("broker {node} is not registered; register first"),
+                ));
+            };
+            if record.incarnation != incarnation {
+                return Err(ControllerRequestError::refused(
+                    ErrorCode::StaleBrokerIncarnation,
+                    format!(
+                        "broker {node} is registered with incarnation {}, not {incarnation}; register again",
+                        record.incarnation
+                    ),
+                ));
+            }
+            record.fenced
+        };
+        let registered_version = {
+            let mut sessions = self.sessions.borrow_mut();
+            let session = sessions.entry(node).or_insert(Session {
+                last_heartbeat: Instant::now(),
+                registered_version: 0,
+            });
+            session.last_heartbeat = Instant::now();
+            session.registered_version
+        };
+        if fenced
+            && metadata_version >= registered_version
+            && self.pending_membership.borrow_mut().insert(node)
+        {
+            let service = self.clone();
+            glommio::spawn_local(async move {
+                let command = Command::UnfenceBroker { node, incarnation };
+                if let Err(error) = service.propose(command).await {
+                    tracing::debug!(%node, %error, "unfence not applied; the next heartbeat retries");
+                }
+                service.pending_membership.borrow_mut().remove(&node);
+            })
+            .detach();
+        }
+        Ok(fenced)
+    }
+
+    /// Creates a topic (leader only), placing its replicas over the live
+    /// brokers; returns its id.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `INVALID_REPLICATION_FACTOR`
+    /// when there are not enough live brokers.
+    pub async fn create_topic(
+        &self,
+        name: String,
+        internal: bool,
+        partitions: u32,
+        replication_factor: u16,
+        config: BTreeMap<String, String>,
+    ) -> Result<u64, ControllerRequestError> {
+        if !self.is_leader() {
+            return Err(ControllerRequestError::NotController {
+                leader: self.leader(),
+            });
+        }
+        let assignments = {
+            let node = self.node.borrow();
+            let state = node.state();
+            if let Some(existing) = state.topic_by_name(&name) {
+                return Err(ControllerRequestError::refused(
+                    ErrorCode::TopicAlreadyExists,
+                    format!("topic {name:?} already exists (id {})", existing.id),
+                ));
+            }
+            let load = PlacementLoad::from_state(state);
+            place(
+                state.brokers().values(),
+                partitions,
+                replication_factor,
+                &load,
+            )
+            .map_err(|error| {
+                ControllerRequestError::refused(
+                    ErrorCode::InvalidReplicationFactor,
+                    error.to_string(),
+                )
+            })?
+        };
+        let created_at_ms = crate::clock::Clock::now(&crate::clock::SystemClock).0;
+        let outcome = self
+            .propose(Command::CreateTopic {
+                name,
+                internal,
+                config,
+                assignments,
+                created_at_ms,
+            })
+            .await?;
+        match outcome {
+            Outcome::TopicCreated { topic_id } => Ok(topic_id.0),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes a topic by name (leader only).
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `UNKNOWN_TOPIC_OR_PARTITION`.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ControllerRequestError> {
+        let topic_id = self
+            .node
+            .borrow()
+            .state()
+            .topic_by_name(name)
+            .map(|topic| topic.id)
+            .ok_or_else(|| {
+                ControllerRequestError::refused(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                )
+            })?;
+        self.propose(Command::DeleteTopic { topic_id }).await?;
+        Ok(())
+    }
+
+    /// Reserves `count` producer ids (leader only); returns the first.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`].
+    pub async fn allocate_producer_ids(&self, count: u32) -> Result<i64, ControllerRequestError> {
+        match self.propose(Command::AllocateProducerIds { count }).await? {
+            Outcome::ProducerIdsAllocated { start, .. } => Ok(start),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn tick_forever(self: Rc<Self>) {
+        loop {
+            glommio::timer::sleep(TICK).await;
+            if self.halted.borrow().is_some() {
+                return;
+            }
+            self.node.borrow_mut().tick();
+            self.work.notify(1);
+            if self.is_leader() {
+                self.watch_sessions();
+            }
+        }
+    }
+
+    /// Leader: fences brokers whose session expired.
+    fn watch_sessions(self: &Rc<Self>) {
+        let now = Instant::now();
+        if !self.was_leader.replace(true) {
+            // A new leader knows no session: every broker gets a full
+            // timeout from now to reach it.
+            let mut sessions = self.sessions.borrow_mut();
+            for session in sessions.values_mut() {
+                session.last_heartbeat = now;
+            }
+            for id in self.node.borrow().state().brokers().keys() {
+                sessions.entry(*id).or_insert(Session {
+                    last_heartbeat: now,
+                    registered_version: 0,
+                });
+            }
+        }
+        let expired: Vec<NodeId> = {
+            let node = self.node.borrow();
+            let sessions = self.sessions.borrow();
+            node.state()
+                .brokers()
+                .values()
+                .filter(|broker| !broker.fenced)
+                .filter(|broker| {
+                    sessions.get(&broker.id).is_none_or(|session| {
+                        now.duration_since(session.last_heartbeat) > self.session_timeout
+                    })
+                })
+                .map(|broker| broker.id)
+                .collect()
+        };
+        for node in expired {
+            if !self.pending_membership.borrow_mut().insert(node) {
+                continue;
+            }
+            tracing::warn!(%node, timeout = ?self.session_timeout, "broker session expired: fencing it");
+            let service = self.clone();
+            glommio::spawn_local(async move {
+                if let Err(error) = service.propose(Command::FenceBroker { node }).await {
+                    tracing::debug!(%node, %error, "fence not applied; the next tick retries");
+                }
+                service.pending_membership.borrow_mut().remove(&node);
+            })
+            .detach();
+        }
+    }
+
+    async fn drive(self: Rc<Self>, mut log: RaftLogFile) {
+        loop {
+            let listener = self.work.listen();
+            if let Err(error) = self.handle_readies(&mut log).await {
+                tracing::error!(%error, "controller stopped: this node no longer takes part in the controller quorum; restart it after fixing the cause");
+                *self.halted.borrow_mut() = Some(error);
+                self.applied.notify(usize::MAX);
+                for (_, waiter) in std::mem::take(&mut *self.waiting.borrow_mut()) {
+                    let _answered = waiter.send(ProposalOutcome::Unknown);
+                }
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    async fn handle_readies(self: &Rc<Self>, log: &mut RaftLogFile) -> Result<(), String> {
+        loop {
+            let ready = self.node.borrow_mut().ready();
+            let ready = match ready {
+                Ok(Some(ready)) => ready,
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(error.to_string()),
+            };
+            // 1. Durable before anything is sent.
+            let records = ready.log_records();
+            if !records.is_empty() {
+                log.append(&records, true)
+                    .await
+                    .map_err(|error| error.to_string())?;
+            }
+            if ready.compacts_log() {
+                let compacted = self.node.borrow().compacted_log();
+                log.rewrite(&compacted)
+                    .await
+                    .map_err(|error| error.to_string())?;
+            }
+            // 2. Messages.
+            for message in ready.messages {
+                self.send(message);
+            }
+            // 3. What committed.
+            let version_moved = !ready.committed.is_empty() || ready.snapshot.is_some();
+            for resolved in ready.resolved {
+                if let Some(waiter) = self.waiting.borrow_mut().remove(&resolved.id) {
+                    let _answered = waiter.send(resolved.outcome);
+                }
+            }
+            if ready.role != Role::Leader {
+                self.was_leader.set(false);
+            }
+            // 4. Advance.
+            self.node.borrow_mut().advance();
+            self.advanced.notify(usize::MAX);
+            if let Some(error) = self.node.borrow().halted() {
+                return Err(error.to_string());
+            }
+            if version_moved {
+                self.applied.notify(usize::MAX);
+            }
+        }
+    }
+
+    fn send(self: &Rc<Self>, message: OutboundMessage) {
+        let Some(addr) = self.voters.get(&message.to).copied() else {
+            tracing::error!(to = %message.to, "raft message to a node that is not a voter");
+            return;
+        };
+        let service = self.clone();
+        let peers = self.peers.clone();
+        let from = u32::try_from(self.id.0).unwrap_or(u32::MAX);
+        glommio::spawn_local(async move {
+            let request = ControllerRaftRequest {
+                from,
+                to: u32::try_from(message.to.0).unwrap_or(u32::MAX),
+                message_len: u32::try_from(message.bytes.len()).unwrap_or(u32::MAX),
+            };
+            let delivered = peers
+                .call(addr, &request, &message.bytes, RAFT_SEND_TIMEOUT)
+                .await
+                .is_ok_and(|answer| answer.message.error_code == ErrorCode::None.code());
+            let mut node = service.node.borrow_mut();
+            if !delivered {
+                node.report_unreachable(message.to);
+            }
+            if message.carries_snapshot {
+                node.report_snapshot(message.to, delivered);
+            }
+        })
+        .detach();
+    }
+}
+
+fn unexpected(outcome: &Outcome) -> ControllerRequestError {
+    ControllerRequestError::refused(
+        ErrorCode::UnknownServerError,
+        format!("unexpected controller outcome {outcome:?}"),
+    )
+}
+
+fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
+    use corelog_controller::CommandError;
+    match error {
+        CommandError::StaleIncarnation { .. } => ErrorCode::StaleBrokerIncarnation,
+        CommandError::UnknownTopic(_) | CommandError::UnknownPartition { .. } => {
+            ErrorCode::UnknownTopicOrPartition
+        }
+        CommandError::TopicExists(_) => ErrorCode::TopicAlreadyExists,
+        CommandError::InvalidTopicName { .. } => ErrorCode::InvalidTopicName,
+        CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
+        CommandError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
+        _ => ErrorCode::InvalidRequest,
+    }
+}

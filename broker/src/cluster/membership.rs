@@ -1,0 +1,470 @@
+//! This broker as a cluster member, on shard 0: it registers with the
+//! controller leader, heartbeats, follows the metadata log by long-polling
+//! the controller, and publishes each new metadata version to its shards.
+//! It is also how shard 0 asks the controller for changes (topics,
+//! producer ids) on behalf of clients.
+//!
+//! Calls go to the controller leader as last known; a `NOT_CONTROLLER`
+//! answer carries the new leader's id, and an unreachable voter makes the
+//! next call try the following one.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corelog_controller::MetadataState;
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::ConfigEntry;
+use corelog_wire::message::Request;
+use corelog_wire::message::broker_heartbeat::{BrokerHeartbeatRequest, BrokerHeartbeatResponse};
+use corelog_wire::message::broker_register::{BrokerRegisterRequest, BrokerRegisterResponse};
+use corelog_wire::message::controller_operation::{
+    ControllerOp, ControllerOperationRequest, ControllerOperationResponse,
+};
+use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
+use event_listener::Event;
+use rkyv::rancor;
+
+use crate::metadata::MetadataSnapshot;
+use crate::partition::PartitionError;
+use crate::peer::{Answer, PeerError, Peers};
+use crate::runtime::command::{TopicOutcome, TopicToCreate};
+use crate::runtime::shard::Shard;
+
+/// Deadline of one controller call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a metadata long-poll waits at the controller.
+const METADATA_WAIT_MS: u32 = 2_000;
+/// Pause after a failed round over every voter.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long a topic change waits to show up in this broker's metadata.
+const PROPAGATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The answer fields every controller response shares.
+trait ControllerAnswer {
+    fn error_code(&self) -> u16;
+    fn error_message(&self) -> Option<&str>;
+    fn leader_hint(&self) -> Option<u32>;
+}
+
+macro_rules! controller_answer {
+    ($($response:ty),*) => {$(
+        impl ControllerAnswer for $response {
+            fn error_code(&self) -> u16 {
+                self.error_code
+            }
+            fn error_message(&self) -> Option<&str> {
+                self.error_message.as_deref()
+            }
+            fn leader_hint(&self) -> Option<u32> {
+                self.leader_hint
+            }
+        }
+    )*};
+}
+
+controller_answer!(
+    BrokerRegisterResponse,
+    BrokerHeartbeatResponse,
+    MetadataFetchResponse,
+    ControllerOperationResponse
+);
+
+/// Why a controller call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberError {
+    /// No voter answered as leader.
+    #[error("no controller leader reachable: {0}")]
+    NoController(String),
+    /// The leader refused the call.
+    #[error("{code}: {message}")]
+    Refused {
+        /// The code.
+        code: ErrorCode,
+        /// Why.
+        message: String,
+    },
+}
+
+impl From<MemberError> for PartitionError {
+    fn from(error: MemberError) -> Self {
+        match error {
+            MemberError::NoController(message) => PartitionError::new(
+                ErrorCode::NotController,
+                format!("no controller leader reachable ({message}); retry"),
+            ),
+            MemberError::Refused { code, message } => PartitionError::new(code, message),
+        }
+    }
+}
+
+/// This broker's membership in the cluster.
+pub struct ClusterMember {
+    node_id: u32,
+    voters: BTreeMap<u32, SocketAddr>,
+    peers: Rc<Peers>,
+    leader_hint: Cell<Option<u32>>,
+    /// Tried next when the hint is unknown or wrong.
+    next_voter: Cell<usize>,
+    registration: BrokerRegisterRequest,
+    heartbeat_interval: Duration,
+    state: RefCell<Arc<MetadataState>>,
+    fenced: Cell<bool>,
+    registered: Cell<bool>,
+    /// Woken when a new metadata version is published to the shards.
+    published: Event,
+}
+
+impl std::fmt::Debug for ClusterMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterMember")
+            .field("node_id", &self.node_id)
+            .field("leader_hint", &self.leader_hint.get())
+            .field("version", &self.state.borrow().version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterMember {
+    /// Builds the member of `node_id`; nothing runs until [`ClusterMember::run`].
+    #[must_use]
+    pub fn new(
+        node_id: u32,
+        voters: BTreeMap<u32, SocketAddr>,
+        registration: BrokerRegisterRequest,
+        heartbeat_interval: Duration,
+    ) -> Rc<ClusterMember> {
+        Rc::new(ClusterMember {
+            node_id,
+            voters,
+            peers: Peers::new(),
+            leader_hint: Cell::new(None),
+            next_voter: Cell::new(0),
+            registration,
+            heartbeat_interval,
+            state: RefCell::new(Arc::new(MetadataState::default())),
+            fenced: Cell::new(true),
+            registered: Cell::new(false),
+            published: Event::new(),
+        })
+    }
+
+    /// Starts registration, heartbeats and metadata following on the
+    /// current executor (shard 0).
+    pub fn run(self: &Rc<Self>, shard: Rc<Shard>) {
+        glommio::spawn_local(self.clone().keep_registered(shard.clone())).detach();
+        glommio::spawn_local(self.clone().follow_metadata(shard)).detach();
+    }
+
+    /// The newest metadata this broker knows.
+    #[must_use]
+    pub fn state(&self) -> Arc<MetadataState> {
+        self.state.borrow().clone()
+    }
+
+    /// The controller leader as last heard.
+    #[must_use]
+    pub fn controller_hint(&self) -> Option<u32> {
+        self.leader_hint.get()
+    }
+
+    /// Whether the controller has this broker fenced (as of the last heartbeat).
+    #[must_use]
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.get()
+    }
+
+    /// Calls the controller leader, following hints and trying every voter.
+    async fn call<T>(&self, request: &T) -> Result<Answer<T::Response>, MemberError>
+    where
+        T: Request,
+        T::Response: ControllerAnswer,
+        <T::Response as rkyv::Archive>::Archived:
+            rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
+    {
+        let mut last_error = String::from("no voter tried");
+        // Each voter once, plus one hop per hint.
+        for _attempt in 0..self.voters.len() * 2 {
+            let target = self.target();
+            let Some(addr) = self.voters.get(&target).copied() else {
+                self.leader_hint.set(None);
+                continue;
+            };
+            match self.peers.call(addr, request, &[], CALL_TIMEOUT).await {
+                Ok(answer) => {
+                    let code = answer.message.error_code();
+                    if code == ErrorCode::NotController.code() {
+                        let hint = answer.message.leader_hint().filter(|hint| *hint != target);
+                        last_error = format!("voter {target} is not the leader");
+                        self.leader_hint.set(hint);
+                        if hint.is_none() {
+                            self.skip_voter();
+                        }
+                        continue;
+                    }
+                    self.leader_hint.set(Some(target));
+                    if code != ErrorCode::None.code() {
+                        return Err(MemberError::Refused {
+                            code: ErrorCode::from_code(code)
+                                .unwrap_or(ErrorCode::UnknownServerError),
+                            message: answer
+                                .message
+                                .error_message()
+                                .unwrap_or("refused by the controller")
+                                .to_owned(),
+                        });
+                    }
+                    return Ok(answer);
+                }
+                Err(error) => {
+                    last_error = error.to_string();
+                    if matches!(error, PeerError::Refused { .. }) {
+                        tracing::debug!(%error, "controller call refused");
+                    }
+                    self.leader_hint.set(None);
+                    self.skip_voter();
+                }
+            }
+        }
+        Err(MemberError::NoController(last_error))
+    }
+
+    fn target(&self) -> u32 {
+        if let Some(hint) = self.leader_hint.get() {
+            return hint;
+        }
+        let ids: Vec<u32> = self.voters.keys().copied().collect();
+        ids[self.next_voter.get() % ids.len()]
+    }
+
+    fn skip_voter(&self) {
+        self.next_voter.set(self.next_voter.get().wrapping_add(1));
+    }
+
+    async fn keep_registered(self: Rc<Self>, shard: Rc<Shard>) {
+        while !shard.is_stopping() {
+            if !self.registered.get() {
+                match self.call(&self.registration).await {
+                    Ok(_) => {
+                        tracing::info!(
+                            node = self.node_id,
+                            incarnation = self.registration.incarnation,
+                            "registered with the controller"
+                        );
+                        self.registered.set(true);
+                    }
+                    Err(error) => {
+                        tracing::info!(%error, "registration with the controller failed; retrying");
+                        glommio::timer::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                }
+            }
+            let heartbeat = BrokerHeartbeatRequest {
+                node_id: self.node_id,
+                incarnation: self.registration.incarnation,
+                metadata_version: self.state.borrow().version(),
+            };
+            match self.call(&heartbeat).await {
+                Ok(answer) => {
+                    if self.fenced.replace(answer.message.fenced) != answer.message.fenced {
+                        tracing::info!(
+                            fenced = answer.message.fenced,
+                            "controller changed this broker's fence"
+                        );
+                    }
+                }
+                Err(MemberError::Refused {
+                    code: ErrorCode::StaleBrokerIncarnation,
+                    message,
+                }) => {
+                    tracing::warn!(%message, "the controller does not know this process; registering again");
+                    self.registered.set(false);
+                    continue;
+                }
+                Err(error) => tracing::debug!(%error, "heartbeat failed"),
+            }
+            glommio::timer::sleep(self.heartbeat_interval).await;
+        }
+    }
+
+    async fn follow_metadata(self: Rc<Self>, shard: Rc<Shard>) {
+        while !shard.is_stopping() {
+            let known = self.state.borrow().version();
+            let request = MetadataFetchRequest {
+                node_id: self.node_id,
+                known_version: known,
+                max_wait_ms: METADATA_WAIT_MS,
+            };
+            let answer = match self.call(&request).await {
+                Ok(answer) => answer,
+                Err(error) => {
+                    tracing::debug!(%error, "metadata fetch failed");
+                    glommio::timer::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+            };
+            if answer.message.version <= known {
+                continue;
+            }
+            let state = match MetadataState::decode(&answer.raw) {
+                Ok(state) => state,
+                Err(error) => {
+                    tracing::error!(%error, "controller sent metadata that does not decode");
+                    glommio::timer::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+            };
+            if state.version() <= known {
+                continue;
+            }
+            let state = Arc::new(state);
+            *self.state.borrow_mut() = state.clone();
+            let previous = shard.snapshot();
+            let snapshot = MetadataSnapshot::for_cluster(
+                state,
+                self.leader_hint.get(),
+                self.node_id,
+                &previous,
+            );
+            shard.broadcast(Arc::new(snapshot)).await;
+            self.published.notify(usize::MAX);
+        }
+    }
+
+    /// Waits until published metadata satisfies `done`, or the timeout.
+    async fn wait_for(&self, done: impl Fn(&MetadataState) -> bool) -> bool {
+        let deadline = std::time::Instant::now() + PROPAGATION_TIMEOUT;
+        loop {
+            let listener = self.published.listen();
+            if done(&self.state.borrow()) {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let _woken =
+                futures::future::select(listener, Box::pin(glommio::timer::sleep(deadline - now)))
+                    .await;
+        }
+    }
+
+    /// Creates topics through the controller and waits until this broker
+    /// sees them.
+    pub async fn create_topics(
+        &self,
+        topics: Vec<TopicToCreate>,
+        validate_only: bool,
+    ) -> Vec<TopicOutcome> {
+        let mut outcomes = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let result = if validate_only {
+                Ok(())
+            } else {
+                self.create_topic(&topic).await
+            };
+            outcomes.push(TopicOutcome {
+                name: topic.name,
+                result,
+            });
+        }
+        outcomes
+    }
+
+    async fn create_topic(&self, topic: &TopicToCreate) -> Result<(), PartitionError> {
+        let request = ControllerOperationRequest {
+            op: ControllerOp::CreateTopic {
+                name: topic.name.clone(),
+                partitions: topic.partitions,
+                replication_factor: topic.replication_factor,
+                configs: topic
+                    .config
+                    .entries()
+                    .into_iter()
+                    .map(|(key, value)| ConfigEntry { key, value })
+                    .collect(),
+            },
+        };
+        let answer = self.call(&request).await?;
+        let topic_id = u64::try_from(answer.message.value).unwrap_or(0);
+        let name = topic.name.clone();
+        if self
+            .wait_for(|state| {
+                state
+                    .topic_by_name(&name)
+                    .is_some_and(|found| found.id.0 == topic_id)
+            })
+            .await
+        {
+            Ok(())
+        } else {
+            Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "topic {name:?} was created but this broker has not seen it yet; it will appear shortly"
+                ),
+            ))
+        }
+    }
+
+    /// Deletes topics through the controller and waits until this broker
+    /// sees them gone.
+    pub async fn delete_topics(&self, names: Vec<String>) -> Vec<TopicOutcome> {
+        let mut outcomes = Vec::with_capacity(names.len());
+        for name in names {
+            let request = ControllerOperationRequest {
+                op: ControllerOp::DeleteTopic { name: name.clone() },
+            };
+            let result = match self.call(&request).await {
+                Ok(_) => {
+                    if self
+                        .wait_for(|state| state.topic_by_name(&name).is_none())
+                        .await
+                    {
+                        Ok(())
+                    } else {
+                        Err(PartitionError::new(
+                            ErrorCode::RequestTimedOut,
+                            format!(
+                                "topic {name:?} was deleted but this broker still sees it; it will disappear shortly"
+                            ),
+                        ))
+                    }
+                }
+                Err(error) => Err(error.into()),
+            };
+            outcomes.push(TopicOutcome { name, result });
+        }
+        outcomes
+    }
+
+    /// A new producer id from the controller, or the next epoch of an
+    /// existing one.
+    ///
+    /// # Errors
+    /// When the controller cannot be reached or refuses.
+    pub async fn init_producer_id(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<(i64, i16), PartitionError> {
+        if producer_id >= 0 {
+            let epoch = producer_epoch.checked_add(1).ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::InvalidProducerEpoch,
+                    "producer epoch exhausted; request a new producer id",
+                )
+            })?;
+            return Ok((producer_id, epoch));
+        }
+        let request = ControllerOperationRequest {
+            op: ControllerOp::AllocateProducerIds { count: 1 },
+        };
+        let answer = self.call(&request).await?;
+        Ok((answer.message.value, 0))
+    }
+}

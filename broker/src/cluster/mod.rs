@@ -1,0 +1,45 @@
+//! Cluster mode (`--controller-voters`): the controller role and this
+//! broker's membership.
+//!
+//! - [`raft_log`]: the controller's Raft log file (bytes only; the format
+//!   and recovery are `corelog-controller`'s).
+//! - [`controller_service`]: the controller role on shard 0 of a voter:
+//!   drives the Raft node, persists before sending, answers registrations,
+//!   heartbeats, metadata long-polls and operations, fences brokers whose
+//!   session expired.
+//! - [`membership`]: every broker, on shard 0: registers, heartbeats,
+//!   follows the metadata log and publishes each version to its shards;
+//!   forwards topic changes and producer-id requests to the controller.
+//!
+//! Inter-broker requests reach shard 0 whatever shard accepted the
+//! connection: other shards forward them (`ShardCommand::Cluster`).
+//!
+//! Not yet in cluster mode: the replicated data path. Partitions are placed
+//! and published, but produce and fetch answer `LEADER_NOT_AVAILABLE`
+//! until replicas run (issue 5).
+
+pub mod controller_service;
+pub mod membership;
+pub mod raft_log;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+pub use controller_service::{ControllerRequestError, ControllerService};
+pub use membership::ClusterMember;
+
+/// Shard 0's cluster parts.
+#[derive(Debug, Clone)]
+pub struct ClusterRole {
+    /// The controller role, on voters only.
+    pub controller: Option<Rc<ControllerService>>,
+    /// This broker's membership.
+    pub member: Rc<ClusterMember>,
+}
+
+/// The voters by id, from the configuration.
+#[must_use]
+pub fn voter_map(voters: &[crate::config::ControllerVoter]) -> BTreeMap<u32, SocketAddr> {
+    voters.iter().map(|voter| (voter.id, voter.addr)).collect()
+}
