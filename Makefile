@@ -10,7 +10,7 @@ FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_top
 # Crates that must stay pure: no async runtime in their dependency tree.
 PURE_CRATES = corelog-wire
 
-.PHONY: build run test bench bench-storage bench-broker fmt lint purity fuzz clean
+.PHONY: build run test sim bench bench-storage bench-broker fmt lint purity fuzz clean
 
 build:
 	$(CARGO) build --release --workspace
@@ -21,9 +21,25 @@ run:
 	./target/release/corelogd $(ARGS)
 
 # Binaries first: the multi-process tests in tests/ start corelogd and corelog.
+# The replication simulation runs its 2,000 seeds in release mode (seconds,
+# not minutes), so the debug run of the workspace leaves it out.
 test:
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --exclude corelog-sim
+	$(CARGO) test -p corelog-sim --release
+
+# Deterministic replication simulation (sim/): `make sim SEEDS=N` runs N seeds
+# from SIM_FIRST_SEED (default 0) on every core; `make sim SEED=N` replays seed
+# N alone with its event trace. A failing seed prints `make sim SEED=N`.
+SEEDS ?= 2000
+SIM_FIRST_SEED ?= 0
+SIM_TEST = $(CARGO) test -p corelog-sim --release --test sim -- --exact replay --nocapture
+sim:
+ifdef SEED
+	SIM_SEED=$(SEED) SIM_TRACE=1 $(SIM_TEST)
+else
+	SIM_SEEDS=$(SEEDS) SIM_FIRST_SEED=$(SIM_FIRST_SEED) $(SIM_TEST)
+endif
 
 # Storage engine against the raw disk, then the seed's workload on a broker.
 bench: bench-storage bench-broker

@@ -1,0 +1,563 @@
+//! The per-partition replica state machine: one value per replica, driven
+//! by the shell's calls, answering with [`Action`]s.
+//!
+//! - `mod.rs` (this file): the state, recovery, queries, durability and the
+//!   invariants every change checks.
+//! - [`leader`](self::leader): the leader role (marker, pushes, acknowledgements,
+//!   high watermark).
+//! - [`follower`](self::follower): the follower role (consistency check,
+//!   truncation, reset, acknowledgements).
+
+mod follower;
+mod leader;
+
+use std::collections::BTreeMap;
+
+use corelog_wire::types::{LeaderEpoch, Offset};
+
+use crate::action::Action;
+use crate::error::ReplicationError;
+use crate::ids::{PartitionKey, ReplicaId};
+use crate::message::{PushAck, PushResult, Query, QueryAnswer, QueryResult};
+use crate::meta::ReplicaMeta;
+
+/// Tunables of a replica. Times are in milliseconds of the shell's clock,
+/// which comes in as `now_ms` arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// A leader resends to a follower from its acknowledged end when this
+    /// long passed without an acknowledgement that moved it forward while
+    /// records were outstanding.
+    pub resend_timeout_ms: u64,
+    /// A leader sends a push (empty if there is nothing new) to a follower
+    /// at least this often, so the high watermark travels and lost
+    /// acknowledgements are repeated.
+    pub heartbeat_interval_ms: u64,
+    /// Pipelining bound, in records (offsets): a leader sends new batches
+    /// to a follower while fewer than this many are sent but not yet
+    /// acknowledged durable. Counted in offsets because the state machine
+    /// knows offsets exactly and bytes only through the shell.
+    pub max_inflight_records: u64,
+    /// Byte budget of one push, passed to the shell in
+    /// [`Action::SendPush`].
+    pub max_push_bytes: u64,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        Self {
+            resend_timeout_ms: 500,
+            heartbeat_interval_ms: 100,
+            max_inflight_records: 100_000,
+            max_push_bytes: 1 << 20,
+        }
+    }
+}
+
+/// The state of the local log as recovery found it. After a crash only the
+/// durable prefix survives, so the log end is the durable end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveredLog {
+    /// The first offset held.
+    pub log_start: Offset,
+    /// The offset after the last valid, durable batch.
+    pub log_end: Offset,
+    /// The epoch stamped on the last batch (`None` for an empty log), to
+    /// cross-check the persisted history.
+    pub last_epoch: Option<LeaderEpoch>,
+}
+
+/// The role of a replica, as the shell sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleView {
+    /// Neither leading nor following: new, restarted, stepped down, or
+    /// fenced by a query and waiting for the election's outcome.
+    Offline,
+    /// Leading `epoch`; writes are accepted once the epoch-start marker is
+    /// appended.
+    Leader {
+        /// The epoch led.
+        epoch: LeaderEpoch,
+        /// Whether client appends may be accepted now.
+        accepting_writes: bool,
+    },
+    /// Following `leader` in `epoch`.
+    Follower {
+        /// The epoch followed.
+        epoch: LeaderEpoch,
+        /// The leader.
+        leader: ReplicaId,
+    },
+}
+
+/// Per-follower bookkeeping of a leader.
+#[derive(Clone, Copy, Debug)]
+struct Progress {
+    /// Durable, matching end the follower reported in this epoch. Only
+    /// grows within the epoch.
+    acked_end: Offset,
+    /// Where the next push with new batches starts.
+    sent_end: Offset,
+    /// The high watermark last sent.
+    sent_hw: Offset,
+    /// A mismatch moved `sent_end`: send a push there even without batches.
+    probe_pending: bool,
+    /// When `acked_end` last moved, or the last resend.
+    last_progress_ms: u64,
+    /// When a push was last sent.
+    last_send_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+struct LeaderState {
+    epoch: LeaderEpoch,
+    replicas: Vec<ReplicaId>,
+    /// The offset of this epoch's marker: records below it are older
+    /// epochs'; the high watermark may only pass it by counting, never
+    /// stop between older records by counting (Raft fig. 8).
+    epoch_start: Offset,
+    marker_appended: bool,
+    followers: BTreeMap<ReplicaId, Progress>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FollowerState {
+    epoch: LeaderEpoch,
+    leader: ReplicaId,
+    /// The end of the prefix of the local log known to equal the leader's:
+    /// established by pushes that passed the consistency check in this
+    /// epoch (or committed before it). Only this prefix is acknowledged and
+    /// only this prefix may carry the high watermark.
+    verified_end: Offset,
+}
+
+#[derive(Clone, Debug)]
+enum Role {
+    Offline,
+    Leader(LeaderState),
+    Follower(FollowerState),
+}
+
+/// One replica of one partition.
+///
+/// Pure: every input is an argument (including the time, `now_ms`), every
+/// effect is a returned [`Action`]. The shell owns the log bytes, the disk
+/// and the network; it tells the replica what it appended and what became
+/// durable, and carries out the actions in order.
+///
+/// Invariants asserted on every change, in release builds too:
+/// `log_start <= high_watermark <= log_end`, `durable_end <= log_end`; the
+/// high watermark never decreases (within one incarnation: it is soft state
+/// and restarts at the log start); truncation and reset never go below it;
+/// the fenced epoch never decreases and the history never names an epoch
+/// above it.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    id: ReplicaId,
+    partition: PartitionKey,
+    config: ReplicaConfig,
+    meta: ReplicaMeta,
+    log_start: Offset,
+    log_end: Offset,
+    durable_end: Offset,
+    high_watermark: Offset,
+    role: Role,
+}
+
+impl Replica {
+    /// A replica with an empty log and no promises: a new assignment.
+    #[must_use]
+    pub fn new(id: ReplicaId, partition: PartitionKey, config: ReplicaConfig) -> Self {
+        Self {
+            id,
+            partition,
+            config,
+            meta: ReplicaMeta::new(),
+            log_start: Offset(0),
+            log_end: Offset(0),
+            durable_end: Offset(0),
+            high_watermark: Offset(0),
+            role: Role::Offline,
+        }
+    }
+
+    /// A replica restarted from its persisted metadata and recovered log.
+    /// It starts `Offline` with its high watermark at the log start.
+    ///
+    /// History runs at or past the log end are forgotten (their records
+    /// were not durable); if the log is empty the whole history is
+    /// forgotten, since no record remains whose epoch it could vouch for
+    /// (this keeps a reset that crashed before its metadata was written from
+    /// answering an election with a stale epoch). When that changes the
+    /// history, the returned actions hold a `Persist`.
+    ///
+    /// # Errors
+    /// [`ReplicationError::HistoryMismatch`],
+    /// [`ReplicationError::HistoryAboveFence`] or
+    /// [`ReplicationError::BadLogBounds`] when the metadata and the log do
+    /// not fit together: damage; the shell fences the replica.
+    pub fn recover(
+        id: ReplicaId,
+        partition: PartitionKey,
+        config: ReplicaConfig,
+        mut meta: ReplicaMeta,
+        log: RecoveredLog,
+    ) -> Result<(Self, Vec<Action>), ReplicationError> {
+        if log.log_start > log.log_end {
+            return Err(ReplicationError::BadLogBounds {
+                log_start: log.log_start,
+                log_end: log.log_end,
+            });
+        }
+        if let Some(history_epoch) = meta.history.last_epoch()
+            && history_epoch > meta.fenced_epoch
+        {
+            return Err(ReplicationError::HistoryAboveFence {
+                history_epoch,
+                fenced_epoch: meta.fenced_epoch,
+            });
+        }
+        let mut changed = meta.history.truncate_from(log.log_end);
+        if log.log_start == log.log_end {
+            changed |= meta.history.clear();
+        } else {
+            let history_epoch = meta.history.epoch_before(log.log_end);
+            if history_epoch != log.last_epoch {
+                return Err(ReplicationError::HistoryMismatch {
+                    log_end: log.log_end,
+                    log_epoch: log.last_epoch,
+                    history_epoch,
+                });
+            }
+        }
+        let replica = Self {
+            id,
+            partition,
+            config,
+            meta,
+            log_start: log.log_start,
+            log_end: log.log_end,
+            durable_end: log.log_end,
+            high_watermark: log.log_start,
+            role: Role::Offline,
+        };
+        replica.check_invariants();
+        let actions = if changed {
+            vec![replica.persist()]
+        } else {
+            Vec::new()
+        };
+        Ok((replica, actions))
+    }
+
+    /// This replica.
+    #[must_use]
+    pub fn id(&self) -> ReplicaId {
+        self.id
+    }
+
+    /// Its partition.
+    #[must_use]
+    pub fn partition(&self) -> PartitionKey {
+        self.partition
+    }
+
+    /// Its durable metadata as last emitted in a `Persist` (the in-memory
+    /// copy is always what was, or is about to be, persisted).
+    #[must_use]
+    pub fn meta(&self) -> &ReplicaMeta {
+        &self.meta
+    }
+
+    /// The first offset of the local log.
+    #[must_use]
+    pub fn log_start(&self) -> Offset {
+        self.log_start
+    }
+
+    /// The offset after the last appended batch.
+    #[must_use]
+    pub fn log_end(&self) -> Offset {
+        self.log_end
+    }
+
+    /// The offset after the last durable batch.
+    #[must_use]
+    pub fn durable_end(&self) -> Offset {
+        self.durable_end
+    }
+
+    /// Records below this offset are committed.
+    #[must_use]
+    pub fn high_watermark(&self) -> Offset {
+        self.high_watermark
+    }
+
+    /// The current role.
+    #[must_use]
+    pub fn role(&self) -> RoleView {
+        match &self.role {
+            Role::Offline => RoleView::Offline,
+            Role::Leader(leader) => RoleView::Leader {
+                epoch: leader.epoch,
+                accepting_writes: leader.marker_appended,
+            },
+            Role::Follower(follower) => RoleView::Follower {
+                epoch: follower.epoch,
+                leader: follower.leader,
+            },
+        }
+    }
+
+    /// Whether the shell may assign offsets to a client append now.
+    #[must_use]
+    pub fn accepting_writes(&self) -> bool {
+        matches!(&self.role, Role::Leader(leader) if leader.marker_appended)
+    }
+
+    /// A controller query for an election of `query.new_epoch`.
+    ///
+    /// If the epoch is not above the fence, the answer is `Fenced` (except
+    /// for a repeat of the query last promised, while nothing has happened
+    /// in that epoch here: it is answered again, so that a lost answer can
+    /// be recovered by asking again). Otherwise the replica promises it
+    /// (`Persist` first), stops leading or following (it can no longer help
+    /// an older epoch commit anything, so it must not acknowledge its pushes
+    /// either), and answers with its
+    /// DURABLE log end and the epoch of its last durable record. Durable,
+    /// because the answer is a claim about what this replica will still
+    /// hold after a crash: the election picks the greatest claim, and a
+    /// claim that included an unsynced tail could elect a replica that
+    /// comes back from a crash without committed records it was counted on
+    /// to have.
+    ///
+    /// # Errors
+    /// [`ReplicationError::WrongPartition`].
+    pub fn on_query(&mut self, query: &Query) -> Result<Vec<Action>, ReplicationError> {
+        self.check_partition(query.partition)?;
+        let mut actions = Vec::new();
+        // A repeated query of the epoch already promised (the controller
+        // retries when an answer is lost) gets the same kind of answer, as
+        // long as nothing happened in that epoch here yet.
+        let repeated = query.new_epoch == self.meta.fenced_epoch
+            && matches!(self.role, Role::Offline)
+            && self.meta.led_epoch != Some(query.new_epoch);
+        if query.new_epoch <= self.meta.fenced_epoch && !repeated {
+            actions.push(self.answer(
+                query.new_epoch,
+                QueryResult::Fenced {
+                    fenced_epoch: self.meta.fenced_epoch,
+                },
+            ));
+            return Ok(actions);
+        }
+        if !repeated {
+            self.step_down(&mut actions);
+            // Stop following too: the old epoch's leader must get no more
+            // acknowledgements, and the new epoch's leader is not known
+            // until the controller publishes it.
+            self.role = Role::Offline;
+            self.raise_fence(query.new_epoch);
+            actions.push(self.persist());
+        }
+        let result = QueryResult::State {
+            last_epoch: self.meta.history.epoch_before(self.durable_end),
+            log_end: self.durable_end,
+        };
+        actions.push(self.answer(query.new_epoch, result));
+        self.check_invariants();
+        Ok(actions)
+    }
+
+    /// The shell's fsync completed: everything below `durable_end` is
+    /// durable. A follower acknowledges it; a leader counts it.
+    ///
+    /// # Panics
+    /// If `durable_end` is above the log end or below the previous durable
+    /// end (a shell bug).
+    pub fn on_local_durable(&mut self, durable_end: Offset) -> Vec<Action> {
+        assert!(
+            durable_end <= self.log_end,
+            "durable end {durable_end} above the log end {}",
+            self.log_end
+        );
+        assert!(
+            durable_end >= self.durable_end,
+            "durable end moved back from {} to {durable_end}",
+            self.durable_end
+        );
+        self.durable_end = durable_end;
+        let mut actions = Vec::new();
+        match &self.role {
+            Role::Leader(_) => self.advance_leader_high_watermark(&mut actions),
+            Role::Follower(follower) => actions.push(self.ok_ack(*follower)),
+            Role::Offline => {}
+        }
+        self.check_invariants();
+        actions
+    }
+
+    /// Timers: a leader resends to followers that made no progress and
+    /// sends heartbeats; then whatever [`poll_sends`](Self::poll_sends)
+    /// would send.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
+        self.poll_sends(now_ms)
+    }
+
+    /// Retention deleted the log below `log_start` (the shell deletes
+    /// first, then calls this). Only committed, durable records may be
+    /// deleted. Returns a `Persist` when the history was pruned.
+    ///
+    /// # Panics
+    /// If `log_start` is above the high watermark or the durable end, or
+    /// below the current log start.
+    pub fn advance_log_start(&mut self, log_start: Offset) -> Vec<Action> {
+        assert!(log_start >= self.log_start, "log start moved back");
+        assert!(
+            log_start <= self.high_watermark && log_start <= self.durable_end,
+            "retention to {log_start} beyond the committed, durable prefix"
+        );
+        self.log_start = log_start;
+        let mut actions = Vec::new();
+        if self.meta.history.retain_from(log_start) {
+            actions.push(self.persist());
+        }
+        self.check_invariants();
+        actions
+    }
+
+    fn check_partition(&self, partition: PartitionKey) -> Result<(), ReplicationError> {
+        if partition == self.partition {
+            Ok(())
+        } else {
+            Err(ReplicationError::WrongPartition {
+                expected: self.partition,
+                got: partition,
+            })
+        }
+    }
+
+    fn persist(&self) -> Action {
+        Action::Persist(self.meta.clone())
+    }
+
+    fn answer(&self, epoch: LeaderEpoch, result: QueryResult) -> Action {
+        Action::SendAnswer {
+            answer: QueryAnswer {
+                partition: self.partition,
+                epoch,
+                from: self.id,
+                result,
+            },
+        }
+    }
+
+    fn ack(&self, to: ReplicaId, epoch: LeaderEpoch, result: PushResult) -> Action {
+        Action::SendAck {
+            to,
+            ack: PushAck {
+                partition: self.partition,
+                epoch,
+                from: self.id,
+                result,
+            },
+        }
+    }
+
+    /// The acknowledgement a follower sends: only the prefix checked
+    /// against this leader counts, even if more is durable.
+    fn ok_ack(&self, follower: FollowerState) -> Action {
+        let log_end = follower.verified_end;
+        self.ack(
+            follower.leader,
+            follower.epoch,
+            PushResult::Ok {
+                durable_end: self.durable_end.min(log_end),
+                log_end,
+            },
+        )
+    }
+
+    fn raise_fence(&mut self, epoch: LeaderEpoch) {
+        assert!(
+            epoch >= self.meta.fenced_epoch,
+            "fence moved back from {} to {epoch}",
+            self.meta.fenced_epoch
+        );
+        self.meta.fenced_epoch = epoch;
+    }
+
+    /// Leaves the leader role, if held, with a `StepDown`.
+    fn step_down(&mut self, actions: &mut Vec<Action>) {
+        if let Role::Leader(leader) = &self.role {
+            actions.push(Action::StepDown {
+                epoch: leader.epoch,
+            });
+            self.role = Role::Offline;
+        }
+    }
+
+    fn set_high_watermark(&mut self, high_watermark: Offset, actions: &mut Vec<Action>) {
+        assert!(
+            high_watermark > self.high_watermark,
+            "high watermark moved back from {} to {high_watermark}",
+            self.high_watermark
+        );
+        assert!(
+            high_watermark <= self.log_end,
+            "high watermark {high_watermark} above the log end {}",
+            self.log_end
+        );
+        self.high_watermark = high_watermark;
+        actions.push(Action::HighWatermark(high_watermark));
+    }
+
+    /// Checks the invariants that hold between calls.
+    fn check_invariants(&self) {
+        assert!(
+            self.log_start <= self.high_watermark && self.high_watermark <= self.log_end,
+            "expected log start {} <= high watermark {} <= log end {}",
+            self.log_start,
+            self.high_watermark,
+            self.log_end
+        );
+        assert!(
+            self.durable_end <= self.log_end,
+            "durable end {} above log end {}",
+            self.durable_end,
+            self.log_end
+        );
+        if let Some(epoch) = self.meta.history.last_epoch() {
+            assert!(
+                epoch <= self.meta.fenced_epoch,
+                "history reaches epoch {epoch} above the fence {}",
+                self.meta.fenced_epoch
+            );
+        }
+        match &self.role {
+            Role::Leader(leader) => {
+                assert!(leader.epoch == self.meta.fenced_epoch, "leader below fence");
+                assert!(
+                    leader.epoch_start <= self.log_end,
+                    "epoch start past log end"
+                );
+            }
+            Role::Follower(follower) => {
+                assert!(
+                    follower.epoch == self.meta.fenced_epoch,
+                    "follower below fence"
+                );
+                assert!(
+                    follower.verified_end <= self.log_end,
+                    "verified end {} past log end {}",
+                    follower.verified_end,
+                    self.log_end
+                );
+            }
+            Role::Offline => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+//! The simulation as tests: many seeds on every `cargo test`, and a replay
+//! entry point driven by environment variables (what `make sim` runs).
+
+use std::time::Instant;
+
+use corelog_sim::{Failure, run_seed, run_seeds, run_seeds_parallel};
+
+/// Seeds every `cargo test` runs, split over two tests so that the test
+/// harness runs them on both cores.
+const SEEDS_PER_HALF: u64 = 1_000;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    match value.trim().parse() {
+        Ok(number) => Some(number),
+        Err(_) => panic!("{name}={value} is not a number"),
+    }
+}
+
+fn report(result: Result<corelog_sim::Totals, Failure>, started: Instant) {
+    match result {
+        Ok(totals) => {
+            let seconds = started.elapsed().as_secs_f64();
+            println!(
+                "{} seeds passed in {seconds:.1} s ({:.0} seeds/s): {} appends acknowledged, \
+                 {} election rounds, {} crashes, {} partitions, {} events; {:?}",
+                totals.seeds,
+                totals.seeds as f64 / seconds,
+                totals.acknowledged,
+                totals.rounds,
+                totals.crashes,
+                totals.partitions,
+                totals.events,
+                totals.stats
+            );
+        }
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+#[test]
+fn seeds_first_half() {
+    let started = Instant::now();
+    report(run_seeds(0, SEEDS_PER_HALF), started);
+}
+
+#[test]
+fn seeds_second_half() {
+    let started = Instant::now();
+    report(run_seeds(SEEDS_PER_HALF, SEEDS_PER_HALF), started);
+}
+
+#[test]
+fn a_seed_replays_identically() {
+    let first = run_seed(77, false).map_err(|failure| failure.to_string());
+    let second = run_seed(77, false).map_err(|failure| failure.to_string());
+    let summary = |result: &Result<corelog_sim::Outcome, String>| match result {
+        Ok(outcome) => format!("{outcome:?}"),
+        Err(message) => message.clone(),
+    };
+    assert_eq!(summary(&first), summary(&second));
+}
+
+/// `SIM_SEED=N` replays one seed with its trace when `SIM_TRACE=1`;
+/// `SIM_SEEDS=N` runs N seeds from `SIM_FIRST_SEED` (default 0) on every
+/// core. Without either, nothing (the seeds above already ran).
+#[test]
+fn replay() {
+    if let Some(seed) = env_u64("SIM_SEED") {
+        let trace = std::env::var("SIM_TRACE").is_ok_and(|value| value == "1");
+        match run_seed(seed, trace) {
+            Ok(outcome) => println!("seed {seed} passed: {outcome:?}"),
+            Err(failure) => panic!("{failure}"),
+        }
+    } else if let Some(count) = env_u64("SIM_SEEDS") {
+        let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let started = Instant::now();
+        report(run_seeds_parallel(first, count, threads), started);
+    }
+}
