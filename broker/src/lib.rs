@@ -28,5 +28,6 @@ pub mod metrics;
 pub mod net;
 pub mod partition;
 pub mod peer;
+pub mod replica;
 pub mod runtime;
 pub mod storage;

@@ -24,10 +24,10 @@ use event_listener::Event;
 use crate::metadata::TopicConfig;
 use crate::storage::disk::Disk;
 use crate::storage::{
-    CacheKey, DeletedRange, LogConfig, PartitionLog, ReadOutcome, ShardStorage, StorageError,
-    ValidBatch,
+    AppendOutcome, CacheKey, DeletedRange, LogConfig, PartitionLog, ReadOutcome, ShardStorage,
+    StorageError, ValidBatch,
 };
-use producer_state::{ProducerStateTable, SequenceCheck, SequenceError};
+use producer_state::{BatchRecord, ProducerStateTable, SequenceCheck, SequenceError};
 
 /// Take a producer-state snapshot after this many bytes appended.
 const SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
@@ -150,6 +150,26 @@ pub struct Produced {
     pub record_count: u32,
     /// Whether this was a retry of a batch already stored (nothing appended).
     pub duplicate: bool,
+}
+
+/// What [`Partition::start_produce`] did with a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProduceStart {
+    /// Appended (not yet durable) at these offsets.
+    Appended {
+        /// Where it landed.
+        outcome: AppendOutcome,
+        /// Records in the batch.
+        record_count: u32,
+    },
+    /// A retry of an idempotent batch already in the log at these offsets
+    /// (possibly not yet durable or committed): nothing appended.
+    Duplicate {
+        /// Where the original landed.
+        original: BatchRecord,
+        /// Records in the batch.
+        record_count: u32,
+    },
 }
 
 /// A summary of the partition, for `DescribeTopics`.
@@ -304,6 +324,50 @@ impl<D: Disk> Partition<D> {
     /// A [`PartitionError`] with the wire code: malformed or oversized batch,
     /// sequence or epoch refusal, disk full, storage failure.
     pub async fn produce(&self, batch: BytesMut) -> Result<Produced, PartitionError> {
+        match self.start_produce(batch, SINGLE_NODE_EPOCH)? {
+            ProduceStart::Duplicate {
+                original,
+                record_count,
+            } => {
+                // The original may still be on its way to disk: answer once it is there.
+                self.log.wait_durable(original.last_offset.plus(1)).await?;
+                Ok(Produced {
+                    base_offset: original.base_offset,
+                    log_append_time: self.shard.clock.now(),
+                    log_start: self.log.log_start(),
+                    record_count,
+                    duplicate: true,
+                })
+            }
+            ProduceStart::Appended {
+                outcome: appended,
+                record_count,
+            } => {
+                self.log.wait_durable(appended.last_offset.plus(1)).await?;
+                Ok(Produced {
+                    base_offset: appended.base_offset,
+                    log_append_time: appended.log_append_time,
+                    log_start: self.log.log_start(),
+                    record_count,
+                    duplicate: false,
+                })
+            }
+        }
+    }
+
+    /// The synchronous half of [`Partition::produce`]: checks the batch and
+    /// its producer sequence, stamps `epoch`, assigns offsets and records
+    /// the producer's state, without waiting for durability. A replicated
+    /// partition calls this and then waits for its own acknowledgement
+    /// condition (its high watermark).
+    ///
+    /// # Errors
+    /// As [`Partition::produce`], except that durability is not awaited.
+    pub(crate) fn start_produce(
+        &self,
+        batch: BytesMut,
+        epoch: LeaderEpoch,
+    ) -> Result<ProduceStart, PartitionError> {
         let mut batch = self.check_batch(batch)?;
         let header = *batch.header();
         let now = self.shard.clock.now();
@@ -314,19 +378,12 @@ impl<D: Disk> Partition<D> {
         };
         match verdict {
             SequenceCheck::Reject(error) => Err(error.into()),
-            SequenceCheck::Duplicate(original) => {
-                // The original may still be on its way to disk: answer once it is there.
-                self.log.wait_durable(original.last_offset.plus(1)).await?;
-                Ok(Produced {
-                    base_offset: original.base_offset,
-                    log_append_time: now,
-                    log_start: self.log.log_start(),
-                    record_count: header.record_count,
-                    duplicate: true,
-                })
-            }
+            SequenceCheck::Duplicate(original) => Ok(ProduceStart::Duplicate {
+                original,
+                record_count: header.record_count,
+            }),
             SequenceCheck::Append => {
-                batch.set_leader_epoch(SINGLE_NODE_EPOCH);
+                batch.set_leader_epoch(epoch);
                 let bytes = batch.bytes().len() as u64;
                 let appended = self.log.start_append_valid(batch)?;
                 if header.producer.is_idempotent() {
@@ -338,16 +395,67 @@ impl<D: Disk> Partition<D> {
                 }
                 self.bytes_since_snapshot
                     .set(self.bytes_since_snapshot.get() + bytes);
-                self.log.wait_durable(appended.last_offset.plus(1)).await?;
-                Ok(Produced {
-                    base_offset: appended.base_offset,
-                    log_append_time: appended.log_append_time,
-                    log_start: self.log.log_start(),
+                Ok(ProduceStart::Appended {
+                    outcome: appended,
                     record_count: header.record_count,
-                    duplicate: false,
                 })
             }
         }
+    }
+
+    /// Appends a batch a leader already placed and stamped (a follower's
+    /// append), keeping the producer state in step with the log so that
+    /// this replica can answer idempotent retries if it becomes leader.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::start_append_replicated`].
+    pub(crate) fn append_replicated(
+        &self,
+        batch: ValidBatch,
+    ) -> Result<AppendOutcome, StorageError> {
+        let header = *batch.header();
+        let bytes = batch.bytes().len() as u64;
+        let appended = self.log.start_append_replicated(batch)?;
+        self.producers
+            .borrow_mut()
+            .replay(&header, self.shard.clock.now());
+        self.bytes_since_snapshot
+            .set(self.bytes_since_snapshot.get() + bytes);
+        Ok(appended)
+    }
+
+    /// Cuts the log to end at `offset` (see [`PartitionLog::truncate_to`])
+    /// and rebuilds the producer state from what remains, storing a fresh
+    /// snapshot so that none describing the cut records survives a restart.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::truncate_to`], or the snapshot write.
+    pub(crate) async fn truncate_to(&self, offset: Offset) -> Result<Offset, StorageError> {
+        let end = self.log.truncate_to(offset).await?;
+        self.rebuild_producer_state().await?;
+        self.snapshot_producers().await?;
+        Ok(end)
+    }
+
+    /// Discards the log and restarts it empty at `offset` (see
+    /// [`PartitionLog::reset_to`]), with empty producer state.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::reset_to`], or the snapshot write.
+    pub(crate) async fn reset_to(&self, offset: Offset) -> Result<(), StorageError> {
+        self.log.reset_to(offset).await?;
+        self.rebuild_producer_state().await?;
+        self.snapshot_producers().await
+    }
+
+    /// The log, for a replicated partition's reads, pushes and markers.
+    pub(crate) fn log(&self) -> &PartitionLog<D> {
+        &self.log
+    }
+
+    /// The bounds batches of this partition are checked against.
+    pub(crate) fn batch_limits(&self) -> BatchLimits {
+        self.limits
     }
 
     /// Checks a producer batch before anything is stored: one well-formed
@@ -436,7 +544,22 @@ impl<D: Disk> Partition<D> {
     /// # Errors
     /// [`StorageError`] when retention or the snapshot cannot be written.
     pub async fn maintain(&self) -> Result<Option<DeletedRange>, StorageError> {
-        let deleted = self.log.enforce_retention().await?;
+        self.maintain_below(None).await
+    }
+
+    /// [`Partition::maintain`], deleting only segments wholly below `limit`
+    /// when one is given (a replicated partition's committed, durable end).
+    ///
+    /// # Errors
+    /// As [`Partition::maintain`].
+    pub(crate) async fn maintain_below(
+        &self,
+        limit: Option<Offset>,
+    ) -> Result<Option<DeletedRange>, StorageError> {
+        let deleted = match limit {
+            Some(limit) => self.log.enforce_retention_below(limit).await?,
+            None => self.log.enforce_retention().await?,
+        };
         let now = self.shard.clock.now();
         self.producers
             .borrow_mut()

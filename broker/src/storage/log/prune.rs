@@ -37,6 +37,31 @@ impl<D: Disk> PartitionLog<D> {
         result
     }
 
+    /// [`PartitionLog::enforce_retention`], but only for a segment that lies
+    /// wholly below `limit`: a replicated partition deletes only committed,
+    /// durable records (below its high watermark), whatever retention says.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::enforce_retention`].
+    pub async fn enforce_retention_below(
+        &self,
+        limit: Offset,
+    ) -> Result<Option<DeletedRange>, StorageError> {
+        let retention = self.config.retention;
+        let result = self
+            .delete_oldest_if(|closed, total_bytes, now| {
+                closed
+                    .first()
+                    .filter(|oldest| oldest.next_offset <= limit)
+                    .and_then(|_| next_deletion(closed, total_bytes, &retention, now))
+            })
+            .await;
+        if let Err(error) = &result {
+            self.fence(error);
+        }
+        result
+    }
+
     /// Deletes the oldest closed segment if it lies wholly below `offset`,
     /// recording `cause`: how a compacted partition drops what a newer
     /// snapshot of its state superseded. Call repeatedly to delete more.

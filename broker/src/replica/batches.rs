@@ -1,0 +1,157 @@
+//! Record batches as replication sees them: split from stored bytes into
+//! [`Batch`]es (place, epoch, bytes), checked when they arrive in a push,
+//! and the leader's epoch-start marker.
+
+use bytes::{Bytes, BytesMut};
+use corelog_replication::{Batch, Push};
+use corelog_wire::batch::{self, BatchBuilder, BatchLimits, Compression, NewRecord};
+use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+
+use super::ReplicaError;
+use crate::storage::{StorageError, ValidBatch};
+
+/// Key of the epoch-start marker's one record (its value is the epoch, as a
+/// big-endian u32). Consumers skip control batches.
+const MARKER_KEY: &[u8] = b"corelog.leader-epoch-start";
+
+/// Splits whole stored batches into [`Batch`]es, each with its place and
+/// epoch from its header and its bytes sliced (not copied) from `chunks`.
+///
+/// # Errors
+/// [`StorageError::Corrupt`] for bytes that are not valid batches or a batch
+/// without a leader epoch: every batch of a replicated log is stamped.
+pub fn split(chunks: &[Bytes], limits: &BatchLimits) -> Result<Vec<Batch>, StorageError> {
+    let corrupt = |reason: String| StorageError::Corrupt {
+        path: std::path::PathBuf::from("<read>"),
+        position: 0,
+        reason,
+    };
+    let mut out = Vec::new();
+    for chunk in chunks {
+        for found in batch::batches(chunk, limits) {
+            let found = found.map_err(|error| corrupt(error.to_string()))?;
+            let epoch = found.header.leader_epoch().ok_or_else(|| {
+                corrupt(format!(
+                    "batch at offset {} has no leader epoch",
+                    found.header.base_offset
+                ))
+            })?;
+            out.push(Batch {
+                base: found.header.base_offset,
+                last: found.header.last_offset(),
+                epoch,
+                bytes: chunk.slice_ref(found.bytes),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The batches of a read from `start` that a push may carry: the
+/// contiguous run beginning exactly at `start`. A read returns the batch
+/// containing `start` first; if that batch begins before `start` (a probe
+/// point inside one of this log's batches, which only a follower with a
+/// different, divergent batch there can cause) the push carries nothing and
+/// the follower's mismatch answer moves the point back.
+#[must_use]
+pub fn from_start(batches: Vec<Batch>, start: Offset) -> Vec<Batch> {
+    match batches.first() {
+        Some(first) if first.base == start => {}
+        _ => return Vec::new(),
+    }
+    let mut expected = start;
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        if batch.base != expected {
+            break;
+        }
+        expected = batch.end();
+        out.push(batch);
+    }
+    out
+}
+
+/// Checks that a push has the shape the state machine asserts on, and
+/// that each batch's bytes are one valid batch whose header says what the
+/// push says of it, before the state machine sees it: a bad push from the
+/// network is refused, never a panic.
+///
+/// # Errors
+/// [`ReplicaError::BadPush`] naming the first problem.
+pub fn check_push(push: &Push, limits: &BatchLimits) -> Result<(), ReplicaError> {
+    let bad = |reason: String| Err(ReplicaError::BadPush(reason));
+    if let Some(reset_to) = push.reset_to
+        && reset_to != push.start
+    {
+        return bad(format!(
+            "reset to {reset_to} but the push starts at {}",
+            push.start
+        ));
+    }
+    let mut expected = push.start;
+    for batch in &push.batches {
+        if batch.base != expected || batch.last < batch.base {
+            return bad(format!(
+                "batch {}..={} where offset {expected} was expected",
+                batch.base, batch.last
+            ));
+        }
+        if batch.epoch > push.epoch {
+            return bad(format!(
+                "batch of epoch {} in a push of epoch {}",
+                batch.epoch, push.epoch
+            ));
+        }
+        let header = batch::validate(&batch.bytes, limits)
+            .map_err(|error| ReplicaError::BadPush(format!("batch at {}: {error}", batch.base)))?;
+        if header.base_offset != batch.base
+            || header.last_offset() != batch.last
+            || header.leader_epoch() != Some(batch.epoch)
+        {
+            return bad(format!(
+                "batch bytes say {}..={} epoch {:?}, the push says {}..={} epoch {}",
+                header.base_offset,
+                header.last_offset(),
+                header.leader_epoch(),
+                batch.base,
+                batch.last,
+                batch.epoch
+            ));
+        }
+        expected = batch.end();
+    }
+    Ok(())
+}
+
+/// A pushed batch as the log takes it (the CRC is checked again: the bytes
+/// are about to become this replica's log).
+///
+/// # Errors
+/// [`StorageError::InvalidBatch`] if the bytes are not one valid batch.
+pub fn valid(batch: &Batch, limits: &BatchLimits) -> Result<ValidBatch, StorageError> {
+    ValidBatch::check(BytesMut::from(&batch.bytes[..]), limits)
+}
+
+/// The epoch-start marker of `epoch`: a control batch of one record,
+/// stamped with the epoch, ready for the log to place.
+///
+/// # Errors
+/// [`StorageError::InvalidBatch`] if the batch does not fit `limits` (a
+/// configuration whose batch limit is below a hundred bytes).
+pub fn marker(
+    epoch: LeaderEpoch,
+    now: TimestampMs,
+    limits: &BatchLimits,
+) -> Result<ValidBatch, StorageError> {
+    let mut builder = BatchBuilder::new(Compression::None).control(true);
+    builder.push(&NewRecord {
+        key: Some(Bytes::from_static(MARKER_KEY)),
+        value: Some(Bytes::copy_from_slice(&epoch.0.to_be_bytes())),
+        timestamp: now,
+        ..NewRecord::default()
+    })?;
+    let bytes = builder.build()?;
+    let mut marker = ValidBatch::check(BytesMut::from(&bytes[..]), limits)?;
+    marker.set_leader_epoch(epoch);
+    Ok(marker)
+}

@@ -1,0 +1,378 @@
+//! The leader side: taking an epoch (the epoch-start marker), produce and
+//! its acknowledgement conditions, the push pump, and acknowledgements.
+
+use std::pin::pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use corelog_replication::{Action, BatchMeta, Push, PushAck, PushResult, ReplicaId, RoleView};
+use corelog_wire::types::{LeaderEpoch, Offset};
+use futures::future::{Either, select};
+
+use super::batches;
+use super::{Acks, EndedTerm, Pump, ReplicaError, ReplicatedPartition, TransportError};
+use crate::partition::{ProduceStart, Produced};
+use crate::storage::disk::Disk;
+
+impl<D: Disk> ReplicatedPartition<D> {
+    /// Leads `epoch` over `replicas` (this replica included), as published
+    /// by the controller: persists the new epoch, appends the epoch-start
+    /// marker, and resolves once the marker is durable locally (pushes to
+    /// the followers have started). Repeating it for the epoch led is a
+    /// no-op.
+    ///
+    /// # Errors
+    /// [`ReplicaError::Refused`] when the state machine refuses the epoch
+    /// (fenced, led before, not in the replica set); storage and metadata
+    /// failures (which fence the replica).
+    pub async fn become_leader(
+        self: &Rc<Self>,
+        epoch: LeaderEpoch,
+        replicas: &[ReplicaId],
+        now_ms: u64,
+    ) -> Result<(), ReplicaError> {
+        self.check_usable()?;
+        self.observe_time(now_ms);
+        let marker_end = {
+            let _apply = self.apply.lock().await;
+            let before = self.high_watermark();
+            let actions = self
+                .replica
+                .borrow_mut()
+                .become_leader(epoch, replicas, now_ms)?;
+            if !actions.is_empty() {
+                *self.replicas.borrow_mut() = replicas.to_vec();
+                self.acks_received.borrow_mut().clear();
+            }
+            self.carry_out(actions, before).await?.appended_end
+        };
+        if let Some(end) = marker_end {
+            self.wait_durable_for(end).await?;
+            self.report_durable().await?;
+            self.wake_pump();
+        }
+        Ok(())
+    }
+
+    /// Appends one producer batch as leader and resolves when `acks` is
+    /// met: [`Acks::Leader`] once it is durable here, [`Acks::Quorum`] once
+    /// the high watermark passed it (durable on a majority). A retry of an
+    /// idempotent batch already in the log answers with the original
+    /// offsets, under the same condition. Offsets are assigned in call
+    /// order (everything up to the append is synchronous).
+    ///
+    /// # Errors
+    /// - `NOT_LEADER` ([`ReplicaError::NotLeader`],
+    ///   [`ReplicaError::SteppedDown`]); `LEADER_NOT_AVAILABLE` while the
+    ///   marker is being appended;
+    /// - `REQUEST_TIMED_OUT` / `NOT_ENOUGH_REPLICAS` when `timeout` passed
+    ///   first (the batch may still commit later: an idempotent retry is
+    ///   safe);
+    /// - the partition's batch, sequence and storage errors.
+    pub async fn produce(
+        self: &Rc<Self>,
+        batch: BytesMut,
+        acks: Acks,
+        timeout: Duration,
+    ) -> Result<Produced, ReplicaError> {
+        let acks_before = self.acks_received.borrow().clone();
+        let work = pin!(self.produce_until_acked(batch, acks));
+        let deadline = pin!(glommio::timer::sleep(timeout));
+        match select(work, deadline).await {
+            Either::Left((result, _)) => result,
+            Either::Right(_) => Err(self.timed_out(timeout, &acks_before)),
+        }
+    }
+
+    async fn produce_until_acked(
+        self: &Rc<Self>,
+        batch: BytesMut,
+        acks: Acks,
+    ) -> Result<Produced, ReplicaError> {
+        self.check_usable()?;
+        let epoch = self.writable_epoch()?;
+        let (produced, end) = match self.partition.start_produce(batch, epoch)? {
+            ProduceStart::Appended {
+                outcome,
+                record_count,
+            } => {
+                // Synchronously after the offsets were assigned, in order.
+                self.replica.borrow_mut().on_local_append(BatchMeta {
+                    base: outcome.base_offset,
+                    last: outcome.last_offset,
+                    epoch,
+                });
+                let produced = Produced {
+                    base_offset: outcome.base_offset,
+                    log_append_time: outcome.log_append_time,
+                    log_start: self.log_start(),
+                    record_count,
+                    duplicate: false,
+                };
+                (produced, outcome.last_offset.plus(1))
+            }
+            ProduceStart::Duplicate {
+                original,
+                record_count,
+            } => {
+                let produced = Produced {
+                    base_offset: original.base_offset,
+                    log_append_time: self.clock.now(),
+                    log_start: self.log_start(),
+                    record_count,
+                    duplicate: true,
+                };
+                (produced, original.last_offset.plus(1))
+            }
+        };
+        self.wait_durable_for(end).await?;
+        self.report_durable().await?;
+        self.wake_pump();
+        if acks == Acks::Quorum {
+            self.wait_committed(end, epoch).await?;
+        }
+        Ok(produced)
+    }
+
+    /// The epoch a produce may append in now.
+    fn writable_epoch(&self) -> Result<LeaderEpoch, ReplicaError> {
+        match self.role() {
+            RoleView::Leader {
+                epoch,
+                accepting_writes: true,
+            } => Ok(epoch),
+            RoleView::Leader { epoch, .. } => Err(ReplicaError::LeaderNotReady { epoch }),
+            role => Err(ReplicaError::NotLeader { role }),
+        }
+    }
+
+    /// Resolves once the high watermark of `epoch`'s leadership passed
+    /// `end`; fails if that leadership ended before it did.
+    async fn wait_committed(&self, end: Offset, epoch: LeaderEpoch) -> Result<(), ReplicaError> {
+        loop {
+            let listener = self.high_watermark_changed.listen();
+            self.check_usable()?;
+            match self.role() {
+                // A replica never leads an epoch twice: still this
+                // leadership, so its high watermark counts.
+                RoleView::Leader { epoch: led, .. } if led == epoch => {
+                    if self.high_watermark() >= end {
+                        return Ok(());
+                    }
+                }
+                _ => {
+                    return match self.ended_term.get() {
+                        Some(EndedTerm {
+                            epoch: ended,
+                            high_watermark,
+                        }) if ended == epoch && end <= high_watermark => Ok(()),
+                        _ => Err(ReplicaError::SteppedDown { epoch }),
+                    };
+                }
+            }
+            listener.await;
+        }
+    }
+
+    /// The error for a produce that timed out: `NOT_ENOUGH_REPLICAS` if
+    /// fewer than a majority (this replica included) acknowledged anything
+    /// while it waited, else `REQUEST_TIMED_OUT`.
+    fn timed_out(
+        &self,
+        timeout: Duration,
+        acks_before: &std::collections::BTreeMap<ReplicaId, u64>,
+    ) -> ReplicaError {
+        let replicas = self.replicas.borrow();
+        let acks_now = self.acks_received.borrow();
+        let heard = replicas
+            .iter()
+            .filter(|replica| {
+                **replica == self.id
+                    || acks_now.get(replica).copied().unwrap_or(0)
+                        > acks_before.get(replica).copied().unwrap_or(0)
+            })
+            .count();
+        if heard > replicas.len() / 2 {
+            ReplicaError::TimedOut { timeout }
+        } else {
+            ReplicaError::NotEnoughReplicas { timeout }
+        }
+    }
+
+    /// Timers: the caller's clock reading, in milliseconds (monotonic
+    /// preferred; it only needs to move forward). A leader sends what is
+    /// due (new batches, resends, heartbeats); other roles do nothing.
+    pub fn tick(self: &Rc<Self>, now_ms: u64) {
+        self.observe_time(now_ms);
+        if matches!(self.role(), RoleView::Leader { .. }) {
+            self.wake_pump();
+        }
+    }
+
+    /// Makes the pump poll the state machine for pushes: starts it, or
+    /// tells the running one to poll again when done.
+    fn wake_pump(self: &Rc<Self>) {
+        match self.pump.get() {
+            Pump::Idle => {
+                self.pump.set(Pump::Running);
+                let this = Rc::clone(self);
+                glommio::spawn_local(async move { this.run_pump().await }).detach();
+            }
+            Pump::Running | Pump::Again => self.pump.set(Pump::Again),
+        }
+    }
+
+    async fn run_pump(self: Rc<Self>) {
+        let _idle = PumpIdle { pump: &self.pump };
+        loop {
+            self.pump.set(Pump::Running);
+            if self.check_usable().is_err() {
+                return;
+            }
+            let actions = self.replica.borrow_mut().poll_sends(self.now_ms.get());
+            for action in actions {
+                match action {
+                    Action::SendPush {
+                        to,
+                        push,
+                        max_bytes,
+                    } => self.send(to, push, max_bytes).await,
+                    other => tracing::error!(?other, "poll_sends asked for more than pushes"),
+                }
+            }
+            if self.pump.get() != Pump::Again {
+                return;
+            }
+        }
+    }
+
+    /// Fills a push with batches from its start (up to `max_bytes`),
+    /// reports it sent, and sends it on its own task (pushes to one follower
+    /// are pipelined).
+    async fn send(self: &Rc<Self>, to: ReplicaId, mut push: Push, max_bytes: u64) {
+        if max_bytes > 0 {
+            match self.read_for_push(&push, max_bytes).await {
+                Ok(batches) => push.batches = batches,
+                Err(error) => {
+                    tracing::warn!(to = to.0, start = push.start.0, %error, "no batches for a push; the resend timeout retries");
+                    return;
+                }
+            }
+        }
+        // Leadership may have ended while reading.
+        if !self.leads(push.epoch) {
+            return;
+        }
+        self.replica.borrow_mut().on_push_sent(to, push.end());
+        let this = Rc::clone(self);
+        glommio::spawn_local(async move {
+            let result = this.transport.send_push(to, push).await;
+            this.on_push_answer(to, result);
+        })
+        .detach();
+    }
+
+    fn leads(&self, epoch: LeaderEpoch) -> bool {
+        matches!(self.role(), RoleView::Leader { epoch: led, .. } if led == epoch)
+    }
+
+    /// Whole batches from the push's start, at most `max_bytes` (at least
+    /// one). Reads see durable records only: the first batch's group commit
+    /// is awaited (it is usually under way already).
+    async fn read_for_push(
+        &self,
+        push: &Push,
+        max_bytes: u64,
+    ) -> Result<Vec<corelog_replication::Batch>, ReplicaError> {
+        let start = push.start;
+        if !self.leads(push.epoch) || start >= self.replica.borrow().log_end() {
+            return Ok(Vec::new());
+        }
+        self.wait_durable_for(start.plus(1)).await?;
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let read = self.partition.log().read(start, max_bytes, None).await?;
+        let batches = batches::split(&read.chunks, &self.limits)?;
+        Ok(batches::from_start(batches, start))
+    }
+
+    /// A follower's answer, or the transport's failure (nothing to do: the
+    /// state machine resends after its timeout).
+    fn on_push_answer(self: &Rc<Self>, to: ReplicaId, result: Result<PushAck, TransportError>) {
+        let ack = match result {
+            Ok(ack) => ack,
+            Err(error) => {
+                tracing::debug!(to = to.0, %error, "push not acknowledged");
+                return;
+            }
+        };
+        if !self.plausible(to, &ack) {
+            return;
+        }
+        if matches!(ack.result, PushResult::Ok { .. }) {
+            *self.acks_received.borrow_mut().entry(to).or_default() += 1;
+        }
+        let before = self.high_watermark();
+        let now_ms = self.now_ms.get();
+        let actions = match self.replica.borrow_mut().on_push_ack(&ack, now_ms) {
+            Ok(actions) => actions,
+            Err(error) => {
+                tracing::warn!(to = to.0, %error, "acknowledgement refused");
+                return;
+            }
+        };
+        // Acknowledgements change no durable state: no `apply` needed.
+        for action in &actions {
+            self.note(action, before);
+        }
+        self.wake_pump();
+    }
+
+    /// Whether an acknowledgement from the network can be handed to the
+    /// state machine, which asserts on what a correct follower never sends
+    /// (a broken peer must not stop this broker).
+    fn plausible(&self, to: ReplicaId, ack: &PushAck) -> bool {
+        let replica = self.replica.borrow();
+        let sane = match ack.result {
+            PushResult::Ok {
+                durable_end,
+                log_end,
+            } => {
+                let this_epoch =
+                    matches!(replica.role(), RoleView::Leader { epoch, .. } if epoch == ack.epoch);
+                durable_end <= log_end && !(this_epoch && durable_end > replica.log_end())
+            }
+            PushResult::Mismatch { .. } | PushResult::Fenced { .. } => true,
+        };
+        if ack.from != to || !sane {
+            tracing::warn!(to = to.0, ?ack, "implausible acknowledgement ignored");
+            return false;
+        }
+        true
+    }
+}
+
+/// Marks the pump idle when its task ends (or is dropped).
+struct PumpIdle<'a> {
+    pump: &'a std::cell::Cell<Pump>,
+}
+
+impl Drop for PumpIdle<'_> {
+    fn drop(&mut self) {
+        self.pump.set(Pump::Idle);
+    }
+}
+
+impl<D: Disk> ReplicatedPartition<D> {
+    /// Appends the epoch-start marker and tells the state machine.
+    pub(super) fn append_marker(&self, epoch: LeaderEpoch) -> Result<Offset, ReplicaError> {
+        let marker = batches::marker(epoch, self.clock.now(), &self.limits)?;
+        let outcome = self.partition.log().start_append_valid(marker)?;
+        self.replica.borrow_mut().on_local_append(BatchMeta {
+            base: outcome.base_offset,
+            last: outcome.last_offset,
+            epoch,
+        });
+        Ok(outcome.last_offset.plus(1))
+    }
+}

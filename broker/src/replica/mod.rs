@@ -1,0 +1,558 @@
+//! One replica of a replicated partition: the I/O shell around the pure
+//! replication state machine ([`corelog_replication::Replica`]).
+//!
+//! [`ReplicatedPartition`] owns a [`Partition`] (the log, the produce checks
+//! and the idempotent-producer table), the state machine, and the durable
+//! replica metadata file ([`meta_file`]). It lives on one shard (`!Send`);
+//! its leader side sends pushes through a [`PushTransport`], and its follower
+//! side answers [`Push`]es and [`Query`]s handed to it by the caller.
+//!
+//! - `leader.rs`: taking an epoch (the marker), produce and its
+//!   acknowledgement conditions, the push pump, acknowledgements.
+//! - `follower.rs`: following, pushes, election queries.
+//! - `batches.rs`: stored bytes as replication batches, push
+//!   checks, the epoch-start marker.
+//!
+//! # Ordering rules
+//!
+//! - **Durable before acting on.** The state machine's actions are carried
+//!   out in order, and `Persist`, `Truncate` and `Reset` are durable (the
+//!   metadata file written atomically, the log cut and synced) before the
+//!   next action runs — in particular before a query answer or a push
+//!   acknowledgement leaves this replica.
+//! - **Acknowledge only what is durable.** A follower answers a push that
+//!   appended batches only after an fsync covers them, with the ack
+//!   [`Replica::on_local_durable`] produces; the leader counts its own
+//!   durable end the same way.
+//! - **One state-machine call at a time, with its I/O.** Every call that can
+//!   emit a durable action (`become_*`, pushes, queries, durability reports,
+//!   retention) holds the `apply` lock from the call until its actions are
+//!   carried out, so the log and the state machine never disagree where
+//!   another call can see it, and metadata writes never overtake each
+//!   other. Waiting for an fsync happens outside the lock (pipelined pushes
+//!   share group commits).
+//! - **No cut under a waiter.** A truncation or reset first waits until no
+//!   task is waiting for the log to become durable up to some offset, since
+//!   a cut below that offset would leave the waiter with a target the log no
+//!   longer reaches.
+//! - **Committed means below the high watermark.** A produce with
+//!   [`Acks::Quorum`] resolves once this replica, still leading the epoch
+//!   that appended the batch, has its high watermark past the batch. If the
+//!   replica stops leading first, the produce fails `NOT_LEADER` unless the
+//!   high watermark had already passed it. Reads ([`ReplicatedPartition::read`])
+//!   never return records at or above the high watermark.
+//! - **Pushes carry durable records only.** The leader reads what it
+//!   pushes through the log's ordinary reads, which see the durable prefix;
+//!   a push of records still in the leader's group commit waits for it.
+//!
+//! # Failures
+//!
+//! A failure after the state machine already counted the effect (a
+//! metadata write, an append, a truncation) leaves disk and state machine
+//! apart; the replica is then fenced ([`ReplicaError::Broken`]) and must be
+//! reopened, which recovers from what the disk really holds.
+
+mod batches;
+mod error;
+mod follower;
+mod leader;
+pub mod meta_file;
+mod transport;
+
+#[cfg(test)]
+mod tests;
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use corelog_replication::{
+    Action, PushAck, QueryAnswer, RecoveredLog, Replica, ReplicaConfig, ReplicaId, ReplicaMeta,
+    RoleView,
+};
+use corelog_wire::batch::{self, BatchLimits};
+use corelog_wire::types::{LeaderEpoch, Offset};
+use event_listener::Event;
+
+use crate::clock::Clock;
+use crate::partition::{Partition, PartitionSpec, PartitionSummary};
+use crate::storage::disk::Disk;
+use crate::storage::{DeletedRange, PartitionLog, ReadOutcome, ShardStorage, StorageError};
+
+pub use corelog_replication::{PartitionKey, Push, Query};
+pub use corelog_wire::message::produce::Acks;
+pub use error::ReplicaError;
+pub use transport::{PushTransport, TransportError};
+
+/// Where and how to open a replica.
+#[derive(Debug)]
+pub struct ReplicaSpec<'a> {
+    /// This replica (its broker's node id).
+    pub id: ReplicaId,
+    /// The partition, as replication messages name it.
+    pub key: PartitionKey,
+    /// Replication tunables.
+    pub config: ReplicaConfig,
+    /// The partition's directory and settings.
+    pub partition: PartitionSpec<'a>,
+}
+
+/// How the last leadership of this replica ended: the epoch, and the high
+/// watermark just before it ended (what that leader committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct EndedTerm {
+    epoch: LeaderEpoch,
+    high_watermark: Offset,
+}
+
+/// The push pump's state: at most one task polls the state machine for
+/// pushes at a time, so that a push's batches are read and reported sent
+/// before the next poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pump {
+    Idle,
+    Running,
+    /// Running, and woken again since its last poll.
+    Again,
+}
+
+/// What carrying out one call's actions produced for the caller.
+#[derive(Debug, Default)]
+struct Carried {
+    /// The end of what `AppendMarker` or `Append` appended (not yet durable).
+    appended_end: Option<Offset>,
+    /// A push acknowledgement to answer with.
+    ack: Option<PushAck>,
+    /// A query answer to answer with.
+    answer: Option<QueryAnswer>,
+}
+
+/// One replica of one replicated partition, owned by one shard.
+///
+/// Durability: see the module docs. Every method that changes state is
+/// fenced after a failure that could leave disk and state machine apart.
+pub struct ReplicatedPartition<D: Disk> {
+    id: ReplicaId,
+    partition: Partition<D>,
+    disk: D,
+    dir: PathBuf,
+    clock: Rc<dyn Clock>,
+    limits: BatchLimits,
+    replica: RefCell<Replica>,
+    transport: Rc<dyn PushTransport>,
+    /// Held by each state-machine call that may emit durable actions, until
+    /// they are carried out.
+    apply: async_lock::Mutex<()>,
+    /// Tasks waiting for the log to become durable up to some offset.
+    durability_waits: Cell<usize>,
+    /// Notified when `durability_waits` drops to zero.
+    durability_waits_done: Event,
+    /// Notified when the high watermark moves, leadership ends, or the
+    /// replica is fenced.
+    high_watermark_changed: Arc<Event>,
+    /// The latest time the caller gave, in its milliseconds.
+    now_ms: Cell<u64>,
+    ended_term: Cell<Option<EndedTerm>>,
+    pump: Cell<Pump>,
+    /// The replica set of the current leadership.
+    replicas: RefCell<Vec<ReplicaId>>,
+    /// `Ok` acknowledgements received per follower (for telling a slow
+    /// quorum from a missing one when a produce times out).
+    acks_received: RefCell<BTreeMap<ReplicaId, u64>>,
+    broken: RefCell<Option<String>>,
+}
+
+impl<D: Disk> std::fmt::Debug for ReplicatedPartition<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicatedPartition")
+            .field("id", &self.id)
+            .field("replica", &self.replica)
+            .field("partition", &self.partition)
+            .field("broken", &self.broken)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Disk> ReplicatedPartition<D> {
+    /// Opens (recovering) or creates the replica: the partition and its
+    /// log, then the metadata file (missing: a new replica), then the state
+    /// machine from both ([`Replica::recover`], whose `Persist` is carried
+    /// out before this returns). The replica starts with no role.
+    ///
+    /// # Errors
+    /// [`ReplicaError::Partition`] from opening the log,
+    /// [`ReplicaError::Meta`] for a damaged metadata file,
+    /// [`ReplicaError::Refused`] when the metadata and the log do not fit
+    /// together.
+    pub async fn open(
+        disk: D,
+        spec: ReplicaSpec<'_>,
+        shard: ShardStorage,
+        transport: Rc<dyn PushTransport>,
+    ) -> Result<Rc<Self>, ReplicaError> {
+        let dir = spec.partition.dir.to_path_buf();
+        let clock = shard.clock.clone();
+        let partition = Partition::open(disk.clone(), spec.partition, shard).await?;
+        let meta = meta_file::load(&disk, &dir).await?.unwrap_or_default();
+        let limits = partition.batch_limits();
+        let log = partition.log();
+        let recovered = RecoveredLog {
+            log_start: log.log_start(),
+            log_end: log.log_end(),
+            last_epoch: last_epoch(log, &limits).await?,
+        };
+        let (replica, actions) = Replica::recover(spec.id, spec.key, spec.config, meta, recovered)?;
+        let high_watermark = replica.high_watermark();
+        let this = Rc::new(ReplicatedPartition {
+            id: spec.id,
+            partition,
+            disk,
+            dir,
+            clock,
+            limits,
+            replica: RefCell::new(replica),
+            transport,
+            apply: async_lock::Mutex::new(()),
+            durability_waits: Cell::new(0),
+            durability_waits_done: Event::new(),
+            high_watermark_changed: Arc::new(Event::new()),
+            now_ms: Cell::new(0),
+            ended_term: Cell::new(None),
+            pump: Cell::new(Pump::Idle),
+            replicas: RefCell::new(Vec::new()),
+            acks_received: RefCell::new(BTreeMap::new()),
+            broken: RefCell::new(None),
+        });
+        this.carry_out(actions, high_watermark).await?;
+        Ok(this)
+    }
+
+    /// This replica.
+    #[must_use]
+    pub fn id(&self) -> ReplicaId {
+        self.id
+    }
+
+    /// The current role.
+    #[must_use]
+    pub fn role(&self) -> RoleView {
+        self.replica.borrow().role()
+    }
+
+    /// Records below this offset are committed: readable, and (on the
+    /// leader) acknowledged to producers.
+    #[must_use]
+    pub fn high_watermark(&self) -> Offset {
+        self.replica.borrow().high_watermark()
+    }
+
+    /// Notified whenever the high watermark moves (and when leadership ends
+    /// or the replica is fenced). Listen before checking
+    /// [`high_watermark`](Self::high_watermark) to long-poll without a race.
+    #[must_use]
+    pub fn high_watermark_signal(&self) -> Arc<Event> {
+        self.high_watermark_changed.clone()
+    }
+
+    /// First offset the log holds.
+    #[must_use]
+    pub fn log_start(&self) -> Offset {
+        self.partition.log().log_start()
+    }
+
+    /// Offset after the last durable record (committed or not).
+    #[must_use]
+    pub fn log_end(&self) -> Offset {
+        self.partition.log().log_end()
+    }
+
+    /// The durable metadata as last persisted (or about to be).
+    #[must_use]
+    pub fn meta(&self) -> ReplicaMeta {
+        self.replica.borrow().meta().clone()
+    }
+
+    /// The partition underneath (log, producer state).
+    #[must_use]
+    pub fn partition(&self) -> &Partition<D> {
+        &self.partition
+    }
+
+    /// Why the replica is fenced, if it is.
+    #[must_use]
+    pub fn broken(&self) -> Option<String> {
+        self.broken.borrow().clone()
+    }
+
+    /// Offsets and size, with the high watermark as the committed end.
+    #[must_use]
+    pub fn summary(&self) -> PartitionSummary {
+        PartitionSummary {
+            high_watermark: self.high_watermark(),
+            ..self.partition.summary()
+        }
+    }
+
+    /// Reads committed batches from `from`, at most `max_bytes` (at least
+    /// one batch), never at or above the high watermark. The outcome's
+    /// `log_end` is the high watermark.
+    ///
+    /// # Errors
+    /// `OFFSET_OUT_OF_RANGE` below the log start or above the high
+    /// watermark; storage errors as [`Partition::read`].
+    pub async fn read(&self, from: Offset, max_bytes: usize) -> Result<ReadOutcome, ReplicaError> {
+        let high_watermark = self.high_watermark();
+        let log = self.partition.log();
+        if from > high_watermark {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: from,
+                log_start: log.log_start(),
+                log_end: high_watermark,
+                deleted: Vec::new(),
+            }
+            .into());
+        }
+        let mut outcome = log.read(from, max_bytes, Some(high_watermark)).await?;
+        outcome.log_end = high_watermark;
+        Ok(outcome)
+    }
+
+    /// Housekeeping: retention (only of segments wholly below the high
+    /// watermark and the durable end), then the state machine's log start
+    /// follows what was deleted; producer expiry and snapshots as
+    /// [`Partition::maintain`].
+    ///
+    /// # Errors
+    /// Storage errors; [`ReplicaError::Broken`] when fenced.
+    pub async fn maintain(&self) -> Result<Option<DeletedRange>, ReplicaError> {
+        self.check_usable()?;
+        let limit = {
+            let replica = self.replica.borrow();
+            replica.high_watermark().min(replica.durable_end())
+        };
+        let deleted = self.partition.maintain_below(Some(limit)).await?;
+        if deleted.is_some() {
+            let _apply = self.apply.lock().await;
+            let log_start = self.partition.log().log_start();
+            let before = self.high_watermark();
+            let actions = {
+                let mut replica = self.replica.borrow_mut();
+                let bound = replica.high_watermark().min(replica.durable_end());
+                if log_start > replica.log_start() && log_start <= bound {
+                    replica.advance_log_start(log_start)
+                } else {
+                    Vec::new()
+                }
+            };
+            self.carry_out(actions, before).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Flushes and closes the log (clean shutdown).
+    ///
+    /// # Errors
+    /// As [`Partition::close`].
+    pub async fn close(&self) -> Result<(), ReplicaError> {
+        Ok(self.partition.close().await?)
+    }
+
+    /// Takes the caller's time: the state machine's timers run on it.
+    fn observe_time(&self, now_ms: u64) {
+        self.now_ms.set(self.now_ms.get().max(now_ms));
+    }
+
+    fn check_usable(&self) -> Result<(), ReplicaError> {
+        match &*self.broken.borrow() {
+            Some(reason) => Err(ReplicaError::Broken {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Fences the replica: everything is refused until it is reopened.
+    fn fence(&self, error: &ReplicaError) {
+        let mut broken = self.broken.borrow_mut();
+        if broken.is_none() {
+            tracing::error!(replica = self.id.0, dir = %self.dir.display(), %error, "replica fenced");
+            *broken = Some(error.to_string());
+        }
+        drop(broken);
+        self.high_watermark_changed.notify(usize::MAX);
+    }
+
+    /// Carries out one call's actions in order (the caller holds `apply`,
+    /// except during `open`), each durable one durable before the next.
+    /// `high_watermark_before` is the high watermark before the call: what a
+    /// leadership ending in this call had committed. Any failure fences the
+    /// replica: the state machine already counted the effect.
+    async fn carry_out(
+        &self,
+        actions: Vec<Action>,
+        high_watermark_before: Offset,
+    ) -> Result<Carried, ReplicaError> {
+        let mut carried = Carried::default();
+        for action in actions {
+            let result = self
+                .carry_out_one(action, high_watermark_before, &mut carried)
+                .await;
+            if let Err(error) = result {
+                self.fence(&error);
+                return Err(error);
+            }
+        }
+        Ok(carried)
+    }
+
+    async fn carry_out_one(
+        &self,
+        action: Action,
+        high_watermark_before: Offset,
+        carried: &mut Carried,
+    ) -> Result<(), ReplicaError> {
+        match action {
+            Action::Persist(meta) => meta_file::store(&self.disk, &self.dir, &meta).await?,
+            Action::AppendMarker { epoch } => {
+                carried.appended_end = Some(self.append_marker(epoch)?);
+            }
+            Action::Append { batches } => {
+                carried.appended_end = Some(self.append_pushed(&batches)?);
+            }
+            Action::Truncate { to } => self.truncate(to).await?,
+            Action::Reset { log_start } => self.reset(log_start).await?,
+            Action::SendAck { ack, .. } => carried.ack = Some(ack),
+            Action::SendAnswer { answer } => carried.answer = Some(answer),
+            Action::SendPush { to, .. } => {
+                // Only `poll_sends` asks for pushes, and the pump carries
+                // those out; the resend timeout covers a stray one.
+                tracing::error!(to = to.0, "push requested outside the push pump; dropped");
+            }
+            other => self.note(&other, high_watermark_before),
+        }
+        Ok(())
+    }
+
+    /// The actions that change no durable state: a new high watermark, or
+    /// the end of a leadership.
+    fn note(&self, action: &Action, high_watermark_before: Offset) {
+        match action {
+            Action::HighWatermark(_) => {
+                self.high_watermark_changed.notify(usize::MAX);
+            }
+            Action::StepDown { epoch } => {
+                tracing::info!(replica = self.id.0, epoch = epoch.0, "stepped down");
+                self.ended_term.set(Some(EndedTerm {
+                    epoch: *epoch,
+                    high_watermark: high_watermark_before,
+                }));
+                self.high_watermark_changed.notify(usize::MAX);
+            }
+            other => tracing::error!(?other, "durable action outside carry_out; dropped"),
+        }
+    }
+
+    /// Waits until the log is durable up to `target`, registered so that no
+    /// truncation or reset cuts below `target` meanwhile. The check and the
+    /// registration run before the first await, so a caller that just
+    /// appended (or just released `apply`) cannot be overtaken by a cut.
+    async fn wait_durable_for(&self, target: Offset) -> Result<(), ReplicaError> {
+        let log = self.partition.log();
+        if target > log.next_offset() {
+            // A cut already happened: the awaited records are gone.
+            return Err(StorageError::Busy(format!(
+                "the log was cut below offset {target} while waiting for it"
+            ))
+            .into());
+        }
+        self.durability_waits.set(self.durability_waits.get() + 1);
+        let _registered = DurabilityWait { owner: self };
+        log.wait_durable(target).await?;
+        Ok(())
+    }
+
+    /// Resolves once no task waits for durability (see
+    /// [`wait_durable_for`](Self::wait_durable_for)).
+    async fn quiesce_durability_waits(&self) {
+        loop {
+            let listener = self.durability_waits_done.listen();
+            if self.durability_waits.get() == 0 {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Tells the state machine how far the log is durable (under `apply`,
+    /// so the log and the state machine agree), and carries out what
+    /// follows: an acknowledgement for a follower (returned), a new high
+    /// watermark for a leader.
+    async fn report_durable(&self) -> Result<Option<PushAck>, ReplicaError> {
+        let _apply = self.apply.lock().await;
+        self.check_usable()?;
+        let durable = self.partition.log().log_end();
+        let before = self.high_watermark();
+        let actions = {
+            let mut replica = self.replica.borrow_mut();
+            if durable < replica.durable_end() || durable > replica.log_end() {
+                Vec::new()
+            } else {
+                replica.on_local_durable(durable)
+            }
+        };
+        Ok(self.carry_out(actions, before).await?.ack)
+    }
+}
+
+/// A registered durability wait; unregisters when dropped (also when the
+/// waiting future is cancelled, as a produce timeout does).
+struct DurabilityWait<'a, D: Disk> {
+    owner: &'a ReplicatedPartition<D>,
+}
+
+impl<D: Disk> Drop for DurabilityWait<'_, D> {
+    fn drop(&mut self) {
+        let waits = self.owner.durability_waits.get() - 1;
+        self.owner.durability_waits.set(waits);
+        if waits == 0 {
+            self.owner.durability_waits_done.notify(usize::MAX);
+        }
+    }
+}
+
+/// The epoch stamped on the log's last batch, for recovery's cross-check
+/// with the epoch history; `None` for an empty log.
+async fn last_epoch<D: Disk>(
+    log: &PartitionLog<D>,
+    limits: &BatchLimits,
+) -> Result<Option<LeaderEpoch>, ReplicaError> {
+    let (log_start, log_end) = (log.log_start(), log.log_end());
+    if log_start == log_end {
+        return Ok(None);
+    }
+    let last = Offset(log_end.0 - 1);
+    let read = log.read(last, 1, None).await?;
+    let corrupt = |reason: String| StorageError::Corrupt {
+        path: log.dir().to_path_buf(),
+        position: 0,
+        reason,
+    };
+    for chunk in &read.chunks {
+        for found in batch::batches(chunk, limits) {
+            let header = found.map_err(|error| corrupt(error.to_string()))?.header;
+            if header.base_offset <= last && last <= header.last_offset() {
+                return match header.leader_epoch() {
+                    Some(epoch) => Ok(Some(epoch)),
+                    None => Err(corrupt(format!(
+                        "the last batch (offset {}) has no leader epoch",
+                        header.base_offset
+                    ))
+                    .into()),
+                };
+            }
+        }
+    }
+    Err(corrupt(format!("no batch holds the last offset {last}")).into())
+}

@@ -1,0 +1,828 @@
+//! Three replicas on memory disks, connected by an in-process transport
+//! that can cut any of them off, on one glommio executor: the shell's
+//! acknowledgement, catch-up, truncation, reset, step-down, idempotence and
+//! crash guarantees. Waits are on conditions with a deadline.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use corelog_replication::election::{self, Decision};
+use corelog_replication::{Batch, PushAck, PushResult, QueryResult};
+use corelog_wire::batch::{
+    self, BatchBuilder, BatchLimits, Compression, NewRecord, ProducerIdentity,
+};
+use corelog_wire::error::ErrorCode;
+use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use event_listener::Event;
+use futures::future::LocalBoxFuture;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::metadata::{CleanupPolicy, TopicConfig};
+use crate::storage::memory_disk::MemoryDisk;
+use crate::storage::{CacheKey, DiskSpace, LogConfig, NoObserver, RetentionPolicy, TailCache};
+
+type Node = ReplicatedPartition<MemoryDisk>;
+
+const T0: i64 = 1_767_225_600_000;
+const KEY: PartitionKey = PartitionKey(7);
+const DIR: &str = "/data/orders-0";
+const LONG: Duration = Duration::from_secs(10);
+const IDS: [ReplicaId; 3] = [ReplicaId(1), ReplicaId(2), ReplicaId(3)];
+
+fn on_executor<Fut: Future<Output = ()>>(test: impl FnOnce() -> Fut) {
+    let executor = LocalExecutorBuilder::new(Placement::Unbound)
+        .io_memory(1 << 20)
+        .make()
+        .expect("glommio executor starts");
+    executor.run(test());
+}
+
+/// The replicas by id (with their incarnation: a crashed instance's tasks
+/// must not reach anyone), and which of them are cut off.
+#[derive(Default)]
+struct Network {
+    nodes: RefCell<BTreeMap<ReplicaId, (u64, Rc<Node>)>>,
+    down: RefCell<BTreeSet<ReplicaId>>,
+    incarnations: Cell<u64>,
+}
+
+impl Network {
+    fn reachable(&self, from: &Link, to: ReplicaId) -> Result<Rc<Node>, TransportError> {
+        let down = self.down.borrow();
+        let nodes = self.nodes.borrow();
+        let sender_alive = nodes
+            .get(&from.from)
+            .is_some_and(|(incarnation, _)| *incarnation == from.incarnation);
+        match nodes.get(&to) {
+            Some((_, node))
+                if sender_alive && !down.contains(&from.from) && !down.contains(&to) =>
+            {
+                Ok(node.clone())
+            }
+            _ => Err(TransportError::Unreachable {
+                to,
+                reason: "cut off".to_owned(),
+            }),
+        }
+    }
+}
+
+/// One replica instance's end of the network.
+struct Link {
+    from: ReplicaId,
+    incarnation: u64,
+    network: Rc<Network>,
+}
+
+impl PushTransport for Link {
+    fn send_push(
+        &self,
+        to: ReplicaId,
+        push: Push,
+    ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
+        Box::pin(async move {
+            // Some latency, so that an acknowledgement cannot arrive before
+            // the sender's next step.
+            glommio::timer::sleep(Duration::from_micros(500)).await;
+            let target = self.network.reachable(self, to)?;
+            let ack = target
+                .handle_push(push)
+                .await
+                .map_err(|error| TransportError::Refused {
+                    to,
+                    code: error.code(),
+                    message: error.to_string(),
+                })?;
+            // The answer is lost if either end was cut off meanwhile.
+            self.network.reachable(self, to)?;
+            Ok(ack)
+        })
+    }
+}
+
+struct Cluster {
+    network: Rc<Network>,
+    disks: BTreeMap<ReplicaId, MemoryDisk>,
+    clock: Rc<ManualClock>,
+    config: ReplicaConfig,
+    segment_bytes: u64,
+    retention_bytes: Option<u64>,
+    now_ms: Cell<u64>,
+}
+
+impl Cluster {
+    async fn start(
+        config: ReplicaConfig,
+        segment_bytes: u64,
+        retention_bytes: Option<u64>,
+    ) -> Rc<Self> {
+        let cluster = Rc::new(Cluster {
+            network: Rc::new(Network::default()),
+            disks: IDS
+                .iter()
+                .map(|id| {
+                    let disk = MemoryDisk::new(512, 1 << 40);
+                    // Every disk operation yields once: concurrent appends,
+                    // flushes, reads and truncations interleave.
+                    disk.set_yielding(true);
+                    (*id, disk)
+                })
+                .collect(),
+            clock: Rc::new(ManualClock::new(TimestampMs(T0))),
+            config,
+            segment_bytes,
+            retention_bytes,
+            now_ms: Cell::new(0),
+        });
+        for id in IDS {
+            cluster.open(id).await;
+        }
+        let ticker = Rc::clone(&cluster);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(2)).await;
+                let now = ticker.now_ms.get() + 2;
+                ticker.now_ms.set(now);
+                let nodes: Vec<Rc<Node>> = ticker
+                    .network
+                    .nodes
+                    .borrow()
+                    .values()
+                    .map(|(_, node)| node.clone())
+                    .collect();
+                for node in nodes {
+                    node.tick(now);
+                }
+            }
+        })
+        .detach();
+        cluster
+    }
+
+    async fn default() -> Rc<Self> {
+        Self::start(test_config(), 64 << 10, None).await
+    }
+
+    /// Opens (or reopens, recovering) a replica on its disk.
+    async fn open(&self, id: ReplicaId) -> Rc<Node> {
+        let disk = self.disks[&id].clone();
+        let probe = disk.clone();
+        let shard = ShardStorage {
+            clock: self.clock.clone(),
+            space: Rc::new(DiskSpace::new(0, move || {
+                probe.free_bytes(Path::new("/data"))
+            })),
+            cache: TailCache::new(64 << 10),
+            observer: Rc::new(NoObserver),
+        };
+        let limits = BatchLimits {
+            batch_bytes_max: 4 << 10,
+            decompressed_bytes_max: 1 << 20,
+        };
+        let spec = ReplicaSpec {
+            id,
+            key: KEY,
+            config: self.config,
+            partition: PartitionSpec {
+                topic: "orders",
+                index: 0,
+                dir: Path::new(DIR),
+                config: TopicConfig {
+                    retention_ms: None,
+                    retention_bytes: self.retention_bytes,
+                    segment_bytes: self.segment_bytes,
+                    segment_ms: 1 << 40,
+                    max_message_bytes: 4 << 10,
+                    cleanup_policy: CleanupPolicy::Delete,
+                },
+                broker_log: LogConfig {
+                    segment_bytes: self.segment_bytes,
+                    segment_ms: 1 << 40,
+                    retention: RetentionPolicy {
+                        retention_ms: None,
+                        retention_bytes: None,
+                    },
+                    index_interval_bytes: 1024,
+                    flush_bytes_max: 64 << 10,
+                    batch_limits: limits,
+                },
+                cache_key: CacheKey(0),
+                data_signal: Arc::new(Event::new()),
+                producer_state_retention_ms: 1 << 40,
+            },
+        };
+        let incarnation = self.network.incarnations.get() + 1;
+        self.network.incarnations.set(incarnation);
+        let link = Rc::new(Link {
+            from: id,
+            incarnation,
+            network: self.network.clone(),
+        });
+        let node = ReplicatedPartition::open(disk, spec, shard, link)
+            .await
+            .expect("replica opens");
+        self.network
+            .nodes
+            .borrow_mut()
+            .insert(id, (incarnation, node.clone()));
+        node
+    }
+
+    fn node(&self, id: ReplicaId) -> Rc<Node> {
+        self.network.nodes.borrow()[&id].1.clone()
+    }
+
+    fn cut(&self, id: ReplicaId) {
+        self.network.down.borrow_mut().insert(id);
+    }
+
+    fn heal(&self, id: ReplicaId) {
+        self.network.down.borrow_mut().remove(&id);
+    }
+
+    /// Power loss on one replica: its disk keeps only what was synced, and
+    /// it comes back recovered, with no role.
+    async fn crash_and_reopen(&self, id: ReplicaId) -> Rc<Node> {
+        self.network.nodes.borrow_mut().remove(&id);
+        self.disks[&id].crash();
+        self.open(id).await
+    }
+
+    /// Publishes `leader` for `epoch`: the leader leads, every other
+    /// reachable replica follows.
+    async fn publish(&self, leader: ReplicaId, epoch: LeaderEpoch) {
+        let now = self.now_ms.get();
+        self.node(leader)
+            .become_leader(epoch, &IDS, now)
+            .await
+            .expect("becomes leader");
+        for id in IDS.into_iter().filter(|id| *id != leader) {
+            if !self.network.down.borrow().contains(&id) {
+                self.node(id)
+                    .become_follower(epoch, leader, now)
+                    .await
+                    .expect("becomes follower");
+            }
+        }
+    }
+
+    /// A controller's election round for `epoch` among the reachable
+    /// replicas, then publication.
+    async fn elect(&self, epoch: LeaderEpoch) -> ReplicaId {
+        let mut answers = Vec::new();
+        for id in IDS {
+            if self.network.down.borrow().contains(&id) {
+                continue;
+            }
+            let query = Query {
+                partition: KEY,
+                new_epoch: epoch,
+            };
+            answers.push(self.node(id).handle_query(query).await.expect("answers"));
+        }
+        let Decision::Elect { leader, .. } = election::decide(epoch, &IDS, &answers) else {
+            panic!("no leader elected from {answers:?}");
+        };
+        self.publish(leader, epoch).await;
+        leader
+    }
+}
+
+fn test_config() -> ReplicaConfig {
+    ReplicaConfig {
+        resend_timeout_ms: 40,
+        heartbeat_interval_ms: 10,
+        max_inflight_records: 64,
+        max_push_bytes: 2 << 10,
+    }
+}
+
+/// A batch of `records` records whose values identify it by `tag`.
+fn make_batch(tag: u64, records: usize, producer: ProducerIdentity) -> BytesMut {
+    let mut builder = BatchBuilder::new(Compression::None).producer(producer);
+    for index in 0..records {
+        let mut value = format!("{tag}:{index}:").into_bytes();
+        value.resize(60, b'x');
+        builder
+            .push(&NewRecord {
+                key: Some(Bytes::from(format!("key-{tag}"))),
+                value: Some(Bytes::from(value)),
+                timestamp: TimestampMs(T0 + tag as i64),
+                ..NewRecord::default()
+            })
+            .unwrap();
+    }
+    BytesMut::from(&builder.build().unwrap()[..])
+}
+
+fn plain(tag: u64) -> BytesMut {
+    make_batch(tag, 3, ProducerIdentity::NONE)
+}
+
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LONG;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        glommio::timer::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Every durable batch of a replica's log from its start, committed or not.
+async fn log_bytes(node: &Node) -> Vec<u8> {
+    let log = node.partition().log();
+    let mut bytes = Vec::new();
+    let mut position = log.log_start();
+    while position < log.log_end() {
+        let read = log.read(position, 64 << 10, None).await.unwrap();
+        assert!(read.next_offset > position, "no progress at {position}");
+        for chunk in &read.chunks {
+            bytes.extend_from_slice(chunk);
+        }
+        position = read.next_offset;
+    }
+    bytes
+}
+
+/// Every committed batch a reader sees, from `from`.
+async fn committed(node: &Node, from: Offset) -> Vec<Batch> {
+    let mut found = Vec::new();
+    let mut position = from;
+    while position < node.high_watermark() {
+        let read = node.read(position, 64 << 10).await.unwrap();
+        found.extend(batches::split(&read.chunks, &BatchLimits::default()).unwrap());
+        assert!(read.next_offset > position, "no progress at {position}");
+        position = read.next_offset;
+    }
+    found
+}
+
+fn caught_up(cluster: &Cluster, leader: ReplicaId, follower: ReplicaId) -> bool {
+    let (leader, follower) = (cluster.node(leader), cluster.node(follower));
+    follower.log_end() == leader.log_end() && follower.high_watermark() == leader.high_watermark()
+}
+
+#[test]
+fn quorum_produce_resolves_only_once_a_majority_is_durable() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        for tag in 0..30 {
+            let produced = leader
+                .produce(plain(tag), Acks::Quorum, LONG)
+                .await
+                .unwrap();
+            let end = produced.base_offset.plus(3);
+            let durable = IDS
+                .iter()
+                .filter(|id| cluster.node(**id).log_end() >= end)
+                .count();
+            assert!(
+                durable >= 2,
+                "batch {tag} acknowledged on {durable} replica(s)"
+            );
+            assert!(leader.high_watermark() >= end);
+        }
+        // Offset 0 is the epoch-start marker, a control batch of epoch 1.
+        let first = committed(&leader, Offset(0)).await;
+        assert_eq!(
+            (first[0].base, first[0].last, first[0].epoch),
+            (Offset(0), Offset(0), LeaderEpoch(1))
+        );
+        assert!(
+            batch::validate(&first[0].bytes, &BatchLimits::default())
+                .unwrap()
+                .is_control()
+        );
+        assert_eq!(first.len(), 31);
+        for id in &IDS[1..] {
+            wait_until("followers catch up", || caught_up(&cluster, IDS[0], *id)).await;
+        }
+        let expected = log_bytes(&leader).await;
+        for id in &IDS[1..] {
+            assert_eq!(
+                log_bytes(&cluster.node(*id)).await,
+                expected,
+                "replica {id} differs"
+            );
+            assert_eq!(committed(&cluster.node(*id), Offset(0)).await, first);
+        }
+    });
+}
+
+#[test]
+fn follower_that_was_down_catches_up_from_far_behind() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        cluster.cut(IDS[2]);
+        let leader = cluster.node(IDS[0]);
+        for tag in 0..300 {
+            leader
+                .produce(plain(tag), Acks::Quorum, LONG)
+                .await
+                .unwrap();
+        }
+        assert!(
+            cluster.node(IDS[2]).log_end() <= Offset(1),
+            "the cut-off replica got records"
+        );
+        cluster.heal(IDS[2]);
+        wait_until("the lagging follower catches up", || {
+            caught_up(&cluster, IDS[0], IDS[2])
+        })
+        .await;
+        assert_eq!(
+            log_bytes(&cluster.node(IDS[2])).await,
+            log_bytes(&leader).await
+        );
+    });
+}
+
+#[test]
+fn divergent_tail_of_a_fenced_leader_is_truncated() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let old = cluster.node(IDS[0]);
+        for tag in 0..5 {
+            old.produce(plain(tag), Acks::Quorum, LONG).await.unwrap();
+        }
+        let committed_end = old.high_watermark();
+        // Cut off, the old leader still writes: durable locally, never
+        // committed.
+        cluster.cut(IDS[0]);
+        for tag in 100..103 {
+            old.produce(plain(tag), Acks::Leader, LONG).await.unwrap();
+        }
+        let divergent_end = old.log_end();
+        assert!(divergent_end > committed_end);
+        let leader = cluster.elect(LeaderEpoch(2)).await;
+        assert_ne!(leader, IDS[0]);
+        let new = cluster.node(leader);
+        for tag in 200..206 {
+            new.produce(plain(tag), Acks::Quorum, LONG).await.unwrap();
+        }
+        cluster.heal(IDS[0]);
+        wait_until("the old leader follows and catches up", || {
+            caught_up(&cluster, leader, IDS[0])
+        })
+        .await;
+        assert_eq!(
+            old.role(),
+            RoleView::Follower {
+                epoch: LeaderEpoch(2),
+                leader
+            }
+        );
+        assert_eq!(log_bytes(&old).await, log_bytes(&new).await);
+        let tail: Vec<LeaderEpoch> = committed(&old, committed_end)
+            .await
+            .iter()
+            .map(|batch| batch.epoch)
+            .collect();
+        assert!(
+            old.partition()
+                .log()
+                .deletions()
+                .iter()
+                .any(|deleted| deleted.cause == crate::storage::DeletionCause::Truncation),
+            "the divergent tail was truncated, not reset"
+        );
+        assert!(
+            tail.iter().all(|epoch| *epoch == LeaderEpoch(2)),
+            "epoch-1 tail kept: {tail:?}"
+        );
+    });
+}
+
+#[test]
+fn follower_below_the_leaders_log_start_is_reset() {
+    on_executor(|| async {
+        let cluster = Cluster::start(test_config(), 4 << 10, Some(8 << 10)).await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        cluster.cut(IDS[2]);
+        let leader = cluster.node(IDS[0]);
+        for tag in 0..200 {
+            leader
+                .produce(plain(tag), Acks::Quorum, LONG)
+                .await
+                .unwrap();
+        }
+        while leader.maintain().await.unwrap().is_some() {}
+        let lagging = cluster.node(IDS[2]);
+        assert!(
+            leader.log_start() > lagging.log_end(),
+            "retention deleted too little"
+        );
+        assert!(leader.log_start() <= leader.high_watermark());
+        cluster.heal(IDS[2]);
+        wait_until("the reset follower catches up", || {
+            caught_up(&cluster, IDS[0], IDS[2])
+        })
+        .await;
+        assert_eq!(lagging.log_start(), leader.log_start());
+        assert_eq!(log_bytes(&lagging).await, log_bytes(&leader).await);
+        let reopened = cluster.crash_and_reopen(IDS[2]).await;
+        assert_eq!(
+            reopened.log_start(),
+            leader.log_start(),
+            "the reset survives a crash"
+        );
+    });
+}
+
+#[test]
+fn produce_without_a_reachable_quorum_is_not_acknowledged() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
+        cluster.cut(IDS[1]);
+        cluster.cut(IDS[2]);
+        let high_watermark = leader.high_watermark();
+        let error = leader
+            .produce(plain(1), Acks::Quorum, Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::NotEnoughReplicas, "{error}");
+        assert_eq!(leader.high_watermark(), high_watermark);
+        assert!(leader.log_end() > high_watermark, "appended locally");
+        // Once a follower is back, the appended record commits.
+        cluster.heal(IDS[1]);
+        let end = leader.log_end();
+        wait_until("the record commits", || leader.high_watermark() >= end).await;
+    });
+}
+
+#[test]
+fn stepping_down_fails_pending_produces_with_not_leader() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        cluster.cut(IDS[1]);
+        cluster.cut(IDS[2]);
+        let before = leader.log_end();
+        let producing = leader.clone();
+        let pending =
+            glommio::spawn_local(
+                async move { producing.produce(plain(1), Acks::Quorum, LONG).await },
+            );
+        wait_until("the batch is durable locally", || leader.log_end() > before).await;
+        let query = Query {
+            partition: KEY,
+            new_epoch: LeaderEpoch(2),
+        };
+        leader.handle_query(query).await.unwrap();
+        let error = pending.await.unwrap_err();
+        assert_eq!(
+            error,
+            ReplicaError::SteppedDown {
+                epoch: LeaderEpoch(1)
+            }
+        );
+        assert_eq!(error.code(), ErrorCode::NotLeader);
+        let refused = leader
+            .produce(plain(2), Acks::Quorum, LONG)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::NotLeader);
+    });
+}
+
+#[test]
+fn idempotent_retry_after_a_leader_change_returns_the_original_offset() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let producer = |sequence| ProducerIdentity {
+            producer_id: 42,
+            producer_epoch: 0,
+            base_sequence: sequence,
+        };
+        let first = make_batch(1, 2, producer(0));
+        let second = make_batch(2, 2, producer(2));
+        let old = cluster.node(IDS[0]);
+        let first_at = old
+            .produce(first.clone(), Acks::Quorum, LONG)
+            .await
+            .unwrap();
+        let second_at = old
+            .produce(second.clone(), Acks::Quorum, LONG)
+            .await
+            .unwrap();
+        for id in &IDS[1..] {
+            wait_until("followers catch up", || caught_up(&cluster, IDS[0], *id)).await;
+        }
+        // The next leader restarts first: its producer state comes back
+        // from its (replicated) log alone.
+        cluster.cut(IDS[0]);
+        cluster.crash_and_reopen(IDS[1]).await;
+        let leader = cluster.elect(LeaderEpoch(2)).await;
+        let new = cluster.node(leader);
+        let retried = new.produce(first, Acks::Quorum, LONG).await.unwrap();
+        assert!(retried.duplicate);
+        assert_eq!(retried.base_offset, first_at.base_offset);
+        let retried = new.produce(second, Acks::Quorum, LONG).await.unwrap();
+        assert_eq!(
+            (retried.base_offset, retried.duplicate),
+            (second_at.base_offset, true)
+        );
+        let third = new
+            .produce(make_batch(3, 2, producer(4)), Acks::Quorum, LONG)
+            .await
+            .unwrap();
+        assert!(!third.duplicate && third.base_offset > second_at.base_offset);
+    });
+}
+
+#[test]
+fn crash_of_every_replica_keeps_every_acknowledged_record() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        // Pipelined produces, sharing group commits and pushes.
+        let tasks: Vec<_> = (0..40)
+            .map(|tag| {
+                let leader = leader.clone();
+                glommio::spawn_local(
+                    async move { leader.produce(plain(tag), Acks::Quorum, LONG).await },
+                )
+            })
+            .collect();
+        let mut acknowledged = Vec::new();
+        for task in tasks {
+            acknowledged.push(task.await.unwrap().base_offset);
+        }
+        // More in flight when the power goes: they may or may not survive.
+        for tag in 40..50 {
+            let leader = leader.clone();
+            glommio::spawn_local(
+                async move { leader.produce(plain(tag), Acks::Quorum, LONG).await },
+            )
+            .detach();
+        }
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+        let acknowledged_end = leader.high_watermark();
+        let before = committed(&leader, Offset(0)).await;
+        for id in IDS {
+            cluster.crash_and_reopen(id).await;
+        }
+        let winner = cluster.elect(LeaderEpoch(2)).await;
+        let new = cluster.node(winner);
+        let end = new.log_end();
+        wait_until("the new leader commits its log", || {
+            new.high_watermark() >= end
+        })
+        .await;
+        let after = committed(&new, Offset(0)).await;
+        let kept: Vec<&Batch> = after
+            .iter()
+            .filter(|batch| batch.base < acknowledged_end)
+            .collect();
+        let expected: Vec<&Batch> = before
+            .iter()
+            .filter(|batch| batch.base < acknowledged_end)
+            .collect();
+        assert_eq!(kept, expected, "acknowledged records changed");
+        for offset in acknowledged {
+            assert!(
+                after.iter().any(|batch| batch.base == offset),
+                "offset {offset} lost"
+            );
+        }
+    });
+}
+
+#[test]
+fn query_answer_is_durable_before_it_is_returned() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        let node = cluster.node(IDS[0]);
+        let query = Query {
+            partition: KEY,
+            new_epoch: LeaderEpoch(5),
+        };
+        let answer = node.handle_query(query).await.unwrap();
+        assert_eq!(
+            answer.result,
+            QueryResult::State {
+                last_epoch: None,
+                log_end: Offset(0)
+            }
+        );
+        let node = cluster.crash_and_reopen(IDS[0]).await;
+        assert_eq!(node.meta().fenced_epoch, LeaderEpoch(5));
+        let stale = Push {
+            partition: KEY,
+            epoch: LeaderEpoch(4),
+            leader: IDS[1],
+            start: Offset(0),
+            prev_epoch: None,
+            reset_to: None,
+            hw: Offset(0),
+            log_start: Offset(0),
+            batches: Vec::new(),
+        };
+        let ack = node.handle_push(stale).await.unwrap();
+        assert_eq!(
+            ack.result,
+            PushResult::Fenced {
+                epoch: LeaderEpoch(5)
+            }
+        );
+    });
+}
+
+#[test]
+fn reads_stop_at_the_high_watermark() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
+        cluster.cut(IDS[1]);
+        cluster.cut(IDS[2]);
+        let produced = leader.produce(plain(1), Acks::Leader, LONG).await.unwrap();
+        let high_watermark = leader.high_watermark();
+        assert_eq!(high_watermark, produced.base_offset);
+        let read = leader.read(high_watermark, 64 << 10).await.unwrap();
+        assert!(read.chunks.is_empty() && read.log_end == high_watermark);
+        let beyond = leader
+            .read(high_watermark.plus(1), 64 << 10)
+            .await
+            .unwrap_err();
+        assert_eq!(beyond.code(), ErrorCode::OffsetOutOfRange);
+        let below = committed(&leader, Offset(0)).await;
+        assert!(below.iter().all(|batch| batch.last < high_watermark));
+        let signal = leader.high_watermark_signal();
+        let moved = signal.listen();
+        cluster.heal(IDS[1]);
+        moved.await;
+        wait_until("the record commits", || {
+            leader.high_watermark() > high_watermark
+        })
+        .await;
+        let read = leader.read(high_watermark, 64 << 10).await.unwrap();
+        assert_eq!(
+            batches::split(&read.chunks, &BatchLimits::default()).unwrap()[0].base,
+            produced.base_offset
+        );
+    });
+}
+
+#[test]
+fn malformed_push_is_refused_without_changing_anything() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        let node = cluster.node(IDS[1]);
+        let mut bytes = plain(0);
+        batch::set_leader_epoch(&mut bytes, LeaderEpoch(1));
+        let push = |start, base| Push {
+            partition: KEY,
+            epoch: LeaderEpoch(1),
+            leader: IDS[0],
+            start: Offset(start),
+            prev_epoch: None,
+            reset_to: None,
+            hw: Offset(0),
+            log_start: Offset(0),
+            batches: vec![Batch {
+                base: Offset(base),
+                last: Offset(base + 2),
+                epoch: LeaderEpoch(1),
+                bytes: bytes.clone().freeze(),
+            }],
+        };
+        // Not contiguous from the start, and bytes that disagree with the
+        // push (the batch's header says offset 0).
+        for bad in [push(0, 5), push(5, 5)] {
+            let error = node.handle_push(bad).await.unwrap_err();
+            assert!(matches!(error, ReplicaError::BadPush(_)), "{error}");
+            assert_eq!(error.code(), ErrorCode::InvalidRequest);
+        }
+        assert_eq!(node.role(), RoleView::Offline);
+        assert_eq!(node.meta(), corelog_replication::ReplicaMeta::new());
+        let ack = node.handle_push(push(0, 0)).await.unwrap();
+        assert_eq!(
+            ack.result,
+            PushResult::Ok {
+                durable_end: Offset(3),
+                log_end: Offset(3)
+            }
+        );
+    });
+}
