@@ -46,9 +46,15 @@ pub fn raft_logger() -> slog::Logger {
 
 fn render(record: &Record<'_>, values: &OwnedKVList) -> String {
     let mut line = KeyValues(record.msg().to_string());
-    // A failing serialiser only loses key-values from a debug line.
-    let _ = record.kv().serialize(record, &mut line);
-    let _ = values.serialize(record, &mut line);
+    // A failing serialiser only loses key-values from a log line; say so
+    // in the line rather than drop them silently.
+    let serialized = record
+        .kv()
+        .serialize(record, &mut line)
+        .and_then(|()| values.serialize(record, &mut line));
+    if let Err(error) = serialized {
+        line.0.push_str(&format!(" (key-values lost: {error})"));
+    }
     line.0
 }
 
@@ -56,7 +62,7 @@ struct KeyValues(String);
 
 impl Serializer for KeyValues {
     fn emit_arguments(&mut self, key: Key, value: &fmt::Arguments<'_>) -> slog::Result {
-        let _ = write!(self.0, " {key}={value}");
+        write!(self.0, " {key}={value}")?;
         Ok(())
     }
 }
