@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use ahash::{AHashMap, AHashSet};
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
-    Command, ControllerConfig, ControllerNode, MetadataState, NodeId, OutboundMessage, Outcome,
-    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place,
+    Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementLoad,
+    ProposalId, ProposalOutcome, ProposeError, Role, place,
 };
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
@@ -31,6 +31,7 @@ use futures::channel::oneshot;
 
 use super::raft_log::RaftLogFile;
 use crate::peer::Peers;
+use crate::runtime::wait_until;
 
 /// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
 const TICK: Duration = Duration::from_millis(100);
@@ -173,10 +174,11 @@ impl ControllerService {
         u32::try_from(self.id.0).unwrap_or(u32::MAX)
     }
 
-    /// The applied metadata.
+    /// The applied metadata, encoded, with its version.
     #[must_use]
-    pub fn state(&self) -> MetadataState {
-        self.node.borrow().state().clone()
+    pub fn encoded_state(&self) -> (u64, Vec<u8>) {
+        let node = self.node.borrow();
+        (node.state().version(), node.state().encode())
     }
 
     /// The applied metadata version.
@@ -216,18 +218,11 @@ impl ControllerService {
     /// Waits until the applied version passes `known` or `wait` elapses;
     /// returns the version then.
     pub async fn wait_for_version(&self, known: u64, wait: Duration) -> u64 {
-        let deadline = Instant::now() + wait;
-        loop {
-            let listener = self.applied.listen();
-            let version = self.version();
-            let now = Instant::now();
-            if version > known || now >= deadline {
-                return version;
-            }
-            let _timed_out =
-                futures::future::select(listener, Box::pin(glommio::timer::sleep(deadline - now)))
-                    .await;
-        }
+        wait_until(&self.applied, Instant::now() + wait, || {
+            self.version() > known
+        })
+        .await;
+        self.version()
     }
 
     /// Proposes `command` (leader only) and waits for it to apply.

@@ -33,6 +33,7 @@ use crate::partition::PartitionError;
 use crate::peer::{Answer, PeerError, Peers};
 use crate::runtime::command::{TopicOutcome, TopicToCreate};
 use crate::runtime::shard::Shard;
+use crate::runtime::wait_until;
 
 /// Deadline of one controller call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -338,19 +339,7 @@ impl ClusterMember {
     /// Waits until published metadata satisfies `done`, or the timeout.
     async fn wait_for(&self, done: impl Fn(&MetadataState) -> bool) -> bool {
         let deadline = std::time::Instant::now() + PROPAGATION_TIMEOUT;
-        loop {
-            let listener = self.published.listen();
-            if done(&self.state.borrow()) {
-                return true;
-            }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            let _woken =
-                futures::future::select(listener, Box::pin(glommio::timer::sleep(deadline - now)))
-                    .await;
-        }
+        wait_until(&self.published, deadline, || done(&self.state.borrow())).await
     }
 
     /// Creates topics through the controller and waits until this broker

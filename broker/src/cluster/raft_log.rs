@@ -4,17 +4,24 @@
 //!
 //! Every Ready becomes one append at the end and, when Raft needs it, one
 //! fdatasync, so its records become durable together and in order. After
-//! the node takes a snapshot the file is rewritten whole (new file, fsync,
-//! rename, fsync of the directory) so that it stays bounded.
+//! the node takes a snapshot the file is rewritten whole with the storage
+//! engine's atomic write, so that it stays bounded.
 //!
-//! Page-cache I/O (glommio's `BufferedFile`) rather than DMA: the records
-//! are small and unaligned, and rewriting a partial block for every append
-//! would cost more than the copy.
+//! Appends use page-cache I/O (glommio's `BufferedFile`) rather than DMA:
+//! the records are small and unaligned, and rewriting a partial block for
+//! every append would cost more than the copy.
 
 use std::path::{Path, PathBuf};
 
 use corelog_controller::durable::{self, LOG_HEADER, RecoveredLog};
 use glommio::io::{BufferedFile, OpenOptions};
+
+use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
+use crate::storage::glommio_disk::GlommioDisk;
+
+/// Bound on the file read at start-up: snapshots keep the log to about a
+/// thousand entries beside one metadata snapshot, far below this.
+const LOG_BYTES_MAX: u64 = 1 << 30;
 
 /// Why the controller log cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +53,7 @@ pub enum RaftLogError {
 /// The open log file, positioned at its end.
 #[derive(Debug)]
 pub struct RaftLogFile {
+    disk: GlommioDisk,
     path: PathBuf,
     file: BufferedFile,
     len: u64,
@@ -57,7 +65,10 @@ impl RaftLogFile {
     ///
     /// # Errors
     /// [`RaftLogError`] on I/O failure or an unrecoverable file.
-    pub async fn open(data_dir: &Path) -> Result<(RaftLogFile, RecoveredLog), RaftLogError> {
+    pub async fn open(
+        disk: GlommioDisk,
+        data_dir: &Path,
+    ) -> Result<(RaftLogFile, RecoveredLog), RaftLogError> {
         let dir = data_dir.join("controller");
         let path = dir.join("raft.log");
         let io = |operation: &'static str| {
@@ -68,12 +79,13 @@ impl RaftLogFile {
                 source,
             }
         };
-        std::fs::create_dir_all(&dir).map_err(io("create directory"))?;
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(error) => return Err(io("read")(error)),
-        };
+        disk.create_dir_all(&dir)
+            .await
+            .map_err(io("create directory"))?;
+        let bytes = read_whole_file(&disk, &path, LOG_BYTES_MAX)
+            .await
+            .map_err(io("read"))?
+            .unwrap_or_default();
         let (log, valid_len) = if bytes.is_empty() {
             (RecoveredLog::default(), 0)
         } else {
@@ -100,6 +112,7 @@ impl RaftLogFile {
             .await
             .map_err(|error| io("open")(error.into()))?;
         let mut log_file = RaftLogFile {
+            disk: disk.clone(),
             path: path.clone(),
             file,
             len: valid_len,
@@ -110,7 +123,7 @@ impl RaftLogFile {
         } else if valid_len < bytes.len() as u64 {
             log_file.truncate(valid_len).await?;
         }
-        sync_dir(&dir).map_err(io("sync directory"))?;
+        disk.sync_dir(&dir).await.map_err(io("sync directory"))?;
         Ok((log_file, log))
     }
 
@@ -143,60 +156,28 @@ impl RaftLogFile {
     }
 
     /// Replaces the whole file with `contents` (from
-    /// `ControllerNode::compacted_log`), atomically.
+    /// `ControllerNode::compacted_log`), atomically, and appends after it.
     ///
     /// # Errors
-    /// [`RaftLogError::Io`]; the old file is then still in place and valid.
+    /// [`RaftLogError::Io`]; the caller stops the controller role, and a
+    /// restart recovers from whichever file the rename left in place.
     pub async fn rewrite(&mut self, contents: &[u8]) -> Result<(), RaftLogError> {
-        let temp = self.path.with_extension("log.new");
-        let io = |operation: &'static str| {
-            let path = temp.clone();
-            move |source| RaftLogError::Io {
-                path,
-                operation,
-                source,
-            }
-        };
-        let _stale = std::fs::remove_file(&temp);
-        let mut file = BufferedFile::create(&temp)
+        write_file_atomically(&self.disk, &self.path, contents)
             .await
-            .map_err(|error| io("create")(error.into()))?;
-        let mut written = 0usize;
-        while written < contents.len() {
-            let count = file
-                .write_at(contents[written..].to_vec(), written as u64)
-                .await
-                .map_err(|error| io("write")(error.into()))?;
-            if count == 0 {
-                return Err(io("write")(std::io::ErrorKind::WriteZero.into()));
-            }
-            written += count;
-        }
-        file.fdatasync()
+            .map_err(|error| self.error("rewrite", error))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .buffered_open(&self.path)
             .await
-            .map_err(|error| io("fdatasync")(error.into()))?;
-        file.rename(&self.path)
-            .await
-            .map_err(|error| io("rename")(error.into()))?;
-        if let Some(dir) = self.path.parent() {
-            sync_dir(dir).map_err(io("sync directory"))?;
-        }
+            .map_err(|error| self.error("open", error.into()))?;
         let old = std::mem::replace(&mut self.file, file);
-        let _closed = old.close().await;
+        if let Err(error) = old.close().await {
+            // Everything written through it was synced before the rewrite.
+            tracing::warn!(path = %self.path.display(), %error, "closing the replaced controller log failed");
+        }
         self.len = contents.len() as u64;
         Ok(())
-    }
-
-    /// The file's length.
-    #[must_use]
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the file holds nothing, not even its header.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     async fn truncate(&mut self, len: u64) -> Result<(), RaftLogError> {
@@ -221,8 +202,101 @@ impl RaftLogFile {
     }
 }
 
-/// Makes a directory entry change durable. Rare (open, rewrite): a
-/// blocking call is fine.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use corelog_controller::durable::{
+        EntryKind, HardState, LogEntry, LogRecord, encode_log, encode_record,
+    };
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let record = LogRecord::Entry(LogEntry {
+            index,
+            term,
+            kind: EntryKind::Normal,
+            data: Bytes::from(format!("command {index}")),
+            context: Bytes::new(),
+        });
+        encode_record(&record, &mut bytes);
+        bytes
+    }
+
+    fn hard_state(term: u64, commit: u64) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let record = LogRecord::HardState(HardState {
+            term,
+            vote: 1,
+            commit,
+        });
+        encode_record(&record, &mut bytes);
+        bytes
+    }
+
+    #[test]
+    fn appends_and_rewrites_survive_reopening_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().to_path_buf();
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor starts");
+        executor.run(async move {
+            let disk = GlommioDisk::for_shard(&data_dir).await.expect("disk");
+            let (mut log, recovered) = RaftLogFile::open(disk.clone(), &data_dir)
+                .await
+                .expect("a new log opens");
+            assert_eq!(recovered, RecoveredLog::default());
+            log.append(&entry(1, 1), false).await.expect("append");
+            log.append(&[entry(2, 1), hard_state(1, 2)].concat(), true)
+                .await
+                .expect("append");
+
+            // A rewrite replaces the file, and appends continue after it.
+            let compacted = RecoveredLog {
+                entries: Vec::new(),
+                hard_state: HardState {
+                    term: 1,
+                    vote: 1,
+                    commit: 0,
+                },
+                snapshot: None,
+            };
+            log.rewrite(&encode_log(&compacted)).await.expect("rewrite");
+            log.append(&[entry(1, 2), hard_state(2, 1)].concat(), true)
+                .await
+                .expect("append after the rewrite");
+            // A last append cut short by a crash.
+            let torn = entry(2, 2);
+            log.append(&torn[..torn.len() / 2], true)
+                .await
+                .expect("torn append");
+            drop(log);
+
+            let (mut log, recovered) = RaftLogFile::open(disk.clone(), &data_dir)
+                .await
+                .expect("reopens");
+            assert_eq!(recovered.entries.len(), 1, "{recovered:?}");
+            assert_eq!(recovered.entries[0].term, 2);
+            assert_eq!(recovered.hard_state.term, 2);
+            assert_eq!(recovered.hard_state.commit, 1);
+            // Appending after the cut tail gives a clean file.
+            log.append(&entry(2, 2), true).await.expect("append");
+            drop(log);
+            let (_, recovered) = RaftLogFile::open(disk, &data_dir).await.expect("reopens");
+            assert_eq!(recovered.entries.len(), 2);
+            // Only what followed the rewrite is in the file.
+            let expected = encode_log(&compacted).len()
+                + entry(1, 2).len()
+                + hard_state(2, 1).len()
+                + entry(2, 2).len();
+            let on_disk = std::fs::metadata(data_dir.join("controller/raft.log"))
+                .expect("log file")
+                .len();
+            assert_eq!(on_disk, expected as u64);
+        });
+    }
 }

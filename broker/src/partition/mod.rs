@@ -544,22 +544,19 @@ impl<D: Disk> Partition<D> {
     /// # Errors
     /// [`StorageError`] when retention or the snapshot cannot be written.
     pub async fn maintain(&self) -> Result<Option<DeletedRange>, StorageError> {
-        self.maintain_below(None).await
+        self.maintain_below(Offset(u64::MAX)).await
     }
 
     /// [`Partition::maintain`], deleting only segments wholly below `limit`
-    /// when one is given (a replicated partition's committed, durable end).
+    /// (a replicated partition's committed, durable end).
     ///
     /// # Errors
     /// As [`Partition::maintain`].
     pub(crate) async fn maintain_below(
         &self,
-        limit: Option<Offset>,
+        limit: Offset,
     ) -> Result<Option<DeletedRange>, StorageError> {
-        let deleted = match limit {
-            Some(limit) => self.log.enforce_retention_below(limit).await?,
-            None => self.log.enforce_retention().await?,
-        };
+        let deleted = self.log.enforce_retention_below(limit).await?;
         let now = self.shard.clock.now();
         self.producers
             .borrow_mut()

@@ -332,7 +332,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             let replica = self.replica.borrow();
             replica.high_watermark().min(replica.durable_end())
         };
-        let deleted = self.partition.maintain_below(Some(limit)).await?;
+        let deleted = self.partition.maintain_below(limit).await?;
         if deleted.is_some() {
             let _apply = self.apply.lock().await;
             let log_start = self.partition.log().log_start();

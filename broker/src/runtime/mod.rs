@@ -11,3 +11,25 @@ pub mod authority;
 pub mod command;
 pub mod shard;
 pub mod startup;
+
+use std::time::Instant;
+
+use event_listener::Event;
+
+/// Waits until `done` holds or `deadline` passes; returns whether `done`
+/// held. `event` must be notified whenever `done` may have become true:
+/// the listener is taken before each check, so no notification is lost.
+pub async fn wait_until(event: &Event, deadline: Instant, done: impl Fn() -> bool) -> bool {
+    loop {
+        let listener = event.listen();
+        if done() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        let timeout = glommio::timer::sleep(deadline - now);
+        futures::future::select(listener, Box::pin(timeout)).await;
+    }
+}

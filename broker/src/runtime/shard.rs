@@ -925,15 +925,7 @@ impl Shard {
         self.is_stopping.set(true);
         self.stopping.notify(usize::MAX);
         let deadline = Instant::now() + Duration::from_millis(self.config.shutdown_timeout_ms);
-        while self.in_flight.get() > 0 && Instant::now() < deadline {
-            let listener = self.drained.listen();
-            if self.in_flight.get() == 0 {
-                break;
-            }
-            let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-            futures::future::select(listener, Box::pin(timeout)).await;
-        }
-        if self.in_flight.get() > 0 {
+        if !super::wait_until(&self.drained, deadline, || self.in_flight.get() == 0).await {
             tracing::warn!(
                 shard = self.id,
                 in_flight = self.in_flight.get(),

@@ -237,6 +237,7 @@ async fn start_shard(
         None
     };
     let config = Rc::new(config);
+    let cluster_disk = disk.clone();
     let shard = Shard::new(ShardParts {
         id,
         config,
@@ -248,7 +249,7 @@ async fn start_shard(
         authority,
     });
     if id == 0 && cluster_mode {
-        let role = start_cluster_role(&shard.config).await?;
+        let role = start_cluster_role(&shard.config, cluster_disk).await?;
         role.member.run(shard.clone());
         shard.set_cluster(role);
     }
@@ -273,10 +274,13 @@ async fn start_shard(
 
 /// Shard 0 in cluster mode: the controller role (on voters) and the
 /// membership that registers this broker and follows metadata.
-async fn start_cluster_role(config: &BrokerConfig) -> Result<ClusterRole, String> {
+async fn start_cluster_role(
+    config: &BrokerConfig,
+    disk: GlommioDisk,
+) -> Result<ClusterRole, String> {
     let voters = cluster::voter_map(&config.controller_voters);
     let controller = if voters.contains_key(&config.node_id) {
-        let (log, recovered) = RaftLogFile::open(&config.data_dir)
+        let (log, recovered) = RaftLogFile::open(disk, &config.data_dir)
             .await
             .map_err(|error| error.to_string())?;
         let by_node = voters

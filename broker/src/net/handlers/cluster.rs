@@ -68,7 +68,7 @@ fn controller(role: &ClusterRole) -> Result<&Rc<ControllerService>, ControllerRe
 fn raft(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
     let (request, message) = decode_request::<ControllerRaftRequest>(body).map_err(refused)?;
     let error_code = match &role.controller {
-        Some(controller) if request.to.to_native() == controller_id(controller) => {
+        Some(controller) if request.to.to_native() == controller.id() => {
             match controller.step(message) {
                 Ok(()) => ErrorCode::None,
                 Err(code) => code,
@@ -80,10 +80,6 @@ fn raft(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
         error_code: error_code.code(),
     };
     Reply::message(&response, Vec::new()).map_err(unencodable)
-}
-
-fn controller_id(controller: &ControllerService) -> u32 {
-    controller.id()
 }
 
 fn split(result: Result<(), ControllerRequestError>) -> (u16, Option<String>, Option<u32>) {
@@ -162,8 +158,11 @@ async fn metadata_fetch(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorC
     let version = controller
         .wait_for_version(request.known_version, wait)
         .await;
-    let state = (version > request.known_version).then(|| controller.state().encode());
-    let state = state.unwrap_or_default();
+    let (version, state) = if version > request.known_version {
+        controller.encoded_state()
+    } else {
+        (version, Vec::new())
+    };
     let response = MetadataFetchResponse {
         error_code: ErrorCode::None.code(),
         error_message: None,

@@ -25,16 +25,8 @@ impl<D: Disk> PartitionLog<D> {
     /// [`StorageError::Io`] when the ledger or checkpoint cannot be written;
     /// the log is fenced, as its metadata can no longer be kept durable.
     pub async fn enforce_retention(&self) -> Result<Option<DeletedRange>, StorageError> {
-        let retention = self.config.retention;
-        let result = self
-            .delete_oldest_if(|closed, total_bytes, now| {
-                next_deletion(closed, total_bytes, &retention, now)
-            })
-            .await;
-        if let Err(error) = &result {
-            self.fence(error);
-        }
-        result
+        // Every segment lies below the largest offset: no limit.
+        self.enforce_retention_below(Offset(u64::MAX)).await
     }
 
     /// [`PartitionLog::enforce_retention`], but only for a segment that lies
