@@ -97,7 +97,8 @@ pub struct NewTopic {
     pub name: String,
     /// Partition count, at least 1.
     pub partitions: u32,
-    /// Replicas per partition; 1 on a single node.
+    /// Replicas per partition; 0 (the default) lets the broker choose: 1 on
+    /// a single node, 3 in a cluster of three or more brokers.
     pub replication_factor: u16,
     /// Settings that differ from the broker's defaults: `retention.ms`,
     /// `retention.bytes` (-1 = unlimited), `segment.bytes`, `segment.ms`,
@@ -106,14 +107,14 @@ pub struct NewTopic {
 }
 
 impl NewTopic {
-    /// A topic with `partitions` partitions, replication factor 1 and
-    /// default settings.
+    /// A topic with `partitions` partitions, the broker's default
+    /// replication factor and default settings.
     #[must_use]
     pub fn new(name: impl Into<String>, partitions: u32) -> NewTopic {
         NewTopic {
             name: name.into(),
             partitions,
-            replication_factor: 1,
+            replication_factor: 0,
             configs: BTreeMap::new(),
         }
     }

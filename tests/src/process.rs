@@ -160,6 +160,28 @@ impl Broker {
         false
     }
 
+    /// SIGSTOP: the process stays alive, holds its sockets and its data,
+    /// and answers nothing (a frozen VM, a long stall) until
+    /// [`Broker::resume`]. Dropping a paused broker still kills it.
+    pub fn pause(&self) {
+        self.signal(rustix::process::Signal::STOP);
+    }
+
+    /// SIGCONT: continues a [`Broker::pause`]d process.
+    pub fn resume(&self) {
+        self.signal(rustix::process::Signal::CONT);
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        let child = self.child.as_ref().expect("the broker process is running");
+        rustix::process::kill_process(rustix::process::Pid::from_child(child), signal).unwrap();
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }

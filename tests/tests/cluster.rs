@@ -116,22 +116,44 @@ fn a_three_broker_cluster_places_topics_and_survives_losing_its_controller_leade
         leaders.insert(leader);
     }
     assert_eq!(leaders.len(), 3, "leaders spread over every broker");
+    // Without a replication factor, a topic gets three replicas.
+    create_topic_retrying(&brokers[0], "defaulted", 1, 0);
+    let defaulted = wait_for(&brokers[0], "the defaulted topic", |found| {
+        found.topics.iter().any(|topic| topic.name == "defaulted")
+    });
+    let defaulted = defaulted
+        .topics
+        .iter()
+        .find(|topic| topic.name == "defaulted")
+        .unwrap();
+    assert_eq!(defaulted.partitions[0].replicas.len(), 3, "{defaulted:?}");
     // More replicas than brokers is refused with a clear code.
     assert_eq!(
         create_topic(&brokers[0], "too-wide", 1, 4),
         ErrorCode::InvalidReplicationFactor
     );
-    // Until the replicated data path runs, partitions say so.
+    // The leader of a partition takes writes (once it has taken its epoch);
+    // another replica sends the client to it.
+    let leader = orders.partitions[0].leader.unwrap();
+    let batch = corelog_tests::batch("a", "k", 1, corelog_wire::batch::ProducerIdentity::NONE);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut leader_client = brokers[(leader - 1) as usize].client();
+    let appended = loop {
+        let (code, offset) = leader_client.produce("orders", 0, &batch);
+        if code != ErrorCode::LeaderNotAvailable || Instant::now() > deadline {
+            break (code, offset);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Offset 0 is the leader's epoch-start marker.
+    assert_eq!(appended, (ErrorCode::None, 1), "append on the leader");
     assert_eq!(
-        brokers[0]
+        brokers[(leader % 3) as usize]
             .client()
-            .produce(
-                "orders",
-                0,
-                &corelog_tests::batch("a", "k", 1, corelog_wire::batch::ProducerIdentity::NONE)
-            )
+            .produce("orders", 0, &batch)
             .0,
-        ErrorCode::LeaderNotAvailable
+        ErrorCode::NotLeader,
+        "a follower refuses writes"
     );
 
     // Kill the controller leader: the other two elect a new one, and the

@@ -11,6 +11,11 @@
 //! The leader also watches broker sessions: a broker silent past the
 //! session timeout is fenced, and a fenced broker whose heartbeat shows it
 //! caught up with the metadata of its registration is unfenced.
+//!
+//! And it runs partition elections: every tick it plans the rounds due
+//! ([`ElectionBook::plan`]: lost leaders, preferred leaders back), queries
+//! each round's live replicas in parallel, decides with
+//! `corelog_replication::election::decide` and proposes the `SetLeader`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -24,11 +29,18 @@ use corelog_controller::{
     Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementLoad,
     ProposalId, ProposalOutcome, ProposeError, Role, place,
 };
+use corelog_replication::QueryAnswer;
+use corelog_replication::election::decide;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
+use corelog_wire::message::replica_query::ReplicaQueryRequest;
 use event_listener::Event;
 use futures::channel::oneshot;
 
+use super::election::{
+    AttemptOutcome, DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, Resolution,
+    answer_from_response, resolve,
+};
 use super::raft_log::RaftLogFile;
 use crate::peer::Peers;
 use crate::runtime::wait_until;
@@ -95,6 +107,17 @@ struct Session {
     registered_version: u64,
 }
 
+/// A topic the cluster creates for itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InternalTopicSpec {
+    /// Its name (`__…`).
+    pub name: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// Settings as `key=value` entries.
+    pub config: BTreeMap<String, String>,
+}
+
 /// The controller role of this node.
 pub struct ControllerService {
     id: NodeId,
@@ -112,6 +135,12 @@ pub struct ControllerService {
     /// Fence/unfence proposals in flight, so a tick does not repeat them.
     pending_membership: RefCell<AHashSet<NodeId>>,
     was_leader: Cell<bool>,
+    /// Topics the cluster creates for itself.
+    internal_topics: RefCell<Vec<InternalTopicSpec>>,
+    /// An internal-topic creation is in flight.
+    creating_internal: Cell<bool>,
+    /// Partition elections; reset in each term this node leads.
+    elections: RefCell<ElectionBook>,
     halted: RefCell<Option<String>>,
     session_timeout: Duration,
 }
@@ -160,6 +189,9 @@ impl ControllerService {
             sessions: RefCell::new(AHashMap::new()),
             pending_membership: RefCell::new(AHashSet::new()),
             was_leader: Cell::new(false),
+            internal_topics: RefCell::new(Vec::new()),
+            creating_internal: Cell::new(false),
+            elections: RefCell::new(ElectionBook::new()),
             halted: RefCell::new(None),
             session_timeout,
         });
@@ -399,6 +431,12 @@ impl ControllerService {
         let assignments = {
             let node = self.node.borrow();
             let state = node.state();
+            // 0 asks for the default: three replicas where there are three
+            // brokers (C2 needs a majority of three to survive one loss).
+            let replication_factor = match replication_factor {
+                0 => u16::try_from(state.brokers().len().clamp(1, 3)).unwrap_or(3),
+                chosen => chosen,
+            };
             if let Some(existing) = state.topic_by_name(&name) {
                 return Err(ControllerRequestError::refused(
                     ErrorCode::TopicAlreadyExists,
@@ -477,8 +515,71 @@ impl ControllerService {
             self.work.notify(1);
             if self.is_leader() {
                 self.watch_sessions();
+                self.run_elections();
+                self.ensure_internal_topics();
             }
         }
+    }
+
+    /// The topics the cluster creates for itself (`__groups`, `__audit`),
+    /// created by the leader once enough brokers are up for their full
+    /// replication factor.
+    pub fn set_internal_topics(&self, topics: Vec<InternalTopicSpec>) {
+        *self.internal_topics.borrow_mut() = topics;
+    }
+
+    /// Leader: creates the internal topics that do not exist yet, with
+    /// replication factor `min(3, voters)`, once that many brokers are
+    /// registered and unfenced (a replica set placed on fewer would stay
+    /// under-replicated for good).
+    fn ensure_internal_topics(self: &Rc<Self>) {
+        if self.creating_internal.get() {
+            return;
+        }
+        let replication_factor = self.voters.len().min(3);
+        let missing: Vec<InternalTopicSpec> = {
+            let node = self.node.borrow();
+            let state = node.state();
+            let live = state
+                .brokers()
+                .values()
+                .filter(|broker| !broker.fenced)
+                .count();
+            if live < replication_factor {
+                return;
+            }
+            self.internal_topics
+                .borrow()
+                .iter()
+                .filter(|topic| state.topic_by_name(&topic.name).is_none())
+                .cloned()
+                .collect()
+        };
+        if missing.is_empty() {
+            return;
+        }
+        self.creating_internal.set(true);
+        let service = self.clone();
+        glommio::spawn_local(async move {
+            for topic in missing {
+                let name = topic.name.clone();
+                match service
+                    .create_topic(
+                        topic.name,
+                        true,
+                        topic.partitions,
+                        u16::try_from(replication_factor).unwrap_or(3),
+                        topic.config,
+                    )
+                    .await
+                {
+                    Ok(id) => tracing::info!(topic = %name, id, replication_factor, "internal topic created"),
+                    Err(error) => tracing::debug!(topic = %name, %error, "internal topic not created yet; the next tick retries"),
+                }
+            }
+            service.creating_internal.set(false);
+        })
+        .detach();
     }
 
     /// Leader: fences brokers whose session expired.
@@ -520,12 +621,151 @@ impl ControllerService {
             tracing::warn!(%node, timeout = ?self.session_timeout, "broker session expired: fencing it");
             let service = self.clone();
             glommio::spawn_local(async move {
-                if let Err(error) = service.propose(Command::FenceBroker { node }).await {
-                    tracing::debug!(%node, %error, "fence not applied; the next tick retries");
-                }
+                let fenced = service.propose(Command::FenceBroker { node }).await;
                 service.pending_membership.borrow_mut().remove(&node);
+                match fenced {
+                    // Its leaderships move now rather than at the next tick.
+                    Ok(_) => service.run_elections(),
+                    Err(error) => {
+                        tracing::debug!(%node, %error, "fence not applied; the next tick retries");
+                    }
+                }
             })
             .detach();
+        }
+    }
+
+    /// Leader: starts the election rounds due now, each on its own task.
+    fn run_elections(self: &Rc<Self>) {
+        if !self.is_leader() {
+            return;
+        }
+        let planned = {
+            let node = self.node.borrow();
+            // A new leader may still be applying what its predecessor
+            // committed; deciding on that older state would only waste
+            // rounds (the epoch checks keep them harmless).
+            if node.state().version() < node.commit_index() {
+                return;
+            }
+            let mut book = self.elections.borrow_mut();
+            if book.follow_term(node.term()) {
+                tracing::debug!(
+                    term = node.term(),
+                    "controller leader: election bookkeeping reset"
+                );
+            }
+            book.plan(node.state(), Instant::now())
+        };
+        for due in planned {
+            let service = self.clone();
+            glommio::spawn_local(async move {
+                let outcome = service.elect(&due).await;
+                service.elections.borrow_mut().finish(&due, outcome);
+            })
+            .detach();
+        }
+    }
+
+    /// One election round: query, decide, re-check, propose.
+    async fn elect(&self, due: &DueElection) -> AttemptOutcome {
+        let request = ReplicaQueryRequest {
+            topic_id: due.topic_id.0,
+            partition: due.partition,
+            new_epoch: due.new_epoch.0,
+        };
+        let queries = due
+            .targets
+            .iter()
+            .map(|target| self.query(due, target, &request));
+        let answers: Vec<QueryAnswer> = futures::future::join_all(queries)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let answered = answers
+            .iter()
+            .filter(|answer| {
+                matches!(
+                    answer.result,
+                    corelog_replication::QueryResult::State { .. }
+                )
+            })
+            .count();
+        let decision = decide(due.new_epoch, &due.replicas, &answers);
+        let command = match resolve(due, decision) {
+            Resolution::Publish(command) => command,
+            Resolution::Retry { fenced_epoch } => {
+                tracing::debug!(
+                    topic_id = %due.topic_id, partition = due.partition, epoch = %due.new_epoch,
+                    reason = %due.reason, answered, ?decision,
+                    "election round published nothing; retrying"
+                );
+                return AttemptOutcome::Unpublished { fenced_epoch };
+            }
+        };
+        let Command::SetLeader { leader, .. } = command else {
+            unreachable!("resolve publishes only SetLeader");
+        };
+        let unchanged = self
+            .node
+            .borrow()
+            .state()
+            .topics()
+            .get(&due.topic_id)
+            .and_then(|topic| topic.partitions.get(due.partition as usize))
+            .is_some_and(|record| record.leader_epoch == due.epoch);
+        if !unchanged || !self.is_leader() {
+            tracing::debug!(topic_id = %due.topic_id, partition = due.partition, "partition changed during its election round; result dropped");
+            return AttemptOutcome::Dropped;
+        }
+        match self.propose(command).await {
+            Ok(_) => {
+                if leader.is_some() {
+                    tracing::info!(
+                        topic_id = %due.topic_id, partition = due.partition,
+                        old_leader = ?due.leader.map(|node| node.0), new_leader = ?leader.map(|node| node.0),
+                        epoch = %due.new_epoch, reason = %due.reason, answered,
+                        "partition leader elected"
+                    );
+                } else {
+                    tracing::warn!(
+                        topic_id = %due.topic_id, partition = due.partition,
+                        old_leader = ?due.leader.map(|node| node.0), epoch = %due.new_epoch,
+                        reason = %due.reason, answered, replicas = due.replicas.len(),
+                        "no majority of the partition's replicas answered: it stays leaderless and refuses appends until one does"
+                    );
+                }
+                AttemptOutcome::Published { leader }
+            }
+            Err(error) => {
+                // A stale epoch or a fenced winner: the next round sees the
+                // newer state.
+                tracing::debug!(topic_id = %due.topic_id, partition = due.partition, %error, "election result not applied; retrying");
+                AttemptOutcome::Unpublished { fenced_epoch: None }
+            }
+        }
+    }
+
+    /// Queries one replica; `None` when it does not answer usefully.
+    async fn query(
+        &self,
+        due: &DueElection,
+        target: &QueryTarget,
+        request: &ReplicaQueryRequest,
+    ) -> Option<QueryAnswer> {
+        let Some(addr) = broker_addr(&target.host, target.port) else {
+            tracing::warn!(host = %target.host, port = target.port, "cannot resolve a replica's broker address");
+            return None;
+        };
+        match self.peers.call(addr, request, &[], QUERY_TIMEOUT).await {
+            Ok(answer) => {
+                answer_from_response(due.key(), due.new_epoch, target.replica, &answer.message)
+            }
+            Err(error) => {
+                tracing::debug!(replica = %target.replica, %error, "replica query failed");
+                None
+            }
         }
     }
 
@@ -620,6 +860,18 @@ impl ControllerService {
         })
         .detach();
     }
+}
+
+/// A registered broker's address. Brokers register an IP address in
+/// practice; a name is resolved by the system resolver, which blocks the
+/// executor for as long as the lookup takes.
+fn broker_addr(host: &str, port: u16) -> Option<SocketAddr> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Some(SocketAddr::new(ip, port));
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .ok()
+        .and_then(|mut addrs| addrs.next())
 }
 
 fn unexpected(outcome: &Outcome) -> ControllerRequestError {

@@ -6,14 +6,17 @@
 //!
 //! Calls go to the controller leader as last known; a `NOT_CONTROLLER`
 //! answer carries the new leader's id, and an unreachable voter makes the
-//! next call try the following one.
+//! call try the following one. While no voter answers as leader (an
+//! election right after the cluster starts, or a failover), a call goes
+//! round the voters again every [`RETRY_PAUSE`] for up to
+//! [`LEADER_WAIT`] before it gives up.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corelog_controller::MetadataState;
 use corelog_wire::error::ErrorCode;
@@ -41,6 +44,11 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const METADATA_WAIT_MS: u32 = 2_000;
 /// Pause after a failed round over every voter.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long a call keeps going round the voters while none answers as
+/// leader. A Raft election takes well under this, so a call made just
+/// after the cluster starts or during a failover waits for the new leader
+/// instead of failing with `NOT_CONTROLLER`.
+const LEADER_WAIT: Duration = Duration::from_secs(5);
 /// How long a topic change waits to show up in this broker's metadata.
 const PROPAGATION_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -178,7 +186,8 @@ impl ClusterMember {
         self.fenced.get()
     }
 
-    /// Calls the controller leader, following hints and trying every voter.
+    /// Calls the controller leader, following hints and trying every voter,
+    /// with the usual deadline per attempt.
     async fn call<T>(&self, request: &T) -> Result<Answer<T::Response>, MemberError>
     where
         T: Request,
@@ -186,51 +195,87 @@ impl ClusterMember {
         <T::Response as rkyv::Archive>::Archived:
             rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
     {
+        self.call_with_timeout(request, CALL_TIMEOUT).await
+    }
+
+    /// Calls the controller leader with `timeout` per attempt. Rounds over
+    /// the voters (each once, plus one hop per leader hint) until one
+    /// answers as leader; after a round without a leader it pauses
+    /// [`RETRY_PAUSE`] and goes round again, for up to [`LEADER_WAIT`] in
+    /// all (an attempt already under way may run on by its own `timeout`).
+    async fn call_with_timeout<T>(
+        &self,
+        request: &T,
+        timeout: Duration,
+    ) -> Result<Answer<T::Response>, MemberError>
+    where
+        T: Request,
+        T::Response: ControllerAnswer,
+        <T::Response as rkyv::Archive>::Archived:
+            rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
+    {
+        let started = Instant::now();
+        let deadline = started + LEADER_WAIT;
         let mut last_error = String::from("no voter tried");
-        // Each voter once, plus one hop per hint.
-        for _attempt in 0..self.voters.len() * 2 {
-            let target = self.target();
-            let Some(addr) = self.voters.get(&target).copied() else {
-                self.leader_hint.set(None);
-                continue;
-            };
-            match self.peers.call(addr, request, &[], CALL_TIMEOUT).await {
-                Ok(answer) => {
-                    let code = answer.message.error_code();
-                    if code == ErrorCode::NotController.code() {
-                        let hint = answer.message.leader_hint().filter(|hint| *hint != target);
-                        last_error = format!("voter {target} is not the leader");
-                        self.leader_hint.set(hint);
-                        if hint.is_none() {
-                            self.skip_voter();
-                        }
-                        continue;
-                    }
-                    self.leader_hint.set(Some(target));
-                    if code != ErrorCode::None.code() {
-                        return Err(MemberError::Refused {
-                            code: ErrorCode::from_code(code)
-                                .unwrap_or(ErrorCode::UnknownServerError),
-                            message: answer
-                                .message
-                                .error_message()
-                                .unwrap_or("refused by the controller")
-                                .to_owned(),
-                        });
-                    }
-                    return Ok(answer);
+        let mut rounds = 0u32;
+        'rounds: loop {
+            rounds += 1;
+            for _attempt in 0..self.voters.len() * 2 {
+                if Instant::now() >= deadline {
+                    break 'rounds;
                 }
-                Err(error) => {
-                    last_error = error.to_string();
-                    if matches!(error, PeerError::Refused { .. }) {
-                        tracing::debug!(%error, "controller call refused");
-                    }
+                let target = self.target();
+                let Some(addr) = self.voters.get(&target).copied() else {
                     self.leader_hint.set(None);
-                    self.skip_voter();
+                    continue;
+                };
+                match self.peers.call(addr, request, &[], timeout).await {
+                    Ok(answer) => {
+                        let code = answer.message.error_code();
+                        if code == ErrorCode::NotController.code() {
+                            let hint = answer.message.leader_hint().filter(|hint| *hint != target);
+                            last_error = format!("voter {target} is not the leader");
+                            self.leader_hint.set(hint);
+                            if hint.is_none() {
+                                self.skip_voter();
+                            }
+                            continue;
+                        }
+                        self.leader_hint.set(Some(target));
+                        if code != ErrorCode::None.code() {
+                            return Err(MemberError::Refused {
+                                code: ErrorCode::from_code(code)
+                                    .unwrap_or(ErrorCode::UnknownServerError),
+                                message: answer
+                                    .message
+                                    .error_message()
+                                    .unwrap_or("refused by the controller")
+                                    .to_owned(),
+                            });
+                        }
+                        return Ok(answer);
+                    }
+                    Err(error) => {
+                        last_error = error.to_string();
+                        if matches!(error, PeerError::Refused { .. }) {
+                            tracing::debug!(%error, "controller call refused");
+                        }
+                        self.leader_hint.set(None);
+                        self.skip_voter();
+                    }
                 }
             }
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                break;
+            }
+            tracing::debug!(round = rounds, %last_error, "no controller leader yet; trying the voters again");
+            glommio::timer::sleep(RETRY_PAUSE).await;
         }
-        Err(MemberError::NoController(last_error))
+        Err(MemberError::NoController(format!(
+            "none of the {} controller voters answered as leader within {:.1} s ({rounds} rounds); last: {last_error}",
+            self.voters.len(),
+            started.elapsed().as_secs_f64(),
+        )))
     }
 
     fn target(&self) -> u32 {
@@ -300,7 +345,10 @@ impl ClusterMember {
                 known_version: known,
                 max_wait_ms: METADATA_WAIT_MS,
             };
-            let answer = match self.call(&request).await {
+            // The controller holds the request up to METADATA_WAIT_MS, so
+            // the deadline covers that wait plus the usual call time.
+            let timeout = CALL_TIMEOUT + Duration::from_millis(u64::from(METADATA_WAIT_MS));
+            let answer = match self.call_with_timeout(&request, timeout).await {
                 Ok(answer) => answer,
                 Err(error) => {
                     tracing::debug!(%error, "metadata fetch failed");
@@ -330,6 +378,7 @@ impl ClusterMember {
                 self.leader_hint.get(),
                 self.node_id,
                 &previous,
+                &shard.config.topic_defaults,
             );
             shard.broadcast(Arc::new(snapshot)).await;
             self.published.notify(usize::MAX);
@@ -338,7 +387,7 @@ impl ClusterMember {
 
     /// Waits until published metadata satisfies `done`, or the timeout.
     async fn wait_for(&self, done: impl Fn(&MetadataState) -> bool) -> bool {
-        let deadline = std::time::Instant::now() + PROPAGATION_TIMEOUT;
+        let deadline = Instant::now() + PROPAGATION_TIMEOUT;
         wait_until(&self.published, deadline, || done(&self.state.borrow())).await
     }
 

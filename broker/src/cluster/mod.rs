@@ -6,7 +6,10 @@
 //! - [`controller_service`]: the controller role on shard 0 of a voter:
 //!   drives the Raft node, persists before sending, answers registrations,
 //!   heartbeats, metadata long-polls and operations, fences brokers whose
-//!   session expired.
+//!   session expired, and runs partition elections.
+//! - [`election`]: the leader's partition elections, pure: which partitions
+//!   need a leader (lost leader, preferred leader back) and what to publish
+//!   from the replicas' `ReplicaQuery` answers.
 //! - [`membership`]: every broker, on shard 0: registers, heartbeats,
 //!   follows the metadata log and publishes each version to its shards;
 //!   forwards topic changes and producer-id requests to the controller.
@@ -19,6 +22,7 @@
 //! until replicas run (issue 5).
 
 pub mod controller_service;
+pub mod election;
 pub mod membership;
 pub mod raft_log;
 
@@ -26,7 +30,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-pub use controller_service::{ControllerRequestError, ControllerService};
+pub use controller_service::{ControllerRequestError, ControllerService, InternalTopicSpec};
 pub use membership::ClusterMember;
 
 /// Shard 0's cluster parts.

@@ -32,10 +32,10 @@ use corelog_wire::types::{Offset, TimestampMs};
 use event_listener::Event;
 
 use super::assignor::TopicPartition;
+use super::log::GroupLog;
 use super::records;
 use super::state::{Committed, Group, GroupState, JoinOutcome, JoinRequest};
-use crate::partition::{Partition, PartitionError};
-use crate::storage::disk::Disk;
+use crate::partition::PartitionError;
 
 /// Where a join ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,10 +51,10 @@ pub struct Joined {
 }
 
 /// Coordinator of the groups of one `__groups` partition.
-pub struct GroupCoordinator<D: Disk> {
+pub struct GroupCoordinator {
     /// Index of the `__groups` partition.
     pub partition_index: u32,
-    log: Rc<Partition<D>>,
+    log: Rc<dyn GroupLog>,
     groups: RefCell<BTreeMap<String, Group>>,
     /// Per group, the newest generation whose membership record is durable.
     persisted: RefCell<BTreeMap<String, i32>>,
@@ -70,7 +70,7 @@ pub struct GroupCoordinator<D: Disk> {
 /// Records per batch when the coordinator writes a snapshot of its state.
 const SNAPSHOT_RECORDS_PER_BATCH: usize = 500;
 
-impl<D: Disk> std::fmt::Debug for GroupCoordinator<D> {
+impl std::fmt::Debug for GroupCoordinator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GroupCoordinator")
             .field("partition_index", &self.partition_index)
@@ -98,14 +98,14 @@ pub trait TopicView {
     fn partition_count(&self, topic: &str) -> Option<u32>;
 }
 
-impl<D: Disk> GroupCoordinator<D> {
+impl GroupCoordinator {
     /// Rebuilds the coordinator's groups by replaying its partition.
     ///
     /// # Errors
     /// [`PartitionError`] if the partition cannot be read.
     pub async fn load(
         partition_index: u32,
-        log: Rc<Partition<D>>,
+        log: Rc<dyn GroupLog>,
         now: TimestampMs,
     ) -> Result<Self, PartitionError> {
         let mut groups = BTreeMap::new();
@@ -171,7 +171,7 @@ impl<D: Disk> GroupCoordinator<D> {
         now: TimestampMs,
     ) -> Result<Offset, PartitionError> {
         self.appending.set(self.appending.get() + 1);
-        let produced = self.log.produce(records::batch(records, now)).await;
+        let produced = self.log.append(records::batch(records, now)).await;
         self.appending.set(self.appending.get() - 1);
         Ok(produced?.base_offset)
     }
@@ -217,11 +217,7 @@ impl<D: Disk> GroupCoordinator<D> {
             self.append(chunk, now).await?;
         }
         let mut deleted = 0;
-        while let Some(range) = self
-            .log
-            .delete_segment_below(cut, crate::storage::DeletionCause::Compaction)
-            .await?
-        {
+        while let Some(range) = self.log.delete_segment_below(cut).await? {
             deleted += range.record_count;
         }
         tracing::info!(
@@ -787,7 +783,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::metadata::{CleanupPolicy, TopicConfig};
-    use crate::partition::PartitionSpec;
+    use crate::partition::{Partition, PartitionSpec};
     use crate::storage::memory_disk::MemoryDisk;
     use crate::storage::{
         CacheKey, DiskSpace, LogConfig, NoObserver, RetentionPolicy, ShardStorage, TailCache,

@@ -13,6 +13,7 @@ use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::message::describe_groups::PartitionLag;
 use corelog_wire::types::{Offset, TimestampMs};
 
+use crate::partition::OffsetQuery;
 use crate::runtime::shard::Shard;
 
 /// Lag of one partition for a group whose next offset is `committed`
@@ -38,8 +39,13 @@ pub async fn partition_lag(
         oldest_unconsumed_age_ms: -1,
         retention_left_ms: -1,
     };
-    let Ok((id, owner)) = shard.locate(topic, partition) else {
-        return lag;
+    let (id, owner) = match shard.locate(topic, partition) {
+        Ok(found) => found,
+        Err(_) => {
+            // Led by another broker (cluster mode): its bounds from the
+            // leader; bytes and age would need reads there, left unknown.
+            return remote_lag(shard, lag, committed).await;
+        }
     };
     let Ok(summary) = shard.describe(id, owner).await else {
         return lag;
@@ -79,5 +85,27 @@ pub async fn partition_lag(
             }
         }
     }
+    lag
+}
+
+/// Lag in records of a partition another broker leads.
+async fn remote_lag(
+    shard: &Rc<Shard>,
+    mut lag: PartitionLag,
+    committed: Option<(u64, Option<String>)>,
+) -> PartitionLag {
+    let bound = |query| shard.offset_anywhere(&lag.topic, lag.partition, query);
+    let (Ok(Some((log_start, _))), Ok(Some((high_watermark, _)))) = (
+        bound(OffsetQuery::Earliest).await,
+        bound(OffsetQuery::Latest).await,
+    ) else {
+        return lag;
+    };
+    lag.log_start_offset = log_start.0;
+    lag.high_watermark = high_watermark.0;
+    let position = committed
+        .map_or(log_start.0, |(offset, _)| offset)
+        .max(log_start.0);
+    lag.lag_records = high_watermark.0.saturating_sub(position);
     lag
 }

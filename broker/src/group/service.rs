@@ -26,13 +26,12 @@ use crate::metadata::MetadataSnapshot;
 use crate::partition::{OffsetQuery, PartitionError};
 use crate::runtime::command::{GroupRequest, GroupResponse};
 use crate::runtime::shard::Shard;
-use crate::storage::glommio_disk::GlommioDisk;
 
 pub use corelog_wire::message::audit::AUDIT_TOPIC;
 pub use corelog_wire::message::group_records::GROUPS_TOPIC;
 
 /// The coordinator of one shard.
-pub type Coordinator = GroupCoordinator<GlommioDisk>;
+pub type Coordinator = GroupCoordinator;
 
 impl TopicView for MetadataSnapshot {
     fn partition_count(&self, topic: &str) -> Option<u32> {
@@ -91,8 +90,9 @@ pub async fn serve(
                     'static,
                     Result<Offset, PartitionError>,
                 > = Box::pin(async move {
-                    let (id, owner) = shard.locate(&topic, partition)?;
-                    let found = shard.list_offset(id, owner, OffsetQuery::Latest).await?;
+                    let found = shard
+                        .offset_anywhere(&topic, partition, OffsetQuery::Latest)
+                        .await?;
                     Ok(found.map_or(Offset(0), |(offset, _)| offset))
                 });
                 future
@@ -227,12 +227,22 @@ async fn describe(
     }
 }
 
+/// How long an internal append (audit records) may wait for its quorum.
+const INTERNAL_PRODUCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Appends an audit record to `__audit` and returns its offset.
 async fn append_audit(shard: &Rc<Shard>, record: &AuditRecord) -> Result<Offset, PartitionError> {
     let (id, owner) = shard.locate(AUDIT_TOPIC, 0)?;
     let batch = audit_batch(&record.group, record.encode(), now());
     let produced = shard
-        .produce(id, owner, batch, std::time::Instant::now())
+        .produce(
+            id,
+            owner,
+            batch,
+            std::time::Instant::now(),
+            crate::replica::Acks::Quorum,
+            INTERNAL_PRODUCE_TIMEOUT,
+        )
         .await?;
     Ok(produced.base_offset)
 }
@@ -353,28 +363,29 @@ async fn reset_target(
     partition: u32,
     to: ResetTarget,
 ) -> Result<Offset, PartitionError> {
-    let (id, owner) = shard.locate(topic, partition)?;
-    let summary = shard.describe(id, owner).await?;
+    let bound = |query| async move {
+        let found = shard.offset_anywhere(topic, partition, query).await?;
+        Ok::<Offset, PartitionError>(found.map_or(Offset(0), |(offset, _)| offset))
+    };
+    let log_start = bound(OffsetQuery::Earliest).await?;
+    let high_watermark = bound(OffsetQuery::Latest).await?;
     match to {
-        ResetTarget::Earliest => Ok(summary.log_start),
-        ResetTarget::Latest => Ok(summary.high_watermark),
-        ResetTarget::Offset(offset)
-            if (summary.log_start.0..=summary.high_watermark.0).contains(&offset) =>
-        {
+        ResetTarget::Earliest => Ok(log_start),
+        ResetTarget::Latest => Ok(high_watermark),
+        ResetTarget::Offset(offset) if (log_start.0..=high_watermark.0).contains(&offset) => {
             Ok(Offset(offset))
         }
         ResetTarget::Offset(offset) => Err(PartitionError::new(
             ErrorCode::OffsetOutOfRange,
             format!(
-                "offset {offset} is outside {topic}/{partition}'s log ({}..{})",
-                summary.log_start, summary.high_watermark
+                "offset {offset} is outside {topic}/{partition}'s log ({log_start}..{high_watermark})"
             ),
         )),
         ResetTarget::Timestamp(time) => {
             let found = shard
-                .list_offset(id, owner, OffsetQuery::Timestamp(TimestampMs(time)))
+                .offset_anywhere(topic, partition, OffsetQuery::Timestamp(TimestampMs(time)))
                 .await?;
-            Ok(found.map_or(summary.high_watermark, |(offset, _)| offset))
+            Ok(found.map_or(high_watermark, |(offset, _)| offset))
         }
     }
 }

@@ -121,7 +121,9 @@ impl Catalog {
         if partitions == 0 || partitions > PARTITIONS_MAX {
             return Err(CatalogError::InvalidPartitions(partitions));
         }
-        if replication_factor == 0 || replication_factor > brokers {
+        // 0 asks for the default: one replica on a standalone broker.
+        let replication_factor = replication_factor.max(1);
+        if replication_factor > brokers {
             return Err(CatalogError::InvalidReplicationFactor {
                 requested: replication_factor,
                 brokers,

@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use corelog_wire::types::LeaderEpoch;
 use event_listener::Event;
 
 use super::catalog::{Catalog, TopicRecord};
+use super::topic_config::TopicConfig;
 
 /// Index of a shard (an executor) on this node.
 pub type ShardId = u16;
@@ -20,6 +22,22 @@ pub struct PartitionView {
     /// Notified by the owner whenever the partition's committed end moves;
     /// long-polling fetches on any shard listen to it.
     pub data_signal: Arc<Event>,
+    /// Cluster mode: the replica set and leadership the controller
+    /// published. `None` on a standalone broker.
+    pub replication: Option<ReplicationView>,
+}
+
+/// A replicated partition as the controller published it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicationView {
+    /// Replica brokers, preferred leader first.
+    pub replicas: Vec<u32>,
+    /// The leader; `None` while leaderless (no majority could be queried).
+    pub leader: Option<u32>,
+    /// The leadership's epoch.
+    pub epoch: LeaderEpoch,
+    /// Whether this broker holds a replica (on shard `owner`).
+    pub local: bool,
 }
 
 /// One topic as shards see it.
@@ -89,6 +107,7 @@ impl MetadataSnapshot {
                             .map(|partition| PartitionView {
                                 owner: owner_shard(record.id, partition, shard_count),
                                 data_signal: Arc::new(Event::new()),
+                                replication: None,
                             })
                             .collect(),
                     })
@@ -104,26 +123,97 @@ impl MetadataSnapshot {
         }
     }
 
-    /// A cluster-mode snapshot of the controller's `state`. Partitions are
-    /// not opened from it yet (no local `topics`): the replicated data path
-    /// is not wired, so clients get `LEADER_NOT_AVAILABLE` for them.
+    /// A cluster-mode snapshot of the controller's `state`: every topic,
+    /// each partition with its replica set and leadership, owned (when this
+    /// broker holds a replica) by the shard the placement gave it. Data
+    /// signals carry over from `previous`, so long-polls survive leadership
+    /// changes. A topic whose settings do not parse over `topic_defaults`
+    /// is left out (and logged): serving it with other settings would be
+    /// worse than not serving it.
     #[must_use]
     pub fn for_cluster(
         state: Arc<corelog_controller::MetadataState>,
         controller: Option<u32>,
         node_id: u32,
         previous: &MetadataSnapshot,
+        topic_defaults: &TopicConfig,
     ) -> MetadataSnapshot {
+        let node = corelog_controller::NodeId(u64::from(node_id));
+        let as_u32 = |node: corelog_controller::NodeId| u32::try_from(node.0).unwrap_or(u32::MAX);
+        let mut topics = BTreeMap::new();
+        for topic in state.topics().values() {
+            let config = match TopicConfig::with_entries(topic_defaults, topic.config_entries()) {
+                Ok(config) => config,
+                Err(error) => {
+                    tracing::error!(topic = %topic.name, %error, "topic settings do not parse; not serving the topic");
+                    continue;
+                }
+            };
+            let before = previous
+                .topics
+                .get(&topic.name)
+                .filter(|view| view.record.id == topic.id.0);
+            let partitions = topic
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(index, partition)| {
+                    let local = partition.replica_on(node);
+                    let data_signal = before
+                        .and_then(|view| view.partitions.get(index))
+                        .map_or_else(|| Arc::new(Event::new()), |view| view.data_signal.clone());
+                    PartitionView {
+                        owner: local.map_or(0, |replica| replica.shard),
+                        data_signal,
+                        replication: Some(ReplicationView {
+                            replicas: partition
+                                .replicas
+                                .iter()
+                                .map(|replica| as_u32(replica.node))
+                                .collect(),
+                            leader: partition.leader.map(as_u32),
+                            epoch: partition.leader_epoch,
+                            local: local.is_some(),
+                        }),
+                    }
+                })
+                .collect();
+            let record = TopicRecord {
+                id: topic.id.0,
+                name: topic.name.clone(),
+                partitions: topic.partition_count(),
+                config,
+                created_at_ms: topic.created_at_ms,
+            };
+            topics.insert(
+                topic.name.clone(),
+                Arc::new(TopicView { record, partitions }),
+            );
+        }
         MetadataSnapshot {
             version: state.version(),
             shard_count: previous.shard_count,
-            topics: BTreeMap::new(),
+            topics,
             cluster: Some(ClusterView {
                 state,
                 controller,
                 node_id,
             }),
         }
+    }
+
+    /// The topic and partition index of `(topic_id, partition)`.
+    #[must_use]
+    pub fn partition_by_id(
+        &self,
+        topic_id: u64,
+        partition: u32,
+    ) -> Option<(&Arc<TopicView>, &PartitionView)> {
+        let view = self
+            .topics
+            .values()
+            .find(|view| view.record.id == topic_id)?;
+        Some((view, view.partitions.get(partition as usize)?))
     }
 
     /// The view of a partition, if the topic and partition exist.

@@ -71,6 +71,8 @@ pub struct BrokerMetrics {
     disk_reserve_bytes: Family<ShardLabel, Gauge>,
     tail_cache_bytes: Family<ShardLabel, Gauge>,
     partitions: Family<ShardLabel, Gauge>,
+    replica_lag_records: Family<ShardLabel, Gauge>,
+    replica_leader_partitions: Family<ShardLabel, Gauge>,
     group_lag_records: Family<GroupPartitionLabel, Gauge>,
     group_lag_bytes: Family<GroupPartitionLabel, Gauge>,
     group_lag_seconds: Family<GroupPartitionLabel, Gauge>,
@@ -105,6 +107,8 @@ impl BrokerMetrics {
             disk_reserve_bytes: Family::default(),
             tail_cache_bytes: Family::default(),
             partitions: Family::default(),
+            replica_lag_records: Family::default(),
+            replica_leader_partitions: Family::default(),
             group_lag_records: Family::default(),
             group_lag_bytes: Family::default(),
             group_lag_seconds: Family::default(),
@@ -187,6 +191,16 @@ impl BrokerMetrics {
             "Partitions owned by the shard",
             metrics.partitions.clone(),
         );
+        registry.register(
+            "replica_lag_records",
+            "Over the partitions the shard leads: offsets not yet durable on a follower, summed over followers",
+            metrics.replica_lag_records.clone(),
+        );
+        registry.register(
+            "replica_leader_partitions",
+            "Replicated partitions the shard leads",
+            metrics.replica_leader_partitions.clone(),
+        );
         Arc::new(BrokerMetrics {
             registry,
             ..metrics
@@ -214,6 +228,8 @@ impl BrokerMetrics {
             disk_reserve_bytes: self.disk_reserve_bytes.get_or_create_owned(&label),
             tail_cache_bytes: self.tail_cache_bytes.get_or_create_owned(&label),
             partitions: self.partitions.get_or_create_owned(&label),
+            replica_lag_records: self.replica_lag_records.get_or_create_owned(&label),
+            replica_leader_partitions: self.replica_leader_partitions.get_or_create_owned(&label),
         }
     }
 
@@ -261,6 +277,10 @@ pub struct ShardMetrics {
     pub tail_cache_bytes: Gauge,
     /// Partitions owned.
     pub partitions: Gauge,
+    /// Replication lag of the partitions led, in offsets.
+    pub replica_lag_records: Gauge,
+    /// Replicated partitions led.
+    pub replica_leader_partitions: Gauge,
 }
 
 impl ShardMetrics {

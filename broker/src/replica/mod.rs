@@ -12,6 +12,8 @@
 //! - `follower.rs`: following, pushes, election queries.
 //! - `batches.rs`: stored bytes as replication batches, push
 //!   checks, the epoch-start marker.
+//! - [`peer_transport`]: pushes over the inter-broker RPC, and the wire
+//!   forms of pushes, queries and their answers.
 //!
 //! # Ordering rules
 //!
@@ -57,6 +59,7 @@ mod error;
 mod follower;
 mod leader;
 pub mod meta_file;
+pub mod peer_transport;
 mod transport;
 
 #[cfg(test)]
@@ -194,6 +197,10 @@ impl<D: Disk> ReplicatedPartition<D> {
     ) -> Result<Rc<Self>, ReplicaError> {
         let dir = spec.partition.dir.to_path_buf();
         let clock = shard.clock.clone();
+        // One signal for "the committed end moved": the partition notifies
+        // it when its log becomes durable, this shell when the high
+        // watermark moves; readers long-poll on it either way.
+        let high_watermark_changed = spec.partition.data_signal.clone();
         let partition = Partition::open(disk.clone(), spec.partition, shard).await?;
         let meta = meta_file::load(&disk, &dir).await?.unwrap_or_default();
         let limits = partition.batch_limits();
@@ -217,7 +224,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             apply: async_lock::Mutex::new(()),
             durability_waits: Cell::new(0),
             durability_waits_done: Event::new(),
-            high_watermark_changed: Arc::new(Event::new()),
+            high_watermark_changed,
             now_ms: Cell::new(0),
             ended_term: Cell::new(None),
             pump: Cell::new(Pump::Idle),
@@ -286,6 +293,13 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.broken.borrow().clone()
     }
 
+    /// Leading: offsets not yet durable on a follower, summed over the
+    /// followers. `None` when not leading.
+    #[must_use]
+    pub fn follower_lag(&self) -> Option<u64> {
+        self.replica.borrow().follower_lag()
+    }
+
     /// Offsets and size, with the high watermark as the committed end.
     #[must_use]
     pub fn summary(&self) -> PartitionSummary {
@@ -319,6 +333,28 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(outcome)
     }
 
+    /// Looks an offset up among committed records: `Latest` is the high
+    /// watermark, and a time that only uncommitted records reach finds
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`Partition::list_offset`].
+    pub async fn list_offset(
+        &self,
+        query: crate::partition::OffsetQuery,
+    ) -> Result<Option<(Offset, corelog_wire::types::TimestampMs)>, ReplicaError> {
+        use crate::partition::OffsetQuery;
+        let high_watermark = self.high_watermark();
+        match query {
+            OffsetQuery::Latest => Ok(Some((high_watermark, corelog_wire::types::TimestampMs(-1)))),
+            OffsetQuery::Earliest | OffsetQuery::Timestamp(_) => Ok(self
+                .partition
+                .list_offset(query)
+                .await?
+                .filter(|(offset, _)| *offset <= high_watermark)),
+        }
+    }
+
     /// Housekeeping: retention (only of segments wholly below the high
     /// watermark and the durable end), then the state machine's log start
     /// follows what was deleted; producer expiry and snapshots as
@@ -334,21 +370,56 @@ impl<D: Disk> ReplicatedPartition<D> {
         };
         let deleted = self.partition.maintain_below(limit).await?;
         if deleted.is_some() {
-            let _apply = self.apply.lock().await;
-            let log_start = self.partition.log().log_start();
-            let before = self.high_watermark();
-            let actions = {
-                let mut replica = self.replica.borrow_mut();
-                let bound = replica.high_watermark().min(replica.durable_end());
-                if log_start > replica.log_start() && log_start <= bound {
-                    replica.advance_log_start(log_start)
-                } else {
-                    Vec::new()
-                }
-            };
-            self.carry_out(actions, before).await?;
+            self.follow_log_start().await?;
         }
         Ok(deleted)
+    }
+
+    /// Compaction of an internal topic by a newer snapshot of its state:
+    /// deletes the oldest closed segment if it lies wholly below `offset`,
+    /// the high watermark and the durable end. Local, like retention: each
+    /// replica compacts on its own schedule.
+    ///
+    /// # Errors
+    /// Storage errors; [`ReplicaError::Broken`] when fenced.
+    pub async fn compact_below(
+        &self,
+        offset: Offset,
+    ) -> Result<Option<DeletedRange>, ReplicaError> {
+        self.check_usable()?;
+        let limit = {
+            let replica = self.replica.borrow();
+            offset
+                .min(replica.high_watermark())
+                .min(replica.durable_end())
+        };
+        let deleted = self
+            .partition
+            .delete_segment_below(limit, crate::storage::DeletionCause::Compaction)
+            .await?;
+        if deleted.is_some() {
+            self.follow_log_start().await?;
+        }
+        Ok(deleted)
+    }
+
+    /// After segments were deleted: the state machine's log start follows
+    /// the log's.
+    async fn follow_log_start(&self) -> Result<(), ReplicaError> {
+        let _apply = self.apply.lock().await;
+        let log_start = self.partition.log().log_start();
+        let before = self.high_watermark();
+        let actions = {
+            let mut replica = self.replica.borrow_mut();
+            let bound = replica.high_watermark().min(replica.durable_end());
+            if log_start > replica.log_start() && log_start <= bound {
+                replica.advance_log_start(log_start)
+            } else {
+                Vec::new()
+            }
+        };
+        self.carry_out(actions, before).await?;
+        Ok(())
     }
 
     /// Flushes and closes the log (clean shutdown).

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::produce::Acks;
+use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
+use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use corelog_wire::types::{Offset, TimestampMs};
 use futures::channel::oneshot;
 
@@ -113,6 +116,11 @@ pub enum ShardCommand {
         batch: BytesMut,
         /// When the broker received it, for the latency metric.
         received: std::time::Instant,
+        /// When to answer (replicated partitions; a standalone broker
+        /// answers once the batch is durable locally either way).
+        acks: Acks,
+        /// How long a replicated produce may wait for its acknowledgement.
+        timeout: std::time::Duration,
         /// Where to answer.
         reply: PartitionReply<Produced>,
     },
@@ -198,6 +206,26 @@ pub enum ShardCommand {
         body: Vec<u8>,
         /// Where to answer.
         reply: oneshot::Sender<Result<crate::net::Reply, ErrorCode>>,
+    },
+    /// A leader's push to an owned replica (cluster mode).
+    ReplicaPush {
+        /// Where.
+        partition: PartitionId,
+        /// The push as received.
+        request: ReplicaPushRequest,
+        /// Its batches.
+        raw: Bytes,
+        /// Where to answer.
+        reply: oneshot::Sender<ReplicaPushResponse>,
+    },
+    /// The controller's election query to an owned replica (cluster mode).
+    ReplicaQuery {
+        /// Where.
+        partition: PartitionId,
+        /// The query.
+        request: ReplicaQueryRequest,
+        /// Where to answer.
+        reply: oneshot::Sender<ReplicaQueryResponse>,
     },
     /// Finish in-flight work, close every partition, stop.
     Shutdown,

@@ -4,11 +4,13 @@
 //!
 //! - [`shard`]: a shard's state and the routing of partition operations.
 //! - [`command`]: what shards send each other (owned, `Send` data only).
+//! - [`replicas`]: cluster mode's replicated partitions on a shard.
 //! - [`authority`]: shard 0's topic catalog and producer-id allocator.
 //! - [`startup`]: starting the executors, signals, stopping.
 
 pub mod authority;
 pub mod command;
+pub mod replicas;
 pub mod shard;
 pub mod startup;
 

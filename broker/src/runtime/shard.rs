@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,12 +28,16 @@ use super::command::{
 };
 use crate::cluster::ClusterRole;
 use crate::config::BrokerConfig;
+use crate::group::log::GroupLog;
 use crate::group::service::{self, Coordinator, GROUPS_TOPIC};
+use crate::metadata::snapshot::ReplicationView;
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::metrics::ShardMetrics;
 use crate::partition::{
     OffsetQuery, Partition, PartitionError, PartitionSpec, PartitionSummary, Produced,
 };
+use crate::peer::Peers;
+use crate::replica::{Acks, ReplicatedPartition};
 use crate::storage::glommio_disk::GlommioDisk;
 use crate::storage::{CacheKey, ReadOutcome, ShardStorage};
 
@@ -43,19 +47,27 @@ const GROUP_TICK: Duration = Duration::from_millis(250);
 
 /// A shard's state. Lives on its executor's thread, behind an `Rc`.
 pub struct Shard {
+    /// This shard, for tasks and callbacks that outlive a borrow.
+    pub(super) me: Weak<Shard>,
     /// This shard's index.
     pub id: ShardId,
     /// The broker's settings.
     pub config: Rc<BrokerConfig>,
     /// Metric handles.
     pub metrics: ShardMetrics,
-    disk: GlommioDisk,
-    storage: ShardStorage,
+    pub(super) disk: GlommioDisk,
+    pub(super) storage: ShardStorage,
     partitions: RefCell<AHashMap<PartitionId, Rc<Partition<GlommioDisk>>>>,
+    /// Cluster mode: the replicas of replicated partitions placed here.
+    pub(super) replicas: RefCell<AHashMap<PartitionId, Rc<ReplicatedPartition<GlommioDisk>>>>,
+    /// Connections to other brokers (replication pushes).
+    pub(super) brokers: Rc<Peers>,
+    /// The shard's start, the origin of the milliseconds replication timers use.
+    pub(super) started: Instant,
     /// Group coordinators of the `__groups` partitions this shard owns, by index.
-    coordinators: RefCell<AHashMap<u32, Rc<Coordinator>>>,
+    pub(super) coordinators: RefCell<AHashMap<u32, Rc<Coordinator>>>,
     /// Partitions this shard should own but could not open, with why.
-    failed: RefCell<AHashMap<PartitionId, String>>,
+    pub(super) failed: RefCell<AHashMap<PartitionId, String>>,
     snapshot: RefCell<Arc<MetadataSnapshot>>,
     peers: Vec<flume::Sender<ShardCommand>>,
     inbox: flume::Receiver<ShardCommand>,
@@ -127,13 +139,17 @@ impl Shard {
     /// Assembles a shard.
     #[must_use]
     pub fn new(parts: ShardParts) -> Rc<Shard> {
-        Rc::new(Shard {
+        Rc::new_cyclic(|me| Shard {
+            me: me.clone(),
             id: parts.id,
             config: parts.config,
             metrics: parts.metrics,
             disk: parts.disk,
             storage: parts.storage,
             partitions: RefCell::new(AHashMap::new()),
+            replicas: RefCell::new(AHashMap::new()),
+            brokers: Peers::new(),
+            started: Instant::now(),
             coordinators: RefCell::new(AHashMap::new()),
             failed: RefCell::new(AHashMap::new()),
             snapshot: RefCell::new(Arc::new(MetadataSnapshot::default())),
@@ -237,9 +253,13 @@ impl Shard {
                 partition,
                 batch,
                 received,
+                acks,
+                timeout,
                 reply,
             } => {
-                let result = self.local_produce(partition, batch, received).await;
+                let result = self
+                    .local_produce(partition, batch, received, acks, timeout)
+                    .await;
                 let _answered = reply.send(result);
             }
             ShardCommand::Read {
@@ -302,6 +322,21 @@ impl Shard {
                     crate::net::handlers::cluster_on_shard_zero(&self, api_key, &body).await;
                 let _answered = reply.send(result);
             }
+            ShardCommand::ReplicaPush {
+                partition,
+                request,
+                raw,
+                reply,
+            } => {
+                let _answered = reply.send(self.local_replica_push(partition, &request, raw).await);
+            }
+            ShardCommand::ReplicaQuery {
+                partition,
+                request,
+                reply,
+            } => {
+                let _answered = reply.send(self.local_replica_query(partition, &request).await);
+            }
             ShardCommand::Shutdown => {}
         }
     }
@@ -326,6 +361,20 @@ impl Shard {
         let index = service::groups_partition_for(group, partitions);
         let owner = match self.locate(GROUPS_TOPIC, index) {
             Ok((_, owner)) => owner,
+            // Another broker leads the group's `__groups` partition: the
+            // client finds the coordinator again.
+            Err(error) if error.code == ErrorCode::NotLeader => {
+                return GroupResponse::Unavailable(PartitionError::new(
+                    ErrorCode::NotCoordinator,
+                    error.message,
+                ));
+            }
+            Err(error) if error.code == ErrorCode::NotEnoughReplicas => {
+                return GroupResponse::Unavailable(PartitionError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    error.message,
+                ));
+            }
             Err(error) => return GroupResponse::Unavailable(error),
         };
         if owner == self.id {
@@ -353,6 +402,9 @@ impl Shard {
         index: u32,
         request: GroupRequest,
     ) -> GroupResponse {
+        if let Err(error) = self.check_coordinator_leads(index) {
+            return GroupResponse::Unavailable(error);
+        }
         let coordinator = self.coordinators.borrow().get(&index).cloned();
         match coordinator {
             Some(coordinator) => service::serve(self, &coordinator, request).await,
@@ -405,33 +457,29 @@ impl Shard {
         })
     }
 
-    /// The partition's owner and id, or `UNKNOWN_TOPIC_OR_PARTITION`.
+    /// The partition's owner and id, or `UNKNOWN_TOPIC_OR_PARTITION`. A
+    /// replicated partition is served by its leader only: elsewhere the
+    /// answer is `NOT_LEADER` (the client refreshes metadata and goes to
+    /// the leader), and while it has no leader `NOT_ENOUGH_REPLICAS`.
     ///
     /// # Errors
-    /// `UNKNOWN_TOPIC_OR_PARTITION` when the topic or partition does not exist.
+    /// `UNKNOWN_TOPIC_OR_PARTITION` when the topic or partition does not
+    /// exist; `NOT_LEADER` / `NOT_ENOUGH_REPLICAS` as above.
     pub fn locate(
         &self,
         topic: &str,
         partition: u32,
     ) -> Result<(PartitionId, ShardId), PartitionError> {
         let snapshot = self.snapshot.borrow();
-        if let Some(cluster) = &snapshot.cluster
-            && cluster
-                .state
-                .topic_by_name(topic)
-                .is_some_and(|found| partition < found.partition_count())
-        {
-            return Err(PartitionError::new(
-                ErrorCode::LeaderNotAvailable,
-                "replicated partitions are not served by this build yet (cluster mode is in development)",
-            ));
-        }
         let (view, partition_view) = snapshot.partition(topic, partition).ok_or_else(|| {
             PartitionError::new(
                 ErrorCode::UnknownTopicOrPartition,
                 format!("topic {topic:?} has no partition {partition}; create the topic or check its partition count"),
             )
         })?;
+        if let Some(replication) = &partition_view.replication {
+            check_leads(replication, self.config.node_id, topic, partition)?;
+        }
         Ok((
             PartitionId {
                 topic_id: view.record.id,
@@ -441,9 +489,12 @@ impl Shard {
         ))
     }
 
-    fn owned(&self, partition: PartitionId) -> Result<Rc<Partition<GlommioDisk>>, PartitionError> {
+    pub(super) fn owned(&self, partition: PartitionId) -> Result<Hosted, PartitionError> {
+        if let Some(found) = self.replicas.borrow().get(&partition) {
+            return Ok(Hosted::Replicated(found.clone()));
+        }
         if let Some(found) = self.partitions.borrow().get(&partition) {
-            return Ok(found.clone());
+            return Ok(Hosted::Standalone(found.clone()));
         }
         if let Some(reason) = self.failed.borrow().get(&partition) {
             return Err(PartitionError::new(ErrorCode::StorageError, reason.clone()));
@@ -464,6 +515,8 @@ impl Shard {
         owner: ShardId,
         batch: BytesMut,
         received: Instant,
+        acks: Acks,
+        timeout: Duration,
     ) -> impl Future<Output = Result<Produced, PartitionError>> + use<> {
         enum Route {
             Local(BytesMut),
@@ -479,6 +532,8 @@ impl Shard {
                 partition,
                 batch,
                 received,
+                acks,
+                timeout,
                 reply,
             };
             match self.send_now(owner, command) {
@@ -488,7 +543,11 @@ impl Shard {
         };
         async move {
             match route {
-                Route::Local(batch) => shard.local_produce(partition, batch, received).await,
+                Route::Local(batch) => {
+                    shard
+                        .local_produce(partition, batch, received, acks, timeout)
+                        .await
+                }
                 Route::Remote(answer) => answer.await.unwrap_or_else(|_| {
                     Err(PartitionError::new(
                         ErrorCode::LeaderNotAvailable,
@@ -500,7 +559,11 @@ impl Shard {
         }
     }
 
-    fn send_now(&self, owner: ShardId, command: ShardCommand) -> Result<(), PartitionError> {
+    pub(super) fn send_now(
+        &self,
+        owner: ShardId,
+        command: ShardCommand,
+    ) -> Result<(), PartitionError> {
         let sender = self.peers.get(usize::from(owner)).ok_or_else(|| {
             PartitionError::new(ErrorCode::UnknownServerError, format!("no shard {owner}"))
         })?;
@@ -523,10 +586,12 @@ impl Shard {
         partition: PartitionId,
         batch: BytesMut,
         received: Instant,
+        acks: Acks,
+        timeout: Duration,
     ) -> Result<Produced, PartitionError> {
         let owned = self.owned(partition)?;
         let bytes = batch.len() as u64;
-        let produced = owned.produce(batch).await?;
+        let produced = owned.produce(batch, acks, timeout).await?;
         if !produced.duplicate {
             self.metrics
                 .records_in
@@ -778,7 +843,7 @@ impl Shard {
         let mut wanted = BTreeSet::new();
         for (name, view) in &snapshot.topics {
             for (index, partition) in view.partitions.iter().enumerate() {
-                if partition.owner != self.id {
+                if partition.owner != self.id || partition.replication.is_some() {
                     continue;
                 }
                 let id = PartitionId {
@@ -819,6 +884,9 @@ impl Shard {
                 }
             }
         }
+        let replicated = self.apply_replicas(&snapshot).await;
+        self.close_replicas_not_in(&replicated).await;
+        wanted.extend(replicated);
         let gone: Vec<(PartitionId, Rc<Partition<GlommioDisk>>)> = self
             .partitions
             .borrow()
@@ -842,14 +910,14 @@ impl Shard {
         self.failed.borrow_mut().retain(|id, _| wanted.contains(id));
         self.metrics
             .partitions
-            .set(self.partitions.borrow().len() as i64);
+            .set((self.partitions.borrow().len() + self.replicas.borrow().len()) as i64);
         *self.snapshot.borrow_mut() = snapshot;
         if !self.is_ready.replace(true) {
             self.ready.notify(usize::MAX);
         }
     }
 
-    async fn start_coordinator(&self, index: u32, log: Rc<Partition<GlommioDisk>>) {
+    pub(super) async fn start_coordinator(&self, index: u32, log: Rc<dyn GroupLog>) {
         let now = crate::clock::Clock::now(&*self.storage.clock);
         match Coordinator::load(index, log, now).await {
             Ok(coordinator) => {
@@ -905,6 +973,7 @@ impl Shard {
                     tracing::error!(topic = partition.topic(), partition = partition.index(), %error, "partition housekeeping failed");
                 }
             }
+            self.maintain_replicas().await;
             self.metrics
                 .disk_free_bytes
                 .set(self.storage.space.free_bytes() as i64);
@@ -943,6 +1012,7 @@ impl Shard {
                 tracing::error!(topic = partition.topic(), partition = partition.index(), %error, "closing partition failed");
             }
         }
+        self.close_replicas().await;
         tracing::info!(shard = self.id, "shard stopped");
     }
 }
@@ -952,4 +1022,77 @@ impl Shard {
 #[must_use]
 pub fn topic_dir(data_dir: &std::path::Path, name: &str, topic_id: u64) -> PathBuf {
     data_dir.join("topics").join(format!("{name}.{topic_id}"))
+}
+
+/// Refuses an operation on a replicated partition this broker does not
+/// lead, naming who does.
+fn check_leads(
+    replication: &ReplicationView,
+    node_id: u32,
+    topic: &str,
+    partition: u32,
+) -> Result<(), PartitionError> {
+    match replication.leader {
+        Some(leader) if leader == node_id && replication.local => Ok(()),
+        Some(leader) => Err(PartitionError::new(
+            ErrorCode::NotLeader,
+            format!(
+                "broker {leader} leads {topic}/{partition} (epoch {}); refresh metadata",
+                replication.epoch.0
+            ),
+        )),
+        None => Err(PartitionError::new(
+            ErrorCode::NotEnoughReplicas,
+            format!(
+                "{topic}/{partition} has no leader: fewer than a majority of its replicas {:?} answered the last election; retry",
+                replication.replicas
+            ),
+        )),
+    }
+}
+
+/// A partition a shard hosts: a standalone broker's, or one replica of a
+/// replicated partition (cluster mode).
+#[derive(Clone, Debug)]
+pub(super) enum Hosted {
+    Standalone(Rc<Partition<GlommioDisk>>),
+    Replicated(Rc<ReplicatedPartition<GlommioDisk>>),
+}
+
+impl Hosted {
+    async fn produce(
+        &self,
+        batch: BytesMut,
+        acks: Acks,
+        timeout: Duration,
+    ) -> Result<Produced, PartitionError> {
+        match self {
+            Hosted::Standalone(partition) => partition.produce(batch).await,
+            Hosted::Replicated(replica) => Ok(replica.produce(batch, acks, timeout).await?),
+        }
+    }
+
+    async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
+        match self {
+            Hosted::Standalone(partition) => partition.read(offset, max_bytes).await,
+            Hosted::Replicated(replica) => Ok(replica.read(offset, max_bytes).await?),
+        }
+    }
+
+    async fn list_offset(
+        &self,
+        query: OffsetQuery,
+    ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
+        match self {
+            Hosted::Standalone(partition) => partition.list_offset(query).await,
+            Hosted::Replicated(replica) => Ok(replica.list_offset(query).await?),
+        }
+    }
+
+    fn summary(&self) -> PartitionSummary {
+        match self {
+            Hosted::Standalone(partition) => partition.summary(),
+            Hosted::Replicated(replica) => replica.summary(),
+        }
+    }
 }

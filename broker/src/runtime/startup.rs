@@ -25,7 +25,7 @@ use super::command::ShardCommand;
 use super::shard::{Shard, ShardParts};
 use crate::clock::SystemClock;
 use crate::cluster::raft_log::RaftLogFile;
-use crate::cluster::{self, ClusterMember, ClusterRole, ControllerService};
+use crate::cluster::{self, ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
 use crate::config::BrokerConfig;
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
 use crate::metadata::TopicConfig;
@@ -189,25 +189,7 @@ async fn start_shard(
     let storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
     let cluster_mode = !config.controller_voters.is_empty();
     let authority = if id == 0 && !cluster_mode {
-        let kept_forever = TopicConfig {
-            retention_ms: None,
-            retention_bytes: None,
-            // Small segments: compaction by snapshot deletes whole segments.
-            segment_bytes: 8 << 20,
-            ..config.topic_defaults
-        };
-        let internal = [
-            InternalTopic {
-                name: GROUPS_TOPIC,
-                partitions: config.group_topic_partitions,
-                config: kept_forever,
-            },
-            InternalTopic {
-                name: AUDIT_TOPIC,
-                partitions: 1,
-                config: kept_forever,
-            },
-        ];
+        let internal = internal_topics(&config);
         let now = crate::clock::Clock::now(&SystemClock).0;
         Some(
             MetadataAuthority::load(
@@ -250,6 +232,17 @@ async fn start_shard(
     });
     if id == 0 && cluster_mode {
         let role = start_cluster_role(&shard.config, cluster_disk).await?;
+        if let Some(controller) = &role.controller {
+            let specs = internal_topics(&shard.config)
+                .iter()
+                .map(|topic| InternalTopicSpec {
+                    name: topic.name.to_owned(),
+                    partitions: topic.partitions,
+                    config: topic.config.entries().into_iter().collect(),
+                })
+                .collect();
+            controller.set_internal_topics(specs);
+        }
         role.member.run(shard.clone());
         shard.set_cluster(role);
     }
@@ -260,6 +253,7 @@ async fn start_shard(
     }
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
+    glommio::spawn_local(shard.clone().run_replication_timers()).detach();
     glommio::spawn_local(listener::accept_loop(
         shard.clone(),
         listener,
@@ -270,6 +264,31 @@ async fn start_shard(
         glommio::spawn_local(crate::metrics::http::serve(metrics_listener, metrics)).detach();
     }
     Ok(shard)
+}
+
+/// The topics a broker (standalone) or the cluster creates for itself:
+/// group state and audit records, kept forever (compaction by snapshot
+/// bounds `__groups`).
+fn internal_topics(config: &BrokerConfig) -> [InternalTopic; 2] {
+    let kept_forever = TopicConfig {
+        retention_ms: None,
+        retention_bytes: None,
+        // Small segments: compaction by snapshot deletes whole segments.
+        segment_bytes: 8 << 20,
+        ..config.topic_defaults
+    };
+    [
+        InternalTopic {
+            name: GROUPS_TOPIC,
+            partitions: config.group_topic_partitions,
+            config: kept_forever,
+        },
+        InternalTopic {
+            name: AUDIT_TOPIC,
+            partitions: 1,
+            config: kept_forever,
+        },
+    ]
 }
 
 /// Shard 0 in cluster mode: the controller role (on voters) and the

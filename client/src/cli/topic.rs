@@ -16,8 +16,9 @@ pub(crate) enum TopicCommand {
         /// Number of partitions.
         #[arg(long)]
         partitions: u32,
-        /// Replicas per partition (1 on a single node).
-        #[arg(long, default_value_t = 1)]
+        /// Replicas per partition; 0 lets the broker choose (1 on a single
+        /// node, 3 in a cluster of three or more brokers).
+        #[arg(long, default_value_t = 0)]
         replication_factor: u16,
         /// A setting, as key=value: retention.ms, retention.bytes (-1 =
         /// unlimited), segment.bytes, segment.ms, max.message.bytes,

@@ -309,6 +309,23 @@ impl Replica {
         }
     }
 
+    /// A leader's replication lag: for each follower, how many offsets of
+    /// the log are not yet acknowledged durable by it, summed. `None` when
+    /// not leading.
+    #[must_use]
+    pub fn follower_lag(&self) -> Option<u64> {
+        match &self.role {
+            Role::Leader(leader) => Some(
+                leader
+                    .followers
+                    .values()
+                    .map(|progress| self.log_end.0.saturating_sub(progress.acked_end.0))
+                    .sum(),
+            ),
+            Role::Offline | Role::Follower(_) => None,
+        }
+    }
+
     /// Whether the shell may assign offsets to a client append now.
     #[must_use]
     pub fn accepting_writes(&self) -> bool {

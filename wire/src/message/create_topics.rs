@@ -15,7 +15,9 @@ pub struct CreatableTopic {
     pub name: String,
     /// Number of partitions; at least 1.
     pub partitions: u32,
-    /// Replicas per partition; at least 1 and at most the number of brokers.
+    /// Replicas per partition, at most the number of brokers; 0 asks for
+    /// the broker's default (1 on a standalone broker, 3 in a cluster of
+    /// three or more).
     pub replication_factor: u16,
     /// Topic settings that differ from the broker's defaults.
     pub configs: Vec<ConfigEntry>,

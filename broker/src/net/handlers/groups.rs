@@ -26,6 +26,7 @@ use rkyv::rancor;
 
 use super::{refused, unencodable};
 use crate::group::service::{self, GROUPS_TOPIC};
+use crate::metadata::MetadataSnapshot;
 use crate::net::Reply;
 use crate::partition::PartitionError;
 use crate::runtime::command::{GroupRequest, GroupResponse};
@@ -56,6 +57,10 @@ pub(super) fn find_coordinator(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, 
         .get(GROUPS_TOPIC)
         .map_or(0, |view| view.record.partitions);
     let index = service::groups_partition_for(&request.group, partitions);
+    if snapshot.cluster.is_some() {
+        let response = cluster_coordinator(&snapshot, index);
+        return Reply::message(&response, Vec::new()).map_err(unencodable);
+    }
     let (error_code, error_message, owner_shard) = match shard.locate(GROUPS_TOPIC, index) {
         Ok((_, owner)) => (ErrorCode::None.code(), None, owner),
         Err(error) => (
@@ -73,6 +78,54 @@ pub(super) fn find_coordinator(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, 
         owner_shard,
     };
     Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+/// Cluster mode: the coordinator is the leader of the group's `__groups`
+/// partition, wherever it is.
+fn cluster_coordinator(snapshot: &MetadataSnapshot, index: u32) -> FindCoordinatorResponse {
+    let unavailable = |message: String| FindCoordinatorResponse {
+        error_code: ErrorCode::CoordinatorNotAvailable.code(),
+        error_message: Some(message),
+        node_id: 0,
+        host: String::new(),
+        port: 0,
+        owner_shard: 0,
+    };
+    let Some(cluster) = &snapshot.cluster else {
+        return unavailable("not in cluster mode".to_owned());
+    };
+    let Some((view, partition)) = snapshot.partition(GROUPS_TOPIC, index) else {
+        return unavailable("the __groups topic is not created yet; retry".to_owned());
+    };
+    let leader = partition
+        .replication
+        .as_ref()
+        .and_then(|replication| replication.leader);
+    let Some(leader) = leader else {
+        return unavailable(format!(
+            "__groups partition {index} has no leader (fewer than a majority of its replicas are reachable); retry"
+        ));
+    };
+    let node = corelog_controller::NodeId(u64::from(leader));
+    let broker = cluster.state.brokers().get(&node);
+    let owner_shard = cluster
+        .state
+        .partition(corelog_controller::TopicId(view.record.id), index)
+        .and_then(|record| record.replica_on(node))
+        .map_or(0, |replica| replica.shard);
+    match broker {
+        Some(broker) => FindCoordinatorResponse {
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            node_id: leader,
+            host: broker.host.clone(),
+            port: broker.port,
+            owner_shard,
+        },
+        None => unavailable(format!(
+            "the coordinator's broker {leader} is not registered"
+        )),
+    }
 }
 
 pub(super) async fn join(

@@ -8,6 +8,7 @@ mod fetch;
 mod groups;
 mod offsets;
 mod produce;
+mod replica;
 mod topics;
 
 use std::net::SocketAddr;
@@ -65,8 +66,9 @@ pub async fn dispatch(
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
         | ApiKey::ControllerOperation => cluster::handle(shard, api_key, body).await,
-        // Replication: not served until replicas run in cluster mode.
-        ApiKey::ReplicaPush | ApiKey::ReplicaQuery => Err(ErrorCode::UnsupportedVersion),
+        // Replication: answered by the replica's owning shard.
+        ApiKey::ReplicaPush => replica::push(shard, body).await,
+        ApiKey::ReplicaQuery => replica::query(shard, body).await,
     }
 }
 

@@ -1,15 +1,18 @@
 //! Produce: one batch per partition, each appended on its owning shard and
-//! answered once durable (C1 on a single node: after the fsync that covers it).
+//! answered once durable (C1): on a single node after the fsync that covers
+//! it; for a replicated partition under the request's `acks` — `quorum`
+//! (default) once durable on a majority, `leader` once durable on the
+//! leader — within the request's timeout.
 
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::decode_request;
 use corelog_wire::message::produce::{
-    ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse,
-    partition_records,
+    Acks, ArchivedAcks, ProducePartitionResponse, ProduceRequest, ProduceResponse,
+    ProduceTopicResponse, partition_records,
 };
 use futures::future::{Either, join_all, ready};
 
@@ -18,12 +21,24 @@ use crate::net::Reply;
 use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
 
+/// How long a replicated produce waits for its acknowledgement when the
+/// request names no timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub(super) async fn produce(
     shard: &Rc<Shard>,
     body: &[u8],
     received: Instant,
 ) -> Result<Reply, ErrorCode> {
     let (request, raw) = decode_request::<ProduceRequest>(body).map_err(refused)?;
+    let acks = match request.acks {
+        ArchivedAcks::Leader => Acks::Leader,
+        ArchivedAcks::Quorum => Acks::Quorum,
+    };
+    let timeout = match request.timeout_ms.to_native() {
+        0 => DEFAULT_TIMEOUT,
+        millis => Duration::from_millis(u64::from(millis)),
+    };
     let entries = partition_records(request, raw).map_err(refused)?;
     // Started in request order, synchronously up to offset assignment (or
     // queueing to the owner), so that pipelined produces keep their order.
@@ -45,7 +60,8 @@ pub(super) async fn produce(
         };
         let future = match located {
             Ok((id, owner)) => {
-                Either::Left(shard.produce(id, owner, BytesMut::from(entry.records), received))
+                let batch = BytesMut::from(entry.records);
+                Either::Left(shard.produce(id, owner, batch, received, acks, timeout))
             }
             Err(error) => Either::Right(ready(Err(error))),
         };

@@ -19,7 +19,7 @@ use crate::metadata::TopicConfig;
 use crate::metadata::catalog::validate_topic_name;
 use crate::metadata::snapshot::ClusterView;
 use crate::net::Reply;
-use crate::partition::PartitionError;
+use crate::partition::{OffsetQuery, PartitionError};
 use crate::runtime::command::{PartitionId, TopicOutcome, TopicToCreate};
 use crate::runtime::shard::Shard;
 
@@ -280,6 +280,18 @@ pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Er
                 topic_id: view.record.id,
                 partition: index as u32,
             };
+            let hosted_here = partition
+                .replication
+                .as_ref()
+                .is_none_or(|replication| replication.local);
+            if !hosted_here {
+                // Cluster mode, no replica here: the leader's bounds.
+                match remote_state(shard, &name, index as u32).await {
+                    Ok(state) => states.push(state),
+                    Err(error) => failure = failure.or(Some(error)),
+                }
+                continue;
+            }
             match shard.describe(id, partition.owner).await {
                 Ok(summary) => states.push(PartitionState {
                     partition: index as u32,
@@ -300,7 +312,13 @@ pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Er
                 .code(),
             message: failure.map(|error| error.message),
             partitions: view.record.partitions,
-            replication_factor: 1,
+            replication_factor: view
+                .partitions
+                .first()
+                .and_then(|partition| partition.replication.as_ref())
+                .map_or(1, |replication| {
+                    u16::try_from(replication.replicas.len()).unwrap_or(u16::MAX)
+                }),
             configs: view
                 .record
                 .config
@@ -312,4 +330,27 @@ pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Er
         });
     }
     Reply::message(&DescribeTopicsResponse { topics }, Vec::new()).map_err(unencodable)
+}
+
+/// A partition led by another broker, described by its leader's log start
+/// and high watermark (sizes are the leader's to know).
+async fn remote_state(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+) -> Result<PartitionState, PartitionError> {
+    let bound = |query| async move {
+        let found = shard.offset_anywhere(topic, partition, query).await?;
+        Ok::<u64, PartitionError>(found.map_or(0, |(offset, _)| offset.0))
+    };
+    let log_start_offset = bound(OffsetQuery::Earliest).await?;
+    let high_watermark = bound(OffsetQuery::Latest).await?;
+    Ok(PartitionState {
+        partition,
+        log_start_offset,
+        high_watermark,
+        log_end_offset: high_watermark,
+        size_bytes: 0,
+        segment_count: 0,
+    })
 }

@@ -1,0 +1,904 @@
+//! The controller leader's partition elections, pure: which partitions need
+//! a new leader now and why, and what to publish from the replicas' answers.
+//!
+//! Time comes in as an argument and work goes out as data; the controller
+//! service does the queries (`ReplicaQuery`) and the proposals. The safety
+//! of an election is `corelog_replication::election::decide`'s: a majority
+//! of the replica set must answer after durably promising the new epoch,
+//! and the greatest `(last_epoch, log_end)` wins. Nothing here can elect
+//! without that.
+//!
+//! An election is due when:
+//! - the partition has no leader, or its leader's broker is fenced or no
+//!   longer registered (retried every [`ELECTION_RETRY_INTERVAL`] while it
+//!   fails);
+//! - an earlier attempt published nothing and the epoch has not moved since
+//!   (its queries may have made the leader step down);
+//! - the preferred leader (first replica) is back: unfenced for
+//!   [`PREFERRED_SETTLE_TIME`], not the leader, and the leader is healthy.
+//!   Tried at most every [`PREFERRED_RETRY_INTERVAL`], doubling while it
+//!   keeps electing someone else (a lagging preferred replica loses the
+//!   round, and each round costs the partition a leader change).
+//!
+//! The bookkeeping ([`ElectionBook`]) lives only on the controller leader
+//! and starts empty in each Raft term.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use corelog_controller::{
+    BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, TopicId,
+};
+use corelog_replication::election::Decision;
+use corelog_replication::{PartitionKey, QueryAnswer, QueryResult, ReplicaId};
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::replica_query::{QueryResult as WireQueryResult, ReplicaQueryResponse};
+use corelog_wire::types::Offset;
+
+/// Shortest time between two attempts on one partition that needs a
+/// leader: quick enough that a lost leader is replaced within a second,
+/// slow enough that an unreachable majority does not make the replicas
+/// fsync a promise on every controller tick.
+pub const ELECTION_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the preferred leader's broker must have been unfenced before it
+/// is given its leadership back: time to catch up as a follower, so that it
+/// can win the round.
+pub const PREFERRED_SETTLE_TIME: Duration = Duration::from_secs(3);
+/// Shortest time between two preferred-leader attempts on one partition;
+/// doubled after each attempt that elected someone else, up to
+/// [`PREFERRED_BACKOFF_SHIFT_MAX`] doublings (160 s).
+pub const PREFERRED_RETRY_INTERVAL: Duration = Duration::from_secs(10);
+/// See [`PREFERRED_RETRY_INTERVAL`].
+pub const PREFERRED_BACKOFF_SHIFT_MAX: u32 = 4;
+/// Deadline of one replica query; a replica that misses it counts as not
+/// answering.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
+/// Elections in flight at once, over all partitions: bounds the
+/// connections, fsyncs and memory a mass failure costs.
+pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
+
+pub use crate::replica::peer_transport::partition_key;
+
+/// A broker id as a replica id; `None` for an id beyond `u32` (broker ids
+/// come from a `u32` setting, so only a corrupt state gives one).
+#[must_use]
+pub fn replica_id(node: NodeId) -> Option<ReplicaId> {
+    u32::try_from(node.0).ok().map(ReplicaId)
+}
+
+/// Why an election runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectionReason {
+    /// The partition is leaderless.
+    NoLeader,
+    /// The leader's broker is fenced (session expired or restarted).
+    LeaderFenced,
+    /// The leader's broker is no longer registered.
+    LeaderUnregistered,
+    /// An earlier attempt published nothing at the current epoch.
+    Retry,
+    /// The preferred leader is back and caught up.
+    PreferredReturn,
+}
+
+impl fmt::Display for ElectionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ElectionReason::NoLeader => "no leader",
+            ElectionReason::LeaderFenced => "leader fenced",
+            ElectionReason::LeaderUnregistered => "leader unregistered",
+            ElectionReason::Retry => "retry",
+            ElectionReason::PreferredReturn => "preferred leader return",
+        })
+    }
+}
+
+/// One replica to query: registered and unfenced when the round was planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryTarget {
+    /// The replica (its broker's id).
+    pub replica: ReplicaId,
+    /// Where its broker is reached.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// One election round to run, planned by [`ElectionBook::plan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueElection {
+    /// The topic.
+    pub topic_id: TopicId,
+    /// The partition.
+    pub partition: u32,
+    /// Why.
+    pub reason: ElectionReason,
+    /// The leader when planned.
+    pub leader: Option<NodeId>,
+    /// The epoch when planned: the result is dropped if it moved.
+    pub epoch: LeaderEpoch,
+    /// The round's epoch, above `epoch` and every epoch a replica reported
+    /// promising.
+    pub new_epoch: LeaderEpoch,
+    /// The whole replica set, preferred first: the majority is of this.
+    pub replicas: Vec<ReplicaId>,
+    /// The replicas to query.
+    pub targets: Vec<QueryTarget>,
+    /// The bookkeeping generation that planned it (see
+    /// [`ElectionBook::finish`]).
+    pub generation: u64,
+}
+
+impl DueElection {
+    /// The partition's replication key.
+    #[must_use]
+    pub fn key(&self) -> PartitionKey {
+        partition_key(self.topic_id.0, self.partition)
+    }
+}
+
+/// What to do with a round's decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// Propose this `SetLeader`.
+    Publish(Command),
+    /// Publish nothing; retry later, above `fenced_epoch` if given.
+    Retry {
+        /// The highest epoch a replica reported promising.
+        fenced_epoch: Option<LeaderEpoch>,
+    },
+}
+
+/// Turns `decision` for the round `due` into what to publish.
+///
+/// `Elect` publishes the winner. `NoQuorum` publishes "no leader" when the
+/// partition had one, so that a dead or isolated leader's clients and
+/// followers learn it lost leadership (appends get `NOT_ENOUGH_REPLICAS`);
+/// a leaderless partition stays as it is. `Superseded` publishes nothing
+/// and the next round goes above the reported epoch.
+#[must_use]
+pub fn resolve(due: &DueElection, decision: Decision) -> Resolution {
+    match decision {
+        Decision::Elect { leader, epoch } => {
+            assert_eq!(epoch, due.new_epoch, "decided another round's epoch");
+            assert!(due.replicas.contains(&leader), "elected a stranger");
+            Resolution::Publish(Command::SetLeader {
+                topic_id: due.topic_id,
+                partition: due.partition,
+                leader: Some(NodeId(u64::from(leader.0))),
+                epoch,
+            })
+        }
+        Decision::NoQuorum { .. } if due.leader.is_some() => {
+            Resolution::Publish(Command::SetLeader {
+                topic_id: due.topic_id,
+                partition: due.partition,
+                leader: None,
+                epoch: due.new_epoch,
+            })
+        }
+        Decision::NoQuorum { .. } => Resolution::Retry { fenced_epoch: None },
+        Decision::Superseded { fenced_epoch } => Resolution::Retry {
+            fenced_epoch: Some(fenced_epoch),
+        },
+    }
+}
+
+/// A replica's wire answer as the election counts it; `None` for an answer
+/// that does not count (an error code, or "not a replica").
+#[must_use]
+pub fn answer_from_response(
+    key: PartitionKey,
+    epoch: LeaderEpoch,
+    from: ReplicaId,
+    response: &ReplicaQueryResponse,
+) -> Option<QueryAnswer> {
+    if response.error_code != ErrorCode::None.code() {
+        return None;
+    }
+    let result = match response.result {
+        WireQueryResult::State {
+            last_epoch,
+            log_end,
+        } => QueryResult::State {
+            last_epoch: last_epoch.map(LeaderEpoch),
+            log_end: Offset(log_end),
+        },
+        WireQueryResult::Fenced { fenced_epoch } => QueryResult::Fenced {
+            fenced_epoch: LeaderEpoch(fenced_epoch),
+        },
+        WireQueryResult::NotReplica => return None,
+    };
+    Some(QueryAnswer {
+        partition: key,
+        epoch,
+        from,
+        result,
+    })
+}
+
+/// How an attempt ended, for the bookkeeping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// A `SetLeader` for the round applied.
+    Published {
+        /// The leader published.
+        leader: Option<NodeId>,
+    },
+    /// Nothing was published (no quorum on a leaderless partition, a
+    /// superseded round, or a refused proposal): retried while the epoch
+    /// stays where it was.
+    Unpublished {
+        /// The highest epoch a replica reported promising, if any.
+        fenced_epoch: Option<LeaderEpoch>,
+    },
+    /// The partition changed meanwhile (new epoch, deleted): nothing to do.
+    Dropped,
+}
+
+/// Per-partition bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+struct PartitionBook {
+    last_attempt: Option<Instant>,
+    last_preferred_attempt: Option<Instant>,
+    /// Preferred-leader attempts in a row that elected someone else.
+    preferred_misses: u32,
+    /// The highest epoch a replica reported promising.
+    fenced_epoch: Option<LeaderEpoch>,
+    /// The epoch at which an attempt published nothing.
+    retry_at_epoch: Option<LeaderEpoch>,
+}
+
+/// The controller leader's election bookkeeping. Not replicated: a new
+/// leader starts from nothing ([`ElectionBook::follow_term`]), which only
+/// delays preferred-leader returns and costs a superseded round or two.
+#[derive(Debug, Default)]
+pub struct ElectionBook {
+    term: u64,
+    /// Bumped at every reset: rounds planned before it finish into nothing.
+    generation: u64,
+    partitions: BTreeMap<(TopicId, u32), PartitionBook>,
+    /// Since when each unfenced broker (at this incarnation) has been seen
+    /// unfenced.
+    unfenced_since: BTreeMap<NodeId, (u64, Instant)>,
+    in_flight: BTreeSet<(TopicId, u32)>,
+}
+
+impl ElectionBook {
+    /// Empty bookkeeping.
+    #[must_use]
+    pub fn new() -> ElectionBook {
+        ElectionBook::default()
+    }
+
+    /// Starts over when `term` is not the term the bookkeeping was kept in:
+    /// leadership was (re)gained. Returns whether it reset.
+    pub fn follow_term(&mut self, term: u64) -> bool {
+        if term == self.term {
+            return false;
+        }
+        *self = ElectionBook {
+            term,
+            generation: self.generation.wrapping_add(1),
+            ..ElectionBook::default()
+        };
+        true
+    }
+
+    /// Rounds in flight.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Plans the rounds due at `now`, at most up to
+    /// [`ELECTIONS_IN_FLIGHT_MAX`] in flight, and records them as started.
+    /// Each must be handed back to [`ElectionBook::finish`].
+    pub fn plan(&mut self, state: &MetadataState, now: Instant) -> Vec<DueElection> {
+        self.observe_brokers(state, now);
+        self.partitions.retain(|(topic_id, partition), _| {
+            state
+                .topics()
+                .get(topic_id)
+                .is_some_and(|topic| (*partition as usize) < topic.partitions.len())
+        });
+        let mut planned = Vec::new();
+        for topic in state.topics().values() {
+            for (index, record) in topic.partitions.iter().enumerate() {
+                if self.in_flight.len() >= ELECTIONS_IN_FLIGHT_MAX {
+                    return planned;
+                }
+                let Ok(partition) = u32::try_from(index) else {
+                    break;
+                };
+                let id = (topic.id, partition);
+                if self.in_flight.contains(&id) {
+                    continue;
+                }
+                let book = self.partitions.get(&id).copied().unwrap_or_default();
+                let Some(reason) = self.reason(state, record, &book, now) else {
+                    continue;
+                };
+                let Some(due) = self.round(state, id, record, &book, reason) else {
+                    continue;
+                };
+                let entry = self.partitions.entry(id).or_default();
+                entry.last_attempt = Some(now);
+                if reason == ElectionReason::PreferredReturn {
+                    entry.last_preferred_attempt = Some(now);
+                }
+                self.in_flight.insert(id);
+                planned.push(due);
+            }
+        }
+        planned
+    }
+
+    /// Records how the round `due` ended. A round planned before the last
+    /// reset is ignored.
+    pub fn finish(&mut self, due: &DueElection, outcome: AttemptOutcome) {
+        if due.generation != self.generation {
+            return;
+        }
+        let id = (due.topic_id, due.partition);
+        self.in_flight.remove(&id);
+        let entry = self.partitions.entry(id).or_default();
+        match outcome {
+            AttemptOutcome::Published { leader } => {
+                entry.retry_at_epoch = None;
+                if due.reason == ElectionReason::PreferredReturn {
+                    let preferred = due.replicas.first().map(|first| u64::from(first.0));
+                    if leader.map(|node| node.0) == preferred {
+                        entry.preferred_misses = 0;
+                    } else {
+                        entry.preferred_misses = entry.preferred_misses.saturating_add(1);
+                    }
+                }
+            }
+            AttemptOutcome::Unpublished { fenced_epoch } => {
+                entry.retry_at_epoch = Some(due.epoch);
+                entry.fenced_epoch = entry.fenced_epoch.max(fenced_epoch);
+            }
+            AttemptOutcome::Dropped => entry.retry_at_epoch = None,
+        }
+    }
+
+    /// Tracks since when each broker has been unfenced; a new incarnation
+    /// starts over.
+    fn observe_brokers(&mut self, state: &MetadataState, now: Instant) {
+        let brokers = state.brokers();
+        self.unfenced_since.retain(|node, (incarnation, _)| {
+            brokers
+                .get(node)
+                .is_some_and(|broker| !broker.fenced && broker.incarnation == *incarnation)
+        });
+        for broker in brokers.values().filter(|broker| !broker.fenced) {
+            self.unfenced_since
+                .entry(broker.id)
+                .or_insert((broker.incarnation, now));
+        }
+    }
+
+    fn reason(
+        &self,
+        state: &MetadataState,
+        record: &PartitionRecord,
+        book: &PartitionBook,
+        now: Instant,
+    ) -> Option<ElectionReason> {
+        let retry_allowed = book
+            .last_attempt
+            .is_none_or(|last| now.saturating_duration_since(last) >= ELECTION_RETRY_INTERVAL);
+        let lost = match record.leader {
+            None => Some(ElectionReason::NoLeader),
+            Some(leader) => match state.brokers().get(&leader) {
+                None => Some(ElectionReason::LeaderUnregistered),
+                Some(broker) if broker.fenced => Some(ElectionReason::LeaderFenced),
+                Some(_) => None,
+            },
+        };
+        if let Some(reason) = lost {
+            return retry_allowed.then_some(reason);
+        }
+        if book.retry_at_epoch == Some(record.leader_epoch) {
+            return retry_allowed.then_some(ElectionReason::Retry);
+        }
+        let preferred = record.replicas.first()?.node;
+        let settled = self
+            .unfenced_since
+            .get(&preferred)
+            .is_some_and(|(_, since)| {
+                now.saturating_duration_since(*since) >= PREFERRED_SETTLE_TIME
+            });
+        let interval = PREFERRED_RETRY_INTERVAL
+            * (1u32 << book.preferred_misses.min(PREFERRED_BACKOFF_SHIFT_MAX));
+        let preferred_allowed = book
+            .last_preferred_attempt
+            .is_none_or(|last| now.saturating_duration_since(last) >= interval);
+        (record.leader != Some(preferred) && settled && preferred_allowed && retry_allowed)
+            .then_some(ElectionReason::PreferredReturn)
+    }
+
+    fn round(
+        &self,
+        state: &MetadataState,
+        (topic_id, partition): (TopicId, u32),
+        record: &PartitionRecord,
+        book: &PartitionBook,
+        reason: ElectionReason,
+    ) -> Option<DueElection> {
+        let replicas = record
+            .replicas
+            .iter()
+            .map(|replica| replica_id(replica.node))
+            .collect::<Option<Vec<_>>>()?;
+        let targets = record
+            .replicas
+            .iter()
+            .filter_map(|replica| {
+                let broker: &BrokerRecord = state.brokers().get(&replica.node)?;
+                if broker.fenced {
+                    return None;
+                }
+                Some(QueryTarget {
+                    replica: replica_id(broker.id)?,
+                    host: broker.host.clone(),
+                    port: broker.port,
+                })
+            })
+            .collect();
+        let floor = record
+            .leader_epoch
+            .max(book.fenced_epoch.unwrap_or_default());
+        let new_epoch = LeaderEpoch(floor.0.checked_add(1)?);
+        Some(DueElection {
+            topic_id,
+            partition,
+            reason,
+            leader: record.leader,
+            epoch: record.leader_epoch,
+            new_epoch,
+            replicas,
+            targets,
+            generation: self.generation,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use corelog_controller::{Outcome, Replica};
+    use corelog_replication::election::decide;
+
+    use super::*;
+
+    const TOPIC: TopicId = TopicId(0);
+
+    fn register(state: &mut MetadataState, node: u64) {
+        let index = state.version() + 1;
+        let outcome = state.apply(
+            index,
+            &Command::RegisterBroker {
+                node: NodeId(node),
+                host: "127.0.0.1".to_owned(),
+                port: 9000 + node as u16,
+                rack: None,
+                shard_count: 1,
+                incarnation: 1,
+            },
+        );
+        assert!(outcome.is_ok(), "{outcome:?}");
+        apply(
+            state,
+            Command::UnfenceBroker {
+                node: NodeId(node),
+                incarnation: 1,
+            },
+        );
+    }
+
+    fn apply(state: &mut MetadataState, command: Command) -> Outcome {
+        let index = state.version() + 1;
+        match state.apply(index, &command) {
+            Ok(outcome) => outcome,
+            Err(error) => panic!("{command:?} refused: {error}"),
+        }
+    }
+
+    /// Brokers 1-3 unfenced, one topic with one partition on [1, 2, 3]
+    /// led by 1 at epoch 0.
+    fn cluster() -> MetadataState {
+        let mut state = MetadataState::default();
+        for node in 1..=3 {
+            register(&mut state, node);
+        }
+        let outcome = apply(
+            &mut state,
+            Command::CreateTopic {
+                name: "orders".to_owned(),
+                internal: false,
+                config: BTreeMap::new(),
+                assignments: vec![
+                    (1..=3)
+                        .map(|node| Replica {
+                            node: NodeId(node),
+                            shard: 0,
+                        })
+                        .collect(),
+                ],
+                created_at_ms: 0,
+            },
+        );
+        assert_eq!(outcome, Outcome::TopicCreated { topic_id: TOPIC });
+        state
+    }
+
+    fn set_leader(state: &mut MetadataState, leader: Option<u64>, epoch: u32) {
+        apply(
+            state,
+            Command::SetLeader {
+                topic_id: TOPIC,
+                partition: 0,
+                leader: leader.map(NodeId),
+                epoch: LeaderEpoch(epoch),
+            },
+        );
+    }
+
+    fn record(state: &MetadataState) -> &PartitionRecord {
+        &state.topics()[&TOPIC].partitions[0]
+    }
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    fn state_answer(due: &DueElection, from: u32, last: Option<u32>, end: u64) -> QueryAnswer {
+        QueryAnswer {
+            partition: due.key(),
+            epoch: due.new_epoch,
+            from: ReplicaId(from),
+            result: QueryResult::State {
+                last_epoch: last.map(LeaderEpoch),
+                log_end: Offset(end),
+            },
+        }
+    }
+
+    #[test]
+    fn partition_key_packs_topic_and_index() {
+        assert_eq!(partition_key(3, 7), PartitionKey((3 << 32) | 7));
+        assert_ne!(partition_key(1, 0), partition_key(0, 1));
+    }
+
+    #[test]
+    fn healthy_leader_needs_no_election() {
+        let state = cluster();
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        for step in 0..100 {
+            assert!(book.plan(&state, start + ms(step * 100)).is_empty());
+        }
+    }
+
+    #[test]
+    fn leaderless_partition_is_due_and_retried_at_the_retry_interval() {
+        let mut state = cluster();
+        set_leader(&mut state, None, 1);
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        let planned = book.plan(&state, start);
+        assert_eq!(planned.len(), 1);
+        let due = &planned[0];
+        assert_eq!(due.reason, ElectionReason::NoLeader);
+        assert_eq!(due.new_epoch, LeaderEpoch(2));
+        assert_eq!(due.targets.len(), 3);
+        // In flight: not planned twice.
+        assert!(book.plan(&state, start + ms(600)).is_empty());
+        book.finish(due, AttemptOutcome::Unpublished { fenced_epoch: None });
+        assert!(book.plan(&state, start + ms(400)).is_empty());
+        assert_eq!(book.plan(&state, start + ms(500)).len(), 1);
+    }
+
+    #[test]
+    fn fenced_leader_is_due_and_its_broker_not_queried() {
+        let mut state = cluster();
+        apply(&mut state, Command::FenceBroker { node: NodeId(1) });
+        let mut book = ElectionBook::new();
+        let planned = book.plan(&state, Instant::now());
+        assert_eq!(planned.len(), 1);
+        assert_eq!(planned[0].reason, ElectionReason::LeaderFenced);
+        assert_eq!(planned[0].leader, Some(NodeId(1)));
+        let queried: Vec<ReplicaId> = planned[0].targets.iter().map(|t| t.replica).collect();
+        assert_eq!(queried, vec![ReplicaId(2), ReplicaId(3)]);
+        // The majority is still of all three.
+        assert_eq!(planned[0].replicas.len(), 3);
+    }
+
+    #[test]
+    fn elected_winner_is_published_with_the_round_epoch() {
+        let mut state = cluster();
+        apply(&mut state, Command::FenceBroker { node: NodeId(1) });
+        let mut book = ElectionBook::new();
+        let due = book.plan(&state, Instant::now()).remove(0);
+        let answers = [
+            state_answer(&due, 2, Some(0), 10),
+            state_answer(&due, 3, Some(0), 12),
+        ];
+        let decision = decide(due.new_epoch, &due.replicas, &answers);
+        assert_eq!(
+            resolve(&due, decision),
+            Resolution::Publish(Command::SetLeader {
+                topic_id: TOPIC,
+                partition: 0,
+                leader: Some(NodeId(3)),
+                epoch: LeaderEpoch(1),
+            })
+        );
+    }
+
+    #[test]
+    fn no_quorum_with_a_dead_leader_publishes_no_leader() {
+        let mut state = cluster();
+        apply(&mut state, Command::FenceBroker { node: NodeId(1) });
+        apply(&mut state, Command::FenceBroker { node: NodeId(2) });
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        let due = book.plan(&state, start).remove(0);
+        let answers = [state_answer(&due, 3, Some(0), 10)];
+        let decision = decide(due.new_epoch, &due.replicas, &answers);
+        let resolution = resolve(&due, decision);
+        assert_eq!(
+            resolution,
+            Resolution::Publish(Command::SetLeader {
+                topic_id: TOPIC,
+                partition: 0,
+                leader: None,
+                epoch: LeaderEpoch(1),
+            })
+        );
+        // Applied, the partition is leaderless; the next round without a
+        // quorum publishes nothing.
+        if let Resolution::Publish(command) = resolution {
+            apply(&mut state, command);
+        }
+        book.finish(&due, AttemptOutcome::Published { leader: None });
+        let later = start + ELECTION_RETRY_INTERVAL;
+        let due = book.plan(&state, later).remove(0);
+        assert_eq!(due.reason, ElectionReason::NoLeader);
+        assert_eq!(due.new_epoch, LeaderEpoch(2));
+        let decision = decide(due.new_epoch, &due.replicas, &[]);
+        assert_eq!(
+            resolve(&due, decision),
+            Resolution::Retry { fenced_epoch: None }
+        );
+    }
+
+    #[test]
+    fn a_superseded_round_retries_above_the_fenced_epoch() {
+        let mut state = cluster();
+        set_leader(&mut state, None, 1);
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        let due = book.plan(&state, start).remove(0);
+        assert_eq!(due.new_epoch, LeaderEpoch(2));
+        let answers = [QueryAnswer {
+            partition: due.key(),
+            epoch: due.new_epoch,
+            from: ReplicaId(2),
+            result: QueryResult::Fenced {
+                fenced_epoch: LeaderEpoch(7),
+            },
+        }];
+        let resolution = resolve(&due, decide(due.new_epoch, &due.replicas, &answers));
+        assert_eq!(
+            resolution,
+            Resolution::Retry {
+                fenced_epoch: Some(LeaderEpoch(7))
+            }
+        );
+        book.finish(
+            &due,
+            AttemptOutcome::Unpublished {
+                fenced_epoch: Some(LeaderEpoch(7)),
+            },
+        );
+        let retry = book.plan(&state, start + ELECTION_RETRY_INTERVAL).remove(0);
+        assert_eq!(retry.new_epoch, LeaderEpoch(8));
+    }
+
+    #[test]
+    fn an_unpublished_round_on_a_led_partition_is_retried_until_the_epoch_moves() {
+        let mut state = cluster();
+        set_leader(&mut state, Some(2), 1);
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        assert!(book.plan(&state, start).is_empty());
+        let due = book.plan(&state, start + PREFERRED_SETTLE_TIME).remove(0);
+        assert_eq!(due.reason, ElectionReason::PreferredReturn);
+        book.finish(
+            &due,
+            AttemptOutcome::Unpublished {
+                fenced_epoch: Some(LeaderEpoch(3)),
+            },
+        );
+        let later = start + PREFERRED_SETTLE_TIME + ELECTION_RETRY_INTERVAL;
+        let retry = book.plan(&state, later).remove(0);
+        assert_eq!(retry.reason, ElectionReason::Retry);
+        assert_eq!(retry.new_epoch, LeaderEpoch(4));
+        book.finish(&retry, AttemptOutcome::Unpublished { fenced_epoch: None });
+        set_leader(&mut state, Some(1), 5);
+        assert!(
+            book.plan(&state, later + ELECTION_RETRY_INTERVAL)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn preferred_leader_returns_only_after_settling_and_at_the_rate_limit() {
+        let mut state = cluster();
+        set_leader(&mut state, Some(2), 1);
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        // Broker 1 was first seen unfenced at `start`.
+        assert!(book.plan(&state, start).is_empty());
+        assert!(
+            book.plan(&state, start + PREFERRED_SETTLE_TIME - ms(1))
+                .is_empty()
+        );
+        let settled = start + PREFERRED_SETTLE_TIME;
+        let due = book.plan(&state, settled).remove(0);
+        assert_eq!(due.reason, ElectionReason::PreferredReturn);
+        assert_eq!(due.new_epoch, LeaderEpoch(2));
+        // The lagging preferred replica loses the round: the leader stays.
+        let answers = [
+            state_answer(&due, 1, Some(1), 5),
+            state_answer(&due, 2, Some(1), 9),
+        ];
+        let resolution = resolve(&due, decide(due.new_epoch, &due.replicas, &answers));
+        let Resolution::Publish(command) = resolution else {
+            panic!("{resolution:?}");
+        };
+        apply(&mut state, command);
+        assert_eq!(record(&state).leader, Some(NodeId(2)));
+        book.finish(
+            &due,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(2)),
+            },
+        );
+        // Not again before the (doubled) interval.
+        assert!(
+            book.plan(&state, settled + PREFERRED_RETRY_INTERVAL)
+                .is_empty()
+        );
+        let again = settled + PREFERRED_RETRY_INTERVAL * 2;
+        let due = book.plan(&state, again).remove(0);
+        assert_eq!(due.reason, ElectionReason::PreferredReturn);
+        book.finish(
+            &due,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(1)),
+            },
+        );
+        set_leader(&mut state, Some(1), 3);
+        assert!(
+            book.plan(&state, again + PREFERRED_RETRY_INTERVAL * 4)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_refenced_preferred_leader_settles_again() {
+        let mut state = cluster();
+        set_leader(&mut state, Some(2), 1);
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        assert!(book.plan(&state, start).is_empty());
+        apply(&mut state, Command::FenceBroker { node: NodeId(1) });
+        assert!(book.plan(&state, start + ms(1_000)).is_empty());
+        apply(
+            &mut state,
+            Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 1,
+            },
+        );
+        let back = start + ms(2_000);
+        assert!(book.plan(&state, back).is_empty());
+        assert!(
+            book.plan(&state, back + PREFERRED_SETTLE_TIME - ms(1))
+                .is_empty()
+        );
+        assert_eq!(book.plan(&state, back + PREFERRED_SETTLE_TIME).len(), 1);
+    }
+
+    #[test]
+    fn a_new_term_forgets_rounds_in_flight() {
+        let mut state = cluster();
+        set_leader(&mut state, None, 1);
+        let mut book = ElectionBook::new();
+        assert!(book.follow_term(4));
+        assert!(!book.follow_term(4));
+        let start = Instant::now();
+        let old = book.plan(&state, start).remove(0);
+        assert_eq!(book.in_flight(), 1);
+        assert!(book.follow_term(6));
+        assert_eq!(book.in_flight(), 0);
+        let new = book.plan(&state, start).remove(0);
+        // The old round finishing does not clear the new one.
+        book.finish(&old, AttemptOutcome::Dropped);
+        assert_eq!(book.in_flight(), 1);
+        book.finish(&new, AttemptOutcome::Dropped);
+        assert_eq!(book.in_flight(), 0);
+    }
+
+    #[test]
+    fn wire_answers_convert_and_errors_do_not_count() {
+        let key = partition_key(0, 0);
+        let epoch = LeaderEpoch(3);
+        let state = ReplicaQueryResponse {
+            error_code: 0,
+            error_message: None,
+            result: WireQueryResult::State {
+                last_epoch: Some(2),
+                log_end: 40,
+            },
+        };
+        assert_eq!(
+            answer_from_response(key, epoch, ReplicaId(2), &state).map(|answer| answer.result),
+            Some(QueryResult::State {
+                last_epoch: Some(LeaderEpoch(2)),
+                log_end: Offset(40)
+            })
+        );
+        let failed = ReplicaQueryResponse {
+            error_code: ErrorCode::UnknownServerError.code(),
+            ..state.clone()
+        };
+        assert_eq!(
+            answer_from_response(key, epoch, ReplicaId(2), &failed),
+            None
+        );
+        let stranger = ReplicaQueryResponse {
+            result: WireQueryResult::NotReplica,
+            ..state
+        };
+        assert_eq!(
+            answer_from_response(key, epoch, ReplicaId(2), &stranger),
+            None
+        );
+    }
+
+    #[test]
+    fn rounds_in_flight_are_bounded() {
+        let mut state = cluster();
+        apply(
+            &mut state,
+            Command::CreateTopic {
+                name: "wide".to_owned(),
+                internal: false,
+                config: BTreeMap::new(),
+                assignments: vec![
+                    vec![Replica {
+                        node: NodeId(2),
+                        shard: 0,
+                    }];
+                    100
+                ],
+                created_at_ms: 0,
+            },
+        );
+        apply(&mut state, Command::FenceBroker { node: NodeId(2) });
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        assert_eq!(book.plan(&state, start).len(), ELECTIONS_IN_FLIGHT_MAX);
+        assert!(
+            book.plan(&state, start + ELECTION_RETRY_INTERVAL)
+                .is_empty()
+        );
+    }
+}

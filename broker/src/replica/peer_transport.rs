@@ -1,0 +1,348 @@
+//! Replication over the inter-broker RPC: [`PeerPushTransport`] carries a
+//! leader's pushes to followers as `ReplicaPush` requests, and the
+//! conversions here turn the wire messages into the state machine's types
+//! and back (on the sending and on the receiving broker).
+//!
+//! A push's batches travel in the request's raw section exactly as the
+//! leader stored them; the receiver splits them again from their headers,
+//! so nothing but the bytes crosses the wire for them.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corelog_replication::{Push, PushAck, PushResult, Query, QueryAnswer, QueryResult, ReplicaId};
+use corelog_wire::batch::BatchLimits;
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::replica_push::{
+    PushResult as WirePushResult, ReplicaPushRequest, ReplicaPushResponse,
+};
+use corelog_wire::message::replica_query::{
+    QueryResult as WireQueryResult, ReplicaQueryRequest, ReplicaQueryResponse,
+};
+use corelog_wire::types::{LeaderEpoch, Offset};
+use futures::future::LocalBoxFuture;
+
+use super::{PartitionKey, PushTransport, ReplicaError, TransportError, batches};
+use crate::peer::Peers;
+
+/// The replication key of partition `partition` of topic `topic_id`: the
+/// topic id in the high 32 bits, the partition in the low ones. Topic ids
+/// are allocated sequentially by the controller, far below 2^32.
+#[must_use]
+pub fn partition_key(topic_id: u64, partition: u32) -> PartitionKey {
+    PartitionKey((topic_id << 32) | u64::from(partition))
+}
+
+/// How long a push may go unanswered before the transport gives up (the
+/// state machine resends on its own timeout meanwhile). Covers a follower's
+/// fsync under load.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Finds a broker's address in the current metadata.
+pub type ResolveBroker = Rc<dyn Fn(ReplicaId) -> Option<SocketAddr>>;
+
+/// Pushes of one partition over [`Peers`].
+pub struct PeerPushTransport {
+    peers: Rc<Peers>,
+    resolve: ResolveBroker,
+    topic_id: u64,
+    partition: u32,
+}
+
+impl std::fmt::Debug for PeerPushTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerPushTransport")
+            .field("topic_id", &self.topic_id)
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerPushTransport {
+    /// The transport of partition `partition` of topic `topic_id`.
+    #[must_use]
+    pub fn new(peers: Rc<Peers>, resolve: ResolveBroker, topic_id: u64, partition: u32) -> Self {
+        Self {
+            peers,
+            resolve,
+            topic_id,
+            partition,
+        }
+    }
+}
+
+impl PushTransport for PeerPushTransport {
+    fn send_push(
+        &self,
+        to: ReplicaId,
+        push: Push,
+    ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
+        Box::pin(async move {
+            let unreachable = |reason: String| TransportError::Unreachable { to, reason };
+            let addr = (self.resolve)(to)
+                .ok_or_else(|| unreachable("the broker is not in the metadata".to_owned()))?;
+            let (request, raw) = push_to_wire(self.topic_id, self.partition, &push);
+            let answer = self
+                .peers
+                .call(addr, &request, &raw, PUSH_TIMEOUT)
+                .await
+                .map_err(|error| unreachable(error.to_string()))?;
+            ack_from_wire(to, &push, answer.message)
+        })
+    }
+}
+
+/// A push as a `ReplicaPush` request and its raw section.
+#[must_use]
+pub fn push_to_wire(topic_id: u64, partition: u32, push: &Push) -> (ReplicaPushRequest, Vec<u8>) {
+    let raw: Vec<u8> = push
+        .batches
+        .iter()
+        .flat_map(|batch| batch.bytes.iter().copied())
+        .collect();
+    let request = ReplicaPushRequest {
+        topic_id,
+        partition,
+        epoch: push.epoch.0,
+        leader: push.leader.0,
+        start: push.start.0,
+        prev_epoch: push.prev_epoch.map(|epoch| epoch.0),
+        // Truncation is the follower's decision from its epoch history.
+        truncate_to: None,
+        reset_to: push.reset_to.map(|offset| offset.0),
+        hw: push.hw.0,
+        log_start: push.log_start.0,
+        records_len: u32::try_from(raw.len()).unwrap_or(u32::MAX),
+    };
+    (request, raw)
+}
+
+/// A received `ReplicaPush` as the state machine's [`Push`]: the raw
+/// section split into batches from their headers.
+///
+/// # Errors
+/// [`ReplicaError::BadPush`] for bytes that are not whole, stamped batches.
+pub fn push_from_wire(
+    request: &ReplicaPushRequest,
+    raw: Bytes,
+    limits: &BatchLimits,
+) -> Result<Push, ReplicaError> {
+    let batches =
+        batches::split(&[raw], limits).map_err(|error| ReplicaError::BadPush(error.to_string()))?;
+    Ok(Push {
+        partition: partition_key(request.topic_id, request.partition),
+        epoch: LeaderEpoch(request.epoch),
+        leader: ReplicaId(request.leader),
+        start: Offset(request.start),
+        prev_epoch: request.prev_epoch.map(LeaderEpoch),
+        reset_to: request.reset_to.map(Offset),
+        hw: Offset(request.hw),
+        log_start: Offset(request.log_start),
+        batches,
+    })
+}
+
+/// A follower's answer to a push.
+#[must_use]
+pub fn ack_to_wire(ack: &PushAck) -> ReplicaPushResponse {
+    let result = match ack.result {
+        PushResult::Ok {
+            durable_end,
+            log_end,
+        } => WirePushResult::Ok {
+            durable_end: durable_end.0,
+            log_end: log_end.0,
+        },
+        PushResult::Mismatch {
+            last_epoch,
+            log_end,
+        } => WirePushResult::Mismatch {
+            last_epoch: last_epoch.map(|epoch| epoch.0),
+            log_end: log_end.0,
+        },
+        PushResult::Fenced { epoch } => WirePushResult::Fenced { epoch: epoch.0 },
+    };
+    ReplicaPushResponse {
+        error_code: ErrorCode::None.code(),
+        error_message: None,
+        result,
+    }
+}
+
+/// A refusal of a push (or a query) as an error answer.
+#[must_use]
+pub fn push_refusal(code: ErrorCode, message: String) -> ReplicaPushResponse {
+    ReplicaPushResponse {
+        error_code: code.code(),
+        error_message: Some(message),
+        result: WirePushResult::NotReplica,
+    }
+}
+
+fn ack_from_wire(
+    to: ReplicaId,
+    push: &Push,
+    response: ReplicaPushResponse,
+) -> Result<PushAck, TransportError> {
+    let refused = |code: ErrorCode, message: String| TransportError::Refused { to, code, message };
+    if response.error_code != ErrorCode::None.code() {
+        return Err(refused(
+            ErrorCode::from_code(response.error_code).unwrap_or(ErrorCode::UnknownServerError),
+            response.error_message.unwrap_or_default(),
+        ));
+    }
+    let result = match response.result {
+        WirePushResult::Ok {
+            durable_end,
+            log_end,
+        } => PushResult::Ok {
+            durable_end: Offset(durable_end),
+            log_end: Offset(log_end),
+        },
+        WirePushResult::Mismatch {
+            last_epoch,
+            log_end,
+        } => PushResult::Mismatch {
+            last_epoch: last_epoch.map(LeaderEpoch),
+            log_end: Offset(log_end),
+        },
+        WirePushResult::Fenced { epoch } => PushResult::Fenced {
+            epoch: LeaderEpoch(epoch),
+        },
+        WirePushResult::NotReplica => {
+            return Err(refused(
+                ErrorCode::UnknownTopicOrPartition,
+                "the broker holds no replica of the partition".to_owned(),
+            ));
+        }
+    };
+    Ok(PushAck {
+        partition: push.partition,
+        epoch: push.epoch,
+        from: to,
+        result,
+    })
+}
+
+/// A received `ReplicaQuery` as the state machine's [`Query`].
+#[must_use]
+pub fn query_from_wire(request: &ReplicaQueryRequest) -> Query {
+    Query {
+        partition: partition_key(request.topic_id, request.partition),
+        new_epoch: LeaderEpoch(request.new_epoch),
+    }
+}
+
+/// A replica's answer to an election query.
+#[must_use]
+pub fn answer_to_wire(answer: &QueryAnswer) -> ReplicaQueryResponse {
+    let result = match answer.result {
+        QueryResult::State {
+            last_epoch,
+            log_end,
+        } => WireQueryResult::State {
+            last_epoch: last_epoch.map(|epoch| epoch.0),
+            log_end: log_end.0,
+        },
+        QueryResult::Fenced { fenced_epoch } => WireQueryResult::Fenced {
+            fenced_epoch: fenced_epoch.0,
+        },
+    };
+    ReplicaQueryResponse {
+        error_code: ErrorCode::None.code(),
+        error_message: None,
+        result,
+    }
+}
+
+/// A refused election query.
+#[must_use]
+pub fn query_refusal(code: ErrorCode, message: String) -> ReplicaQueryResponse {
+    ReplicaQueryResponse {
+        error_code: code.code(),
+        error_message: Some(message),
+        result: WireQueryResult::NotReplica,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_keys_are_distinct_per_topic_and_partition() {
+        assert_ne!(partition_key(1, 0), partition_key(0, 1));
+        assert_eq!(partition_key(3, 7).0 >> 32, 3);
+        assert_eq!(partition_key(3, 7).0 & 0xffff_ffff, 7);
+    }
+
+    #[test]
+    fn acks_cross_the_wire_unchanged() {
+        let push = Push {
+            partition: partition_key(2, 1),
+            epoch: LeaderEpoch(4),
+            leader: ReplicaId(1),
+            start: Offset(10),
+            prev_epoch: Some(LeaderEpoch(3)),
+            reset_to: None,
+            hw: Offset(8),
+            log_start: Offset(0),
+            batches: Vec::new(),
+        };
+        for result in [
+            PushResult::Ok {
+                durable_end: Offset(10),
+                log_end: Offset(12),
+            },
+            PushResult::Mismatch {
+                last_epoch: Some(LeaderEpoch(2)),
+                log_end: Offset(9),
+            },
+            PushResult::Fenced {
+                epoch: LeaderEpoch(5),
+            },
+        ] {
+            let ack = PushAck {
+                partition: push.partition,
+                epoch: push.epoch,
+                from: ReplicaId(2),
+                result,
+            };
+            let back = ack_from_wire(ReplicaId(2), &push, ack_to_wire(&ack));
+            assert_eq!(back, Ok(ack));
+        }
+        let refused = ack_from_wire(
+            ReplicaId(2),
+            &push,
+            push_refusal(ErrorCode::StorageError, "fenced".to_owned()),
+        );
+        assert!(matches!(
+            refused,
+            Err(TransportError::Refused {
+                code: ErrorCode::StorageError,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_push_request_keeps_its_fields() {
+        let push = Push {
+            partition: partition_key(9, 2),
+            epoch: LeaderEpoch(6),
+            leader: ReplicaId(3),
+            start: Offset(100),
+            prev_epoch: None,
+            reset_to: Some(Offset(50)),
+            hw: Offset(90),
+            log_start: Offset(50),
+            batches: Vec::new(),
+        };
+        let (request, raw) = push_to_wire(9, 2, &push);
+        assert!(raw.is_empty());
+        let back = push_from_wire(&request, Bytes::new(), &BatchLimits::default());
+        assert_eq!(back.ok(), Some(push));
+    }
+}
