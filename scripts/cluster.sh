@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
 # A local N-broker corelog cluster on 127.0.0.1 for development and tests:
 #
-#   scripts/cluster.sh up [N]      start N brokers (default 3), all controller voters
-#   scripts/cluster.sh down        stop them (SIGTERM, then wait)
-#   scripts/cluster.sh status      which are running, and the cluster's topics
+#   scripts/cluster.sh up [N]      start N brokers (default 3), all controller
+#                                  voters, and wait until the cluster is ready
+#   scripts/cluster.sh down        stop the brokers this script started
+#                                  (SIGTERM, then wait; SIGKILL after 30 s)
+#   scripts/cluster.sh status      which brokers run, fenced or not, and the topics
 #
 # Broker i (1..N) listens on 127.0.0.1:$((BASE_PORT + i)) with metrics on
-# 127.0.0.1:$((BASE_PORT + 100 + i)) and keeps its data in $CLUSTER_DIR/node-i;
-# racks rack-1..rack-N. No pinning and one shard per broker (this machine has
-# two cores). State (pids) lives in $CLUSTER_DIR.
+# 127.0.0.1:$((BASE_PORT + 100 + i)) and keeps its data and log in
+# $CLUSTER_DIR/node-i; racks rack-1..rack-N. No pinning, SHARDS executors per
+# broker (default 1). State (pid files) lives in $CLUSTER_DIR.
+#
+# Ready means: every broker is registered with the controller and unfenced
+# (brokers register fenced and are unfenced once a heartbeat shows them
+# caught up with the metadata), which also proves that a Raft controller
+# leader exists, since only the leader answers heartbeats; and every broker
+# answers clients. Then `corelog topic create NAME --partitions P
+# --replication-factor 3` works at once. A broker reports its fence in its
+# log (cluster/membership.rs: "controller changed this broker's fence").
+#
+# Environment: BASE_PORT (7200), CLUSTER_DIR (target/cluster), SHARDS (1),
+# READY_TIMEOUT seconds (30), CORELOGD and CORELOG (binaries; default the
+# release builds, rebuilt by `up` unless NO_BUILD=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 base_port=${BASE_PORT:-7200}
-cluster_dir=${CLUSTER_DIR:-target/cluster}
+cluster_dir=$(realpath -m "${CLUSTER_DIR:-target/cluster}")
+shards=${SHARDS:-1}
+ready_timeout=${READY_TIMEOUT:-30}
 corelogd=${CORELOGD:-./target/release/corelogd}
 corelog=${CORELOG:-./target/release/corelog}
 
@@ -25,23 +41,96 @@ voters() {
     echo "$list"
 }
 
+# Whether pid $1 is the corelogd this script started for node directory $2:
+# alive, a corelogd, with that node's data directory. A stale pid file whose
+# pid now belongs to another process is never signalled.
+ours() {
+    local pid=$1 node_dir=$2 args data_dir
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    args=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ $(head -n 1 <<< "$args") == *corelogd ]] || return 1
+    data_dir=$(grep -A 1 -xF -- --data-dir <<< "$args" | sed -n 2p)
+    [ -n "$data_dir" ] || return 1
+    # A relative --data-dir is relative to the broker's working directory.
+    [[ $data_dir == /* ]] || data_dir="$(readlink "/proc/$pid/cwd")/$data_dir"
+    [ "$(realpath -m "$data_dir")" = "$node_dir/data" ]
+}
+
+running_pid() {
+    local node_dir=$1 pid
+    pid=$(cat "$node_dir/pid" 2>/dev/null) || return 1
+    ours "$pid" "$node_dir" || return 1
+    echo "$pid"
+}
+
+# The broker's standing with the controller, from its log: "unfenced",
+# "fenced" (registered, not yet unfenced, or fenced since) or "unregistered".
+fence_state() {
+    local log=$1/log last
+    last=$(grep -E "registered with the controller|changed this broker's fence" "$log" 2>/dev/null \
+        | tail -n 1) || true
+    case "$last" in
+        "") echo unregistered ;;
+        *"fence"*"fenced=false"*) echo unfenced ;;
+        *) echo fenced ;;
+    esac
+}
+
+wait_ready() {
+    local count=$1 started=$SECONDS i node_dir state waiting
+    while :; do
+        waiting=()
+        for i in $(seq 1 "$count"); do
+            node_dir="$cluster_dir/node-$i"
+            if ! running_pid "$node_dir" >/dev/null; then
+                echo "broker $i exited while starting; the end of $node_dir/log:" >&2
+                tail -n 20 "$node_dir/log" >&2 || true
+                return 1
+            fi
+            state=$(fence_state "$node_dir")
+            if [ "$state" != unfenced ]; then
+                waiting+=("broker $i $state")
+            elif ! "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" topic list \
+                >/dev/null 2>&1; then
+                waiting+=("broker $i not answering clients")
+            fi
+        done
+        if [ ${#waiting[@]} -eq 0 ]; then
+            echo "cluster of $count ready in $((SECONDS - started)) s;" \
+                "bootstrap 127.0.0.1:$((base_port + 1))"
+            return 0
+        fi
+        if [ $((SECONDS - started)) -ge "$ready_timeout" ]; then
+            local summary
+            summary=$(printf '%s, ' "${waiting[@]}")
+            echo "the cluster is not ready after $ready_timeout s (${summary%, });" \
+                "the brokers keep running: see $cluster_dir/node-*/log," \
+                "and stop them with scripts/cluster.sh down" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
 up() {
     local count=${1:-3}
-    if [ ! -x "$corelogd" ] || [ ! -x "$corelog" ]; then
+    [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "up: N must be a positive number, not $count" >&2; exit 2; }
+    if [ -z "${NO_BUILD:-}" ] && [ -z "${CORELOGD:-}${CORELOG:-}" ]; then
         cargo build --release -p corelog-broker -p corelog-client --bins
     fi
     mkdir -p "$cluster_dir"
-    local all_voters
+    local all_voters i node_dir pid
     all_voters=$(voters "$count")
     echo "$count" > "$cluster_dir/size"
     for i in $(seq 1 "$count"); do
-        local node_dir="$cluster_dir/node-$i"
+        node_dir="$cluster_dir/node-$i"
         mkdir -p "$node_dir"
-        if [ -f "$node_dir/pid" ] && kill -0 "$(cat "$node_dir/pid")" 2>/dev/null; then
-            echo "broker $i already running (pid $(cat "$node_dir/pid"))"
+        if pid=$(running_pid "$node_dir"); then
+            echo "broker $i already running (pid $pid)"
             continue
         fi
-        "$corelogd" --node-id "$i" --rack "rack-$i" --shards 1 \
+        "$corelogd" --node-id "$i" --rack "rack-$i" --shards "$shards" \
             --listen "127.0.0.1:$((base_port + i))" \
             --metrics-listen "127.0.0.1:$((base_port + 100 + i))" \
             --advertised-host 127.0.0.1 \
@@ -50,28 +139,23 @@ up() {
             --disk-reserve-bytes $((256 << 20)) \
             > "$node_dir/log" 2>&1 &
         echo $! > "$node_dir/pid"
-        echo "broker $i: 127.0.0.1:$((base_port + i)), pid $!, log $node_dir/log"
+        echo "broker $i: 127.0.0.1:$((base_port + i)), metrics :$((base_port + 100 + i))," \
+            "pid $!, log $node_dir/log"
     done
-    for _ in $(seq 1 100); do
-        if "$corelog" --bootstrap "127.0.0.1:$((base_port + 1))" topic list >/dev/null 2>&1; then
-            echo "cluster of $count ready; bootstrap 127.0.0.1:$((base_port + 1))"
-            return 0
-        fi
-        sleep 0.2
-    done
-    echo "the cluster did not become ready; see $cluster_dir/node-*/log" >&2
-    return 1
+    wait_ready "$count"
 }
 
 down() {
     local node_dir pid
     for node_dir in "$cluster_dir"/node-*; do
         [ -f "$node_dir/pid" ] || continue
-        pid=$(cat "$node_dir/pid")
-        if kill -0 "$pid" 2>/dev/null; then
+        if pid=$(running_pid "$node_dir"); then
             kill -TERM "$pid"
             for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-            kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+            if kill -0 "$pid" 2>/dev/null; then
+                echo "broker $(basename "$node_dir") (pid $pid) ignored SIGTERM for 30 s; killing it"
+                kill -KILL "$pid"
+            fi
             echo "stopped broker $(basename "$node_dir") (pid $pid)"
         fi
         rm -f "$node_dir/pid"
@@ -79,17 +163,23 @@ down() {
 }
 
 status() {
-    local node_dir pid
+    local node_dir pid i
     for node_dir in "$cluster_dir"/node-*; do
         [ -d "$node_dir" ] || continue
-        pid=$(cat "$node_dir/pid" 2>/dev/null || true)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-            echo "$(basename "$node_dir"): running (pid $pid)"
+        i=${node_dir##*-}
+        if pid=$(running_pid "$node_dir"); then
+            echo "$(basename "$node_dir"): running (pid $pid), $(fence_state "$node_dir")," \
+                "127.0.0.1:$((base_port + i)), metrics :$((base_port + 100 + i))"
         else
             echo "$(basename "$node_dir"): stopped"
         fi
     done
-    "$corelog" --bootstrap "127.0.0.1:$((base_port + 1))" topic list 2>/dev/null || true
+    for node_dir in "$cluster_dir"/node-*; do
+        i=${node_dir##*-}
+        running_pid "$node_dir" >/dev/null || continue
+        "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" topic list 2>/dev/null && return 0
+    done
+    return 0
 }
 
 case "${1:-}" in

@@ -36,6 +36,10 @@ pub struct LoadArgs {
     /// Partitions of the topic when it is created.
     #[arg(long, default_value_t = 16)]
     pub partitions: u32,
+    /// Replicas per partition when the topic is created (3 on a
+    /// three-broker cluster). An existing topic is used as it is.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: u16,
     /// Bytes of each record's value.
     #[arg(long, default_value_t = 1024)]
     pub record_bytes: usize,
@@ -94,7 +98,10 @@ pub async fn ensure_topic(args: &LoadArgs) -> Result<(), String> {
             )
         })?;
     match admin
-        .create_topic(NewTopic::new(args.topic.clone(), args.partitions))
+        .create_topic(
+            NewTopic::new(args.topic.clone(), args.partitions)
+                .replication_factor(args.replication_factor),
+        )
         .await
     {
         Ok(()) => Ok(()),
