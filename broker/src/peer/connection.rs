@@ -82,7 +82,7 @@ impl PeerConnection {
             reason: error.to_string(),
         })?;
         connection
-            .call(ApiKey::ApiVersions, &handshake, timeout)
+            .call(ApiKey::ApiVersions, &[&handshake], timeout)
             .await?;
         Ok(connection)
     }
@@ -93,14 +93,16 @@ impl PeerConnection {
         self.broken.get()
     }
 
-    /// Sends one request body and waits for its response body.
+    /// Sends one request body, given in parts (the encoded message, then
+    /// its raw section's pieces, copied once into the frame), and waits
+    /// for its response body.
     ///
     /// # Errors
     /// [`PeerError`] on a broken connection or a missed deadline.
     pub async fn call(
         &self,
         api_key: ApiKey,
-        body: &[u8],
+        body: &[&[u8]],
         timeout: Duration,
     ) -> Result<AlignedVec<16>, PeerError> {
         let addr = self.addr;
@@ -118,7 +120,7 @@ impl PeerConnection {
             correlation_id,
             flags: 0,
         }
-        .encode(body.len())
+        .encode(body.iter().map(|part| part.len()).sum())
         .map_err(|error| PeerError::Protocol {
             addr,
             reason: error.to_string(),
@@ -127,9 +129,12 @@ impl PeerConnection {
         self.pending.borrow_mut().insert(correlation_id, sender);
         let written = {
             let mut writer = self.writer.lock().await;
-            let mut frame = Vec::with_capacity(header.len() + body.len());
+            let body_len: usize = body.iter().map(|part| part.len()).sum();
+            let mut frame = Vec::with_capacity(header.len() + body_len);
             frame.extend_from_slice(&header);
-            frame.extend_from_slice(body);
+            for part in body {
+                frame.extend_from_slice(part);
+            }
             match writer.write_all(&frame).await {
                 Ok(()) => writer.flush().await,
                 Err(error) => Err(error),

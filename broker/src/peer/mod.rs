@@ -128,12 +128,37 @@ impl Peers {
         <T::Response as rkyv::Archive>::Archived:
             rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
     {
-        let body = corelog_wire::message::encode_request(request, raw).map_err(|error| {
-            PeerError::Protocol {
-                addr,
-                reason: error.to_string(),
-            }
-        })?;
+        self.call_parts(addr, request, &[raw], timeout).await
+    }
+
+    /// [`call`](Self::call) with the raw section in pieces (a push's
+    /// batches), which are copied once, into the frame.
+    ///
+    /// # Errors
+    /// [`PeerError`] when the peer is unreachable, slow, or answers badly.
+    pub async fn call_parts<T>(
+        &self,
+        addr: SocketAddr,
+        request: &T,
+        raw: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Answer<T::Response>, PeerError>
+    where
+        T: Request,
+        <T::Response as rkyv::Archive>::Archived:
+            rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
+    {
+        let raw_len = raw.iter().map(|part| part.len()).sum();
+        let archive =
+            corelog_wire::message::encode_request_archive(request, raw_len).map_err(|error| {
+                PeerError::Protocol {
+                    addr,
+                    reason: error.to_string(),
+                }
+            })?;
+        let mut body: Vec<&[u8]> = Vec::with_capacity(raw.len() + 1);
+        body.push(&archive);
+        body.extend_from_slice(raw);
         let connection = self.connection(addr, timeout).await?;
         let result = connection.call(T::API_KEY, &body, timeout).await;
         if result.is_err() && connection.is_broken() {

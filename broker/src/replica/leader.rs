@@ -278,8 +278,14 @@ impl<D: Disk> ReplicatedPartition<D> {
     }
 
     /// Whole batches from the push's start, at most `max_bytes` (at least
-    /// one). Reads see durable records only: the first batch's group commit
-    /// is awaited (it is usually under way already).
+    /// one). The pump runs when this replica's group commit completes; a
+    /// push then also carries what was appended since (still in the next
+    /// group commit), from the tail cache, so followers sync it in parallel
+    /// instead of a commit later. That is safe: the high watermark counts
+    /// this replica only up to its durable end, and a replica never leads
+    /// an epoch twice, so a tail it loses in a crash cannot be overwritten
+    /// under the same epoch. Records no longer cached are read from the
+    /// log, which serves durable ones.
     async fn read_for_push(
         &self,
         push: &Push,
@@ -289,8 +295,12 @@ impl<D: Disk> ReplicatedPartition<D> {
         if !self.leads(push.epoch) || start >= self.replica.borrow().log_end() {
             return Ok(Vec::new());
         }
-        self.wait_durable_for(start.plus(1)).await?;
         let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        if let Some(chunks) = self.partition.log().read_unsynced(start, max_bytes) {
+            let batches = batches::split(&chunks, &self.limits)?;
+            return Ok(batches::from_start(batches, start));
+        }
+        self.wait_durable_for(start.plus(1)).await?;
         let read = self.partition.log().read(start, max_bytes, None).await?;
         let batches = batches::split(&read.chunks, &self.limits)?;
         Ok(batches::from_start(batches, start))

@@ -43,9 +43,13 @@
 //!   replica stops leading first, the produce fails `NOT_LEADER` unless the
 //!   high watermark had already passed it. Reads ([`ReplicatedPartition::read`])
 //!   never return records at or above the high watermark.
-//! - **Pushes carry durable records only.** The leader reads what it
-//!   pushes through the log's ordinary reads, which see the durable prefix;
-//!   a push of records still in the leader's group commit waits for it.
+//! - **Pushes may carry records the leader has not synced yet.** The pump
+//!   runs after each local group commit and pushes everything appended so
+//!   far, from the tail cache, so followers sync the next commit's records
+//!   in parallel with the leader; the high watermark counts the leader only
+//!   up to its durable end. A leader that crashes and loses that tail never
+//!   leads the same epoch again (`led_epoch`), so the followers' copies are
+//!   never contradicted within an epoch.
 //!
 //! # Failures
 //!

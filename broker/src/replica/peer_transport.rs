@@ -83,10 +83,11 @@ impl PushTransport for PeerPushTransport {
             let unreachable = |reason: String| TransportError::Unreachable { to, reason };
             let addr = (self.resolve)(to)
                 .ok_or_else(|| unreachable("the broker is not in the metadata".to_owned()))?;
-            let (request, raw) = push_to_wire(self.topic_id, self.partition, &push);
+            let request = push_request(self.topic_id, self.partition, &push);
+            let raw: Vec<&[u8]> = push.batches.iter().map(|batch| &batch.bytes[..]).collect();
             let answer = self
                 .peers
-                .call(addr, &request, &raw, PUSH_TIMEOUT)
+                .call_parts(addr, &request, &raw, PUSH_TIMEOUT)
                 .await
                 .map_err(|error| unreachable(error.to_string()))?;
             ack_from_wire(to, &push, answer.message)
@@ -94,15 +95,12 @@ impl PushTransport for PeerPushTransport {
     }
 }
 
-/// A push as a `ReplicaPush` request and its raw section.
+/// A push as a `ReplicaPush` request; its raw section is the push's
+/// batches' bytes, one after another.
 #[must_use]
-pub fn push_to_wire(topic_id: u64, partition: u32, push: &Push) -> (ReplicaPushRequest, Vec<u8>) {
-    let raw: Vec<u8> = push
-        .batches
-        .iter()
-        .flat_map(|batch| batch.bytes.iter().copied())
-        .collect();
-    let request = ReplicaPushRequest {
+pub fn push_request(topic_id: u64, partition: u32, push: &Push) -> ReplicaPushRequest {
+    let raw_len: usize = push.batches.iter().map(|batch| batch.bytes.len()).sum();
+    ReplicaPushRequest {
         topic_id,
         partition,
         epoch: push.epoch.0,
@@ -114,9 +112,8 @@ pub fn push_to_wire(topic_id: u64, partition: u32, push: &Push) -> (ReplicaPushR
         reset_to: push.reset_to.map(|offset| offset.0),
         hw: push.hw.0,
         log_start: push.log_start.0,
-        records_len: u32::try_from(raw.len()).unwrap_or(u32::MAX),
-    };
-    (request, raw)
+        records_len: u32::try_from(raw_len).unwrap_or(u32::MAX),
+    }
 }
 
 /// A received `ReplicaPush` as the state machine's [`Push`]: the raw
@@ -340,8 +337,8 @@ mod tests {
             log_start: Offset(50),
             batches: Vec::new(),
         };
-        let (request, raw) = push_to_wire(9, 2, &push);
-        assert!(raw.is_empty());
+        let request = push_request(9, 2, &push);
+        assert_eq!(request.records_len, 0);
         let back = push_from_wire(&request, Bytes::new(), &BatchLimits::default());
         assert_eq!(back.ok(), Some(push));
     }

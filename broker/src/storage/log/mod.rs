@@ -690,6 +690,26 @@ impl<D: Disk> PartitionLog<D> {
         }
     }
 
+    /// Whole batches from `from` that are appended but possibly not yet
+    /// durable, from the tail cache only (where every append lands first);
+    /// `None` when they are not cached (evicted) or `from` is outside the
+    /// appended log. For a replication leader, whose followers make records
+    /// durable in parallel with its own group commit.
+    #[must_use]
+    pub fn read_unsynced(&self, from: Offset, max_bytes: usize) -> Option<Vec<Bytes>> {
+        let (log_start, next_offset) = {
+            let state = self.state.borrow();
+            (state.log_start, state.next_offset)
+        };
+        if from < log_start || from >= next_offset {
+            return None;
+        }
+        self.shard
+            .cache
+            .read(self.cache_key, from, next_offset, max_bytes)
+            .map(|hit| hit.batches)
+    }
+
     fn out_of_range(&self, requested: Offset) -> StorageError {
         let state = self.state.borrow();
         let deleted = if requested < state.log_start {
