@@ -121,6 +121,10 @@ impl GroupCoordinator {
             for chunk in &read.chunks {
                 for found in batch::batches(chunk, &limits) {
                     let found = found.map_err(PartitionError::from)?;
+                    if found.header.is_control() {
+                        // A replicated leader's epoch-start marker, not group state.
+                        continue;
+                    }
                     let bytes = chunk.slice_ref(found.bytes);
                     for record in
                         batch::decode_records(&bytes, &limits).map_err(PartitionError::from)?
