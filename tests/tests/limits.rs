@@ -106,3 +106,31 @@ fn the_broker_reads_no_further_frames_while_the_in_flight_bound_is_reached() {
         started.elapsed()
     );
 }
+
+#[test]
+fn a_second_broker_on_a_port_in_use_refuses_to_start() {
+    let broker = Broker::start(&[]);
+    let other = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(corelog_tests::binary("corelogd"))
+        .arg("--listen")
+        .arg(broker.addr.to_string())
+        .arg("--metrics-listen")
+        .arg(format!("127.0.0.1:{}", corelog_tests::free_port()))
+        .arg("--data-dir")
+        .arg(other.path())
+        .args(["--shards", "1", "--disk-reserve-bytes", "0"])
+        .output()
+        .expect("corelogd runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "a second broker started on {} (stderr: {stderr})",
+        broker.addr
+    );
+    assert!(
+        stderr.contains("is another broker running there"),
+        "the refusal says why: {stderr}"
+    );
+    // The first broker still serves.
+    broker.client().handshake().unwrap();
+}

@@ -54,6 +54,50 @@ pub enum RunError {
     Signals(std::io::Error),
 }
 
+/// Refuses to start on a listen or metrics address where something already
+/// accepts connections. The shards' listeners share their port with
+/// `SO_REUSEPORT`, so binding alone would let a second broker silently take
+/// part of the first one's connections. A listener of a predecessor that
+/// just exited can linger while the kernel tears its io_uring down, so a
+/// busy address is retried for a few seconds before giving up.
+fn refuse_ports_in_use(config: &BrokerConfig) -> Result<(), RunError> {
+    for (what, addr) in [
+        ("listen", config.listen),
+        ("metrics", config.metrics_listen),
+    ] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while accepts_connections(addr) {
+            if std::time::Instant::now() >= deadline {
+                return Err(RunError::ShardStart {
+                    shard: 0,
+                    message: format!(
+                        "cannot use {what} address {addr}: something already accepts connections there; is another broker running there?"
+                    ),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a connection to `addr` (the loopback address for a wildcard)
+/// is accepted.
+fn accepts_connections(addr: std::net::SocketAddr) -> bool {
+    let mut target = addr;
+    if target.ip().is_unspecified() {
+        target.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    if target.port() == 0 {
+        return false;
+    }
+    std::net::TcpStream::connect_timeout(&target, std::time::Duration::from_millis(200)).is_ok()
+}
+
 /// Runs the broker until SIGTERM or SIGINT, then shuts down gracefully.
 ///
 /// # Errors
@@ -66,6 +110,7 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
             config.data_dir.display()
         ),
     })?;
+    refuse_ports_in_use(&config)?;
     let metrics = BrokerMetrics::new();
     let shard_count = config.shards;
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
