@@ -165,6 +165,18 @@ impl Broker {
     /// [`Broker::resume`]. Dropping a paused broker still kills it.
     pub fn pause(&self) {
         self.signal(rustix::process::Signal::STOP);
+        // The signal takes effect asynchronously (a thread running on
+        // another CPU stops at its next kernel entry): wait until every
+        // thread is stopped, so nothing sent afterwards is processed.
+        let pid = self.pid().expect("the broker process is running");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "broker pid {pid} did not stop within 5 s of SIGSTOP"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// SIGCONT: continues a [`Broker::pause`]d process.
@@ -240,4 +252,20 @@ pub fn start_cluster(n: u32, extra_args: &[&str]) -> Vec<Broker> {
             Broker::start_at(*addr, &args)
         })
         .collect()
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/<tid>/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name, which is in parentheses.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }
