@@ -69,7 +69,9 @@ bench-broker:
 
 # A fresh local 3-broker cluster, a 16-partition topic with replication
 # factor 3, then 1 KiB records at 100,000/s for 60 s with acks=quorum:
-# throughput, append latency and replica lag (RATE=, DURATION= to change).
+# throughput, append latency and replica lag (RATE=, DURATION= to change);
+# then FAILOVER_ROUNDS (3) leader kills: kill -9 to the first append the new
+# leader acknowledges.
 bench-cluster:
 	./scripts/bench-cluster.sh
 

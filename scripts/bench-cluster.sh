@@ -12,10 +12,19 @@
 # durable end) is summed per broker and over the cluster, next to
 # corelog_replica_leader_partitions. Without that metric the lag is "n/a".
 #
+# Then the failover phase (corelog-bench failover), with the brokers'
+# default timeouts (heartbeat 250 ms, session 2 s): FAILOVER_ROUNDS times,
+# the leader of a one-partition topic with replication factor 3 is killed
+# with SIGKILL (scripts/cluster.sh kill), appends are retried until the new
+# leader acknowledges one (acks=quorum), the record acknowledged before the
+# kill is read back, and the broker is restarted (scripts/cluster.sh start).
+# The summary gives each round's time from the kill to that first
+# acknowledged append, and the max; a round over 30 s fails the run.
+#
 # Environment: RATE (100000), DURATION (60), PARTITIONS (16),
 # RECORD_BYTES (1024), ACKS (quorum), PRODUCERS (1), SHARDS per broker (1),
-# BASE_PORT (17500), SAMPLE_SECONDS (5), JSON=1 for corelog-bench's JSON
-# report.
+# BASE_PORT (17500), SAMPLE_SECONDS (5), FAILOVER_ROUNDS (3; 0 skips the
+# failover phase), JSON=1 for corelog-bench's JSON reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +36,8 @@ acks=${ACKS:-quorum}
 producers=${PRODUCERS:-1}
 sample_seconds=${SAMPLE_SECONDS:-5}
 base_port=${BASE_PORT:-17500}
+failover_rounds=${FAILOVER_ROUNDS:-3}
+[[ $failover_rounds =~ ^[0-9]+$ ]] || { echo "FAILOVER_ROUNDS must be a number" >&2; exit 2; }
 brokers=3
 topic="bench-rf3"
 json=()
@@ -39,6 +50,7 @@ bench=./target/release/corelog-bench
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/corelog-bench-cluster.XXXXXX")
 samples="$work/lag-samples"
 bench_out="$work/bench-output"
+failover_out="$work/failover-output"
 export CLUSTER_DIR="$work/cluster" BASE_PORT=$base_port NO_BUILD=1
 sampler=""
 # shellcheck disable=SC2329 # run by the EXIT trap
@@ -105,6 +117,22 @@ sampler=""
 sleep 1
 after=$(sample_once after)
 
+failover_status=0
+if [ "$failover_rounds" -gt 0 ]; then
+    echo
+    echo "== failover: $failover_rounds leader kills (SIGKILL) of a 1-partition topic," \
+        "replication factor $brokers, default broker timeouts"
+    set +e
+    "$bench" failover --topic failover --replication-factor "$brokers" \
+        --bootstrap "$(seq -s , -f "127.0.0.1:%g" $((base_port + 1)) $((base_port + brokers)))" \
+        --rounds "$failover_rounds" \
+        --kill-command "scripts/cluster.sh kill {leader}" \
+        --restart-command "scripts/cluster.sh start {leader}" \
+        "${json[@]}" | tee "$failover_out"
+    failover_status=${PIPESTATUS[0]}
+    set -e
+fi
+
 # Cluster-wide lag per sample time, then max and last over the run.
 summary() {
     awk -v brokers="$brokers" '
@@ -135,4 +163,15 @@ elif command -v jq >/dev/null; then
 fi
 summary
 awk '{ printf "  after the run: broker %s lag %s\n", $2, $3 }' <<< "$after"
-exit "$bench_status"
+if [ "$failover_rounds" -gt 0 ]; then
+    if [ ${#json[@]} -eq 0 ]; then
+        awk '/^  failover/ { sub(/^  failover:? /, "  failover: "); print; next }
+            /^  (per round|FAILED)/ { sub(/^  /, "  failover: "); print }' "$failover_out" || true
+    elif command -v jq >/dev/null; then
+        jq -r '"  failover: per round: \([.rounds[] | if .failover_ms then "\(.failover_ms / 10 | floor / 100) s" else "-" end] | join(", "))",
+            "  failover: max \(if .max_failover_ms then "\(.max_failover_ms / 10 | floor / 100) s" else "n/a" end)\(if .ok then "" else " FAILED" end)"' \
+            "$failover_out" || true
+    fi
+fi
+[ "$bench_status" -eq 0 ] || exit "$bench_status"
+exit "$failover_status"

@@ -6,6 +6,13 @@
 #   scripts/cluster.sh down        stop the brokers this script started
 #                                  (SIGTERM, then wait; SIGKILL after 30 s)
 #   scripts/cluster.sh status      which brokers run, fenced or not, and the topics
+#   scripts/cluster.sh kill I      SIGKILL broker I (a crash: no shutdown), if
+#                                  its pid file still names that broker's
+#                                  corelogd; returns once the process is gone
+#   scripts/cluster.sh start I     restart broker I with the flags `up` gives it
+#                                  (the cluster size `up` recorded) and wait
+#                                  until it is unfenced and answers clients;
+#                                  its previous log is kept as node-I/log.1
 #
 # Broker i (1..N) listens on 127.0.0.1:$((BASE_PORT + i)) with metrics on
 # 127.0.0.1:$((BASE_PORT + 100 + i)) and keeps its data and log in
@@ -77,11 +84,13 @@ fence_state() {
     esac
 }
 
+# Waits until every broker in "$@" (node numbers) runs, is unfenced and
+# answers clients.
 wait_ready() {
-    local count=$1 started=$SECONDS i node_dir state waiting
+    local started=$SECONDS i node_dir state waiting
     while :; do
         waiting=()
-        for i in $(seq 1 "$count"); do
+        for i in "$@"; do
             node_dir="$cluster_dir/node-$i"
             if ! running_pid "$node_dir" >/dev/null; then
                 echo "broker $i exited while starting; the end of $node_dir/log:" >&2
@@ -97,20 +106,72 @@ wait_ready() {
             fi
         done
         if [ ${#waiting[@]} -eq 0 ]; then
-            echo "cluster of $count ready in $((SECONDS - started)) s;" \
-                "bootstrap 127.0.0.1:$((base_port + 1))"
             return 0
         fi
         if [ $((SECONDS - started)) -ge "$ready_timeout" ]; then
             local summary
             summary=$(printf '%s, ' "${waiting[@]}")
-            echo "the cluster is not ready after $ready_timeout s (${summary%, });" \
+            echo "not ready after $ready_timeout s (${summary%, });" \
                 "the brokers keep running: see $cluster_dir/node-*/log," \
                 "and stop them with scripts/cluster.sh down" >&2
             return 1
         fi
         sleep 0.2
     done
+}
+
+# Whether something accepts connections on 127.0.0.1:$1.
+port_in_use() {
+    (exec 3<> "/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Starts broker $1 of a cluster of $2 in the background and records its pid.
+# A previous log is kept as log.1. Refuses when its ports are taken: the
+# broker would bind them anyway (they are shared with SO_REUSEPORT) and
+# half of the connections would reach the other process.
+start_node() {
+    local i=$1 count=$2 node_dir="$cluster_dir/node-$1" port
+    for port in $((base_port + i)) $((base_port + 100 + i)); do
+        if port_in_use "$port"; then
+            echo "broker $i: 127.0.0.1:$port is already in use (another cluster?);" \
+                "choose another BASE_PORT" >&2
+            return 1
+        fi
+    done
+    mkdir -p "$node_dir"
+    [ ! -f "$node_dir/log" ] || mv -f "$node_dir/log" "$node_dir/log.1"
+    "$corelogd" --node-id "$i" --rack "rack-$i" --shards "$shards" \
+        --listen "127.0.0.1:$((base_port + i))" \
+        --metrics-listen "127.0.0.1:$((base_port + 100 + i))" \
+        --advertised-host 127.0.0.1 \
+        --controller-voters "$(voters "$count")" \
+        --data-dir "$node_dir/data" \
+        --disk-reserve-bytes $((256 << 20)) \
+        > "$node_dir/log" 2>&1 &
+    local pid=$!
+    echo "$pid" > "$node_dir/pid"
+    # The background job is a fork of this shell until it execs corelogd;
+    # wait for the exec, so that the pid check (ours) recognises it.
+    for _ in $(seq 1 500); do
+        ours "$pid" "$node_dir" && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.01
+    done
+    echo "broker $i: 127.0.0.1:$((base_port + i)), metrics :$((base_port + 100 + i))," \
+        "pid $pid, log $node_dir/log"
+}
+
+# The node number argument $1 of kill/start, checked against the cluster
+# size `up` recorded.
+node_arg() {
+    local command=$1 i=${2:-} count
+    count=$(cat "$cluster_dir/size" 2>/dev/null) \
+        || { echo "$command: no cluster in $cluster_dir (run up first)" >&2; exit 1; }
+    if ! [[ $i =~ ^[1-9][0-9]*$ ]] || [ "$i" -gt "$count" ]; then
+        echo "$command: I must be a broker number from 1 to $count, not ${i:-nothing}" >&2
+        exit 2
+    fi
+    echo "$i"
 }
 
 up() {
@@ -120,29 +181,51 @@ up() {
         cargo build --release -p corelog-broker -p corelog-client --bins
     fi
     mkdir -p "$cluster_dir"
-    local all_voters i node_dir pid
-    all_voters=$(voters "$count")
+    local i pid started=$SECONDS
     echo "$count" > "$cluster_dir/size"
     for i in $(seq 1 "$count"); do
-        node_dir="$cluster_dir/node-$i"
-        mkdir -p "$node_dir"
-        if pid=$(running_pid "$node_dir"); then
+        if pid=$(running_pid "$cluster_dir/node-$i"); then
             echo "broker $i already running (pid $pid)"
             continue
         fi
-        "$corelogd" --node-id "$i" --rack "rack-$i" --shards "$shards" \
-            --listen "127.0.0.1:$((base_port + i))" \
-            --metrics-listen "127.0.0.1:$((base_port + 100 + i))" \
-            --advertised-host 127.0.0.1 \
-            --controller-voters "$all_voters" \
-            --data-dir "$node_dir/data" \
-            --disk-reserve-bytes $((256 << 20)) \
-            > "$node_dir/log" 2>&1 &
-        echo $! > "$node_dir/pid"
-        echo "broker $i: 127.0.0.1:$((base_port + i)), metrics :$((base_port + 100 + i))," \
-            "pid $!, log $node_dir/log"
+        start_node "$i" "$count" || return 1
     done
-    wait_ready "$count"
+    wait_ready $(seq 1 "$count") || { echo "the cluster is not ready" >&2; return 1; }
+    echo "cluster of $count ready in $((SECONDS - started)) s;" \
+        "bootstrap 127.0.0.1:$((base_port + 1))"
+}
+
+# SIGKILL, as a crash: the broker gets no chance to shut down.
+kill_node() {
+    local i node_dir pid
+    i=$(node_arg kill "${1:-}")
+    node_dir="$cluster_dir/node-$i"
+    if ! pid=$(running_pid "$node_dir"); then
+        echo "kill: broker $i is not running (no pid file naming its corelogd)" >&2
+        exit 1
+    fi
+    kill -KILL "$pid"
+    # Gone, or a zombie not yet reaped by whoever inherited it.
+    for _ in $(seq 1 500); do
+        [ -d "/proc/$pid" ] || break
+        [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break
+        sleep 0.01
+    done
+    rm -f "$node_dir/pid"
+    echo "killed broker $i (pid $pid) with SIGKILL"
+}
+
+start() {
+    local i count pid started=$SECONDS
+    i=$(node_arg start "${1:-}")
+    count=$(cat "$cluster_dir/size")
+    if pid=$(running_pid "$cluster_dir/node-$i"); then
+        echo "broker $i already running (pid $pid)"
+    else
+        start_node "$i" "$count" || return 1
+    fi
+    wait_ready "$i" || { echo "broker $i is not ready" >&2; return 1; }
+    echo "broker $i ready in $((SECONDS - started)) s"
 }
 
 down() {
@@ -186,5 +269,7 @@ case "${1:-}" in
     up) up "${2:-3}" ;;
     down) down ;;
     status) status ;;
-    *) echo "usage: scripts/cluster.sh up [N] | down | status" >&2; exit 2 ;;
+    kill) kill_node "${2:-}" ;;
+    start) start "${2:-}" ;;
+    *) echo "usage: scripts/cluster.sh up [N] | down | status | kill I | start I" >&2; exit 2 ;;
 esac

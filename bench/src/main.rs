@@ -12,8 +12,12 @@
 //!   consumption throughput, catch-up from a backlog (consume rate, net
 //!   catch-up rate, projected and measured time to catch up), and the
 //!   rebalance pause when one consumer leaves.
+//! - `failover`: kills a partition's leader (through a command such as
+//!   `scripts/cluster.sh kill N`) and measures the time to the first append
+//!   the new leader acknowledges.
 
 mod e2e;
+mod failover;
 mod group;
 mod load;
 mod produce;
@@ -44,6 +48,8 @@ enum Command {
     /// A consumer group reading while producers write: throughput,
     /// catch-up from a backlog, rebalance pause.
     Group(group::GroupArgs),
+    /// Leader kill -9 to the first append the new leader acknowledges.
+    Failover(failover::FailoverArgs),
 }
 
 fn main() {
@@ -53,6 +59,7 @@ fn main() {
         Command::Produce(args) => produce::run(&args),
         Command::E2e(args) => e2e::run(&args),
         Command::Group(args) => group::run(&args),
+        Command::Failover(args) => failover::run(&args),
     };
     if let Err(error) = result {
         eprintln!("corelog-bench: {error}");
