@@ -33,7 +33,7 @@ use super::wait_until;
 use crate::group::log::ReplicatedGroupLog;
 use crate::group::service::GROUPS_TOPIC;
 use crate::metadata::MetadataSnapshot;
-use crate::metadata::snapshot::ReplicationView;
+use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::partition::{OffsetQuery, PartitionError, PartitionSpec};
 use crate::replica::peer_transport::{self, PeerPushTransport, ResolveBroker};
 use crate::replica::{ReplicaSpec, ReplicatedPartition};
@@ -84,59 +84,66 @@ impl Shard {
                 let existing = self.replicas.borrow().get(&id).cloned();
                 let replica = match existing {
                     Some(replica) => replica,
-                    None => {
-                        let dir = topic_dir(&self.config.data_dir, name, view.record.id)
-                            .join(index.to_string());
-                        let spec = ReplicaSpec {
-                            id: ReplicaId(self.config.node_id),
-                            key: peer_transport::partition_key(view.record.id, index),
-                            config: ReplicaConfig::default(),
-                            partition: PartitionSpec {
-                                topic: name,
-                                index,
-                                dir: &dir,
-                                config: view.record.config,
-                                broker_log: self.config.log,
-                                cache_key: cache_key(id),
-                                data_signal: partition.data_signal.clone(),
-                                producer_state_retention_ms: self
-                                    .config
-                                    .producer_state_retention_ms,
-                            },
-                        };
-                        let transport = Rc::new(PeerPushTransport::new(
-                            self.brokers.clone(),
-                            self.broker_resolver(),
-                            view.record.id,
-                            index,
-                        ));
-                        match ReplicatedPartition::open(
-                            self.disk.clone(),
-                            spec,
-                            self.storage.clone(),
-                            transport,
-                        )
-                        .await
-                        {
-                            Ok(opened) => {
-                                self.failed.borrow_mut().remove(&id);
-                                self.replicas.borrow_mut().insert(id, opened.clone());
-                                opened
-                            }
-                            Err(error) => {
-                                tracing::error!(topic = %name, partition = index, %error, "cannot open replica");
-                                self.failed
-                                    .borrow_mut()
-                                    .insert(id, format!("replica failed to open: {error}"));
-                                continue;
-                            }
-                        }
-                    }
+                    None => match self.open_replica(name, view, partition, id).await {
+                        Some(opened) => opened,
+                        None => continue,
+                    },
                 };
                 self.follow_leadership(name, index, &replica, replication);
             }
         }
         wanted
+    }
+
+    /// Opens (recovering) this shard's replica of partition `id` of topic
+    /// `name`; `None` (logged, and the reason kept for requests) when it
+    /// cannot be opened.
+    async fn open_replica(
+        &self,
+        name: &str,
+        view: &TopicView,
+        partition: &PartitionView,
+        id: PartitionId,
+    ) -> Option<Replica> {
+        let index = id.partition;
+        let dir = topic_dir(&self.config.data_dir, name, view.record.id).join(index.to_string());
+        let spec = ReplicaSpec {
+            id: ReplicaId(self.config.node_id),
+            key: peer_transport::partition_key(view.record.id, index),
+            config: ReplicaConfig::default(),
+            partition: PartitionSpec {
+                topic: name,
+                index,
+                dir: &dir,
+                config: view.record.config,
+                broker_log: self.config.log,
+                cache_key: cache_key(id),
+                data_signal: partition.data_signal.clone(),
+                producer_state_retention_ms: self.config.producer_state_retention_ms,
+            },
+        };
+        let transport = Rc::new(PeerPushTransport::new(
+            self.brokers.clone(),
+            self.broker_resolver(),
+            view.record.id,
+            index,
+        ));
+        match ReplicatedPartition::open(self.disk.clone(), spec, self.storage.clone(), transport)
+            .await
+        {
+            Ok(opened) => {
+                self.failed.borrow_mut().remove(&id);
+                self.replicas.borrow_mut().insert(id, opened.clone());
+                Some(opened)
+            }
+            Err(error) => {
+                tracing::error!(topic = %name, partition = index, %error, "cannot open replica");
+                self.failed
+                    .borrow_mut()
+                    .insert(id, format!("replica failed to open: {error}"));
+                None
+            }
+        }
     }
 
     /// Starts the role change `replication` asks of `replica`, if any, on
