@@ -71,11 +71,21 @@ running_pid() {
     echo "$pid"
 }
 
-# The broker's standing with the controller, from its log: "unfenced",
-# "fenced" (registered, not yet unfenced, or fenced since) or "unregistered".
+# The broker's standing with the controller: "unfenced", "fenced"
+# (registered, not yet unfenced, or fenced since) or "unregistered". Read
+# from its corelog_broker_fenced metric (node number $2); without curl, or
+# while the metrics listener is not up, from its log.
 fence_state() {
-    local log=$1/log last
-    last=$(grep -E "registered with the controller|changed this broker's fence" "$log" 2>/dev/null \
+    local node_dir=$1 i=$2 value last
+    if command -v curl >/dev/null 2>&1; then
+        value=$(curl -sf --max-time 2 "http://127.0.0.1:$((base_port + 100 + i))/metrics" 2>/dev/null \
+            | awk '/^corelog_broker_fenced\{shard="0"\}/ { print $2 }') || true
+        case "$value" in
+            0) echo unfenced; return ;;
+            1) echo fenced; return ;;
+        esac
+    fi
+    last=$(grep -E "registered with the controller|changed this broker's fence" "$node_dir/log" 2>/dev/null \
         | tail -n 1) || true
     case "$last" in
         "") echo unregistered ;;
@@ -97,7 +107,7 @@ wait_ready() {
                 tail -n 20 "$node_dir/log" >&2 || true
                 return 1
             fi
-            state=$(fence_state "$node_dir")
+            state=$(fence_state "$node_dir" "$i")
             if [ "$state" != unfenced ]; then
                 waiting+=("broker $i $state")
             elif ! "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" topic list \
@@ -251,7 +261,7 @@ status() {
         [ -d "$node_dir" ] || continue
         i=${node_dir##*-}
         if pid=$(running_pid "$node_dir"); then
-            echo "$(basename "$node_dir"): running (pid $pid), $(fence_state "$node_dir")," \
+            echo "$(basename "$node_dir"): running (pid $pid), $(fence_state "$node_dir" "$i")," \
                 "127.0.0.1:$((base_port + i)), metrics :$((base_port + 100 + i))"
         else
             echo "$(basename "$node_dir"): stopped"

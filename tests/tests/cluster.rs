@@ -98,6 +98,22 @@ fn a_three_broker_cluster_places_topics_and_survives_losing_its_controller_leade
     // Placement: replication factor 3 puts one replica on each broker,
     // leaders spread over the brokers.
     create_topic_retrying(&brokers[0], "orders", 6, 3);
+    // Placement over three brokers means all three are unfenced, and each
+    // shows it on its metrics.
+    for broker in &brokers {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !broker
+            .metrics()
+            .contains("corelog_broker_fenced{shard=\"0\"} 0")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "broker {} does not report itself unfenced",
+                broker.addr
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let placed = wait_for(&brokers[1], "the topic on another broker", |found| {
         found.topics.iter().any(|topic| topic.name == "orders")
     });

@@ -316,6 +316,10 @@ impl ClusterMember {
             };
             match self.call(&heartbeat).await {
                 Ok(answer) => {
+                    shard
+                        .metrics
+                        .broker_fenced
+                        .set(i64::from(answer.message.fenced));
                     if self.fenced.replace(answer.message.fenced) != answer.message.fenced {
                         tracing::info!(
                             fenced = answer.message.fenced,

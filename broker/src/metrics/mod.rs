@@ -73,6 +73,7 @@ pub struct BrokerMetrics {
     partitions: Family<ShardLabel, Gauge>,
     replica_lag_records: Family<ShardLabel, Gauge>,
     replica_leader_partitions: Family<ShardLabel, Gauge>,
+    broker_fenced: Family<ShardLabel, Gauge>,
     group_lag_records: Family<GroupPartitionLabel, Gauge>,
     group_lag_bytes: Family<GroupPartitionLabel, Gauge>,
     group_lag_seconds: Family<GroupPartitionLabel, Gauge>,
@@ -109,6 +110,7 @@ impl BrokerMetrics {
             partitions: Family::default(),
             replica_lag_records: Family::default(),
             replica_leader_partitions: Family::default(),
+            broker_fenced: Family::default(),
             group_lag_records: Family::default(),
             group_lag_bytes: Family::default(),
             group_lag_seconds: Family::default(),
@@ -201,6 +203,11 @@ impl BrokerMetrics {
             "Replicated partitions the shard leads",
             metrics.replica_leader_partitions.clone(),
         );
+        registry.register(
+            "broker_fenced",
+            "Cluster mode, shard 0: 1 while the controller keeps this broker fenced (or it is not registered yet), 0 once unfenced",
+            metrics.broker_fenced.clone(),
+        );
         Arc::new(BrokerMetrics {
             registry,
             ..metrics
@@ -230,6 +237,7 @@ impl BrokerMetrics {
             partitions: self.partitions.get_or_create_owned(&label),
             replica_lag_records: self.replica_lag_records.get_or_create_owned(&label),
             replica_leader_partitions: self.replica_leader_partitions.get_or_create_owned(&label),
+            broker_fenced: self.broker_fenced.get_or_create_owned(&label),
         }
     }
 
@@ -281,6 +289,8 @@ pub struct ShardMetrics {
     pub replica_lag_records: Gauge,
     /// Replicated partitions led.
     pub replica_leader_partitions: Gauge,
+    /// Cluster mode, shard 0: whether the controller fences this broker.
+    pub broker_fenced: Gauge,
 }
 
 impl ShardMetrics {

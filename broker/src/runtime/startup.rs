@@ -276,6 +276,8 @@ async fn start_shard(
         authority,
     });
     if id == 0 && cluster_mode {
+        // Fenced until a heartbeat answer says otherwise.
+        shard.metrics.broker_fenced.set(1);
         let role = start_cluster_role(&shard.config, cluster_disk).await?;
         if let Some(controller) = &role.controller {
             let specs = internal_topics(&shard.config)
