@@ -17,9 +17,10 @@
 //! Inter-broker requests reach shard 0 whatever shard accepted the
 //! connection: other shards forward them (`ShardCommand::Cluster`).
 //!
-//! Not yet in cluster mode: the replicated data path. Partitions are placed
-//! and published, but produce and fetch answer `LEADER_NOT_AVAILABLE`
-//! until replicas run (issue 5).
+//! The data path of replicated partitions is not here: shards open the
+//! replicas the published metadata places on them and follow its
+//! leadership (`crate::runtime::replicas`), and the replica itself is
+//! `crate::replica::ReplicatedPartition`.
 
 pub mod controller_service;
 pub mod election;
