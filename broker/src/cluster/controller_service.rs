@@ -38,11 +38,11 @@ use event_listener::Event;
 use futures::channel::oneshot;
 
 use super::election::{
-    AttemptOutcome, DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, Resolution,
-    answer_from_response, resolve,
+    AttemptOutcome, DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, Resolution, resolve,
 };
 use super::raft_log::RaftLogFile;
 use crate::peer::Peers;
+use crate::replica::peer_transport::answer_from_wire;
 use crate::runtime::wait_until;
 
 /// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
@@ -760,7 +760,7 @@ impl ControllerService {
         };
         match self.peers.call(addr, request, &[], QUERY_TIMEOUT).await {
             Ok(answer) => {
-                answer_from_response(due.key(), due.new_epoch, target.replica, &answer.message)
+                answer_from_wire(due.key(), due.new_epoch, target.replica, &answer.message)
             }
             Err(error) => {
                 tracing::debug!(replica = %target.replica, %error, "replica query failed");

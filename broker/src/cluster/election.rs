@@ -31,10 +31,7 @@ use corelog_controller::{
     BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, TopicId,
 };
 use corelog_replication::election::Decision;
-use corelog_replication::{PartitionKey, QueryAnswer, QueryResult, ReplicaId};
-use corelog_wire::error::ErrorCode;
-use corelog_wire::message::replica_query::{QueryResult as WireQueryResult, ReplicaQueryResponse};
-use corelog_wire::types::Offset;
+use corelog_replication::{PartitionKey, ReplicaId};
 
 /// Shortest time between two attempts on one partition that needs a
 /// leader: quick enough that a lost leader is replaced within a second,
@@ -183,39 +180,6 @@ pub fn resolve(due: &DueElection, decision: Decision) -> Resolution {
             fenced_epoch: Some(fenced_epoch),
         },
     }
-}
-
-/// A replica's wire answer as the election counts it; `None` for an answer
-/// that does not count (an error code, or "not a replica").
-#[must_use]
-pub fn answer_from_response(
-    key: PartitionKey,
-    epoch: LeaderEpoch,
-    from: ReplicaId,
-    response: &ReplicaQueryResponse,
-) -> Option<QueryAnswer> {
-    if response.error_code != ErrorCode::None.code() {
-        return None;
-    }
-    let result = match response.result {
-        WireQueryResult::State {
-            last_epoch,
-            log_end,
-        } => QueryResult::State {
-            last_epoch: last_epoch.map(LeaderEpoch),
-            log_end: Offset(log_end),
-        },
-        WireQueryResult::Fenced { fenced_epoch } => QueryResult::Fenced {
-            fenced_epoch: LeaderEpoch(fenced_epoch),
-        },
-        WireQueryResult::NotReplica => return None,
-    };
-    Some(QueryAnswer {
-        partition: key,
-        epoch,
-        from,
-        result,
-    })
 }
 
 /// How an attempt ended, for the bookkeeping.
@@ -472,8 +436,15 @@ mod tests {
 
     use corelog_controller::{Outcome, Replica};
     use corelog_replication::election::decide;
+    use corelog_replication::{QueryAnswer, QueryResult};
+    use corelog_wire::error::ErrorCode;
+    use corelog_wire::message::replica_query::{
+        QueryResult as WireQueryResult, ReplicaQueryResponse,
+    };
+    use corelog_wire::types::Offset;
 
     use super::*;
+    use crate::replica::peer_transport::answer_from_wire;
 
     const TOPIC: TopicId = TopicId(0);
 
@@ -849,7 +820,7 @@ mod tests {
             },
         };
         assert_eq!(
-            answer_from_response(key, epoch, ReplicaId(2), &state).map(|answer| answer.result),
+            answer_from_wire(key, epoch, ReplicaId(2), &state).map(|answer| answer.result),
             Some(QueryResult::State {
                 last_epoch: Some(LeaderEpoch(2)),
                 log_end: Offset(40)
@@ -859,18 +830,12 @@ mod tests {
             error_code: ErrorCode::UnknownServerError.code(),
             ..state.clone()
         };
-        assert_eq!(
-            answer_from_response(key, epoch, ReplicaId(2), &failed),
-            None
-        );
+        assert_eq!(answer_from_wire(key, epoch, ReplicaId(2), &failed), None);
         let stranger = ReplicaQueryResponse {
             result: WireQueryResult::NotReplica,
             ..state
         };
-        assert_eq!(
-            answer_from_response(key, epoch, ReplicaId(2), &stranger),
-            None
-        );
+        assert_eq!(answer_from_wire(key, epoch, ReplicaId(2), &stranger), None);
     }
 
     #[test]

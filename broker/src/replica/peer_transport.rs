@@ -254,6 +254,39 @@ pub fn answer_to_wire(answer: &QueryAnswer) -> ReplicaQueryResponse {
     }
 }
 
+/// A replica's wire answer as the election counts it; `None` for an answer
+/// that does not count (an error code, or "not a replica").
+#[must_use]
+pub fn answer_from_wire(
+    key: PartitionKey,
+    epoch: LeaderEpoch,
+    from: ReplicaId,
+    response: &ReplicaQueryResponse,
+) -> Option<QueryAnswer> {
+    if response.error_code != ErrorCode::None.code() {
+        return None;
+    }
+    let result = match response.result {
+        WireQueryResult::State {
+            last_epoch,
+            log_end,
+        } => QueryResult::State {
+            last_epoch: last_epoch.map(LeaderEpoch),
+            log_end: Offset(log_end),
+        },
+        WireQueryResult::Fenced { fenced_epoch } => QueryResult::Fenced {
+            fenced_epoch: LeaderEpoch(fenced_epoch),
+        },
+        WireQueryResult::NotReplica => return None,
+    };
+    Some(QueryAnswer {
+        partition: key,
+        epoch,
+        from,
+        result,
+    })
+}
+
 /// A refused election query.
 #[must_use]
 pub fn query_refusal(code: ErrorCode, message: String) -> ReplicaQueryResponse {
