@@ -29,7 +29,8 @@
 #
 # Environment: BASE_PORT (7200), CLUSTER_DIR (target/cluster), SHARDS (1),
 # READY_TIMEOUT seconds (30), CORELOGD and CORELOG (binaries; default the
-# release builds, rebuilt by `up` unless NO_BUILD=1).
+# release builds, rebuilt by `up` unless NO_BUILD=1), BROKER_ARGS (extra
+# corelogd flags for every broker, e.g. "--preallocate-bytes 0").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +40,7 @@ shards=${SHARDS:-1}
 ready_timeout=${READY_TIMEOUT:-30}
 corelogd=${CORELOGD:-./target/release/corelogd}
 corelog=${CORELOG:-./target/release/corelog}
+read -r -a broker_args <<< "${BROKER_ARGS:-}"
 
 voters() {
     local count=$1 list="" i
@@ -157,6 +159,7 @@ start_node() {
         --controller-voters "$(voters "$count")" \
         --data-dir "$node_dir/data" \
         --disk-reserve-bytes $((256 << 20)) \
+        "${broker_args[@]}" \
         > "$node_dir/log" 2>&1 &
     local pid=$!
     echo "$pid" > "$node_dir/pid"

@@ -103,6 +103,10 @@ impl<D: Disk> ReplicatedPartition<D> {
                     last: outcome.last_offset,
                     epoch,
                 });
+                // Followers get the batch now, from the tail cache, and sync
+                // it while this replica does: a quorum append costs one
+                // group commit, not the leader's followed by a follower's.
+                self.wake_pump();
                 let produced = Produced {
                     base_offset: outcome.base_offset,
                     log_append_time: outcome.log_append_time,
@@ -128,6 +132,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         };
         self.wait_durable_for(end).await?;
         self.report_durable().await?;
+        // The high watermark may have moved with this replica's durable end.
         self.wake_pump();
         if acks == Acks::Quorum {
             self.wait_committed(end, epoch).await?;
@@ -278,10 +283,10 @@ impl<D: Disk> ReplicatedPartition<D> {
     }
 
     /// Whole batches from the push's start, at most `max_bytes` (at least
-    /// one). The pump runs when this replica's group commit completes; a
-    /// push then also carries what was appended since (still in the next
-    /// group commit), from the tail cache, so followers sync it in parallel
-    /// instead of a commit later. That is safe: the high watermark counts
+    /// one). The pump runs as soon as a batch is appended, so a push
+    /// carries batches this replica has not synced yet, from the tail
+    /// cache, and followers sync them in parallel with it. That is safe:
+    /// the high watermark counts
     /// this replica only up to its durable end, and a replica never leads
     /// an epoch twice, so a tail it loses in a crash cannot be overwritten
     /// under the same epoch. Records no longer cached are read from the
