@@ -57,6 +57,7 @@
 //!   offset tracker, the poison policy.
 //! - [`admin`] — topics, groups, offset resets and the audit log.
 //! - [`error`] — [`ClientError`].
+//! - [`verify`] — a pure history checker: did the log keep its contracts.
 //!
 //! Network code is in `connection` (one broker connection with pipelining)
 //! and `cluster` (connection pool and metadata cache, shared by the three
@@ -71,6 +72,7 @@ pub mod error;
 pub mod group;
 mod metadata;
 pub mod producer;
+pub mod verify;
 
 pub use corelog_wire::batch::{Compression, Header, SchemaVersion};
 pub use corelog_wire::error::ErrorCode;

@@ -94,3 +94,64 @@ fn an_unreachable_broker_is_reported_with_what_to_do() {
         "the message says to start the broker: {stderr}"
     );
 }
+
+#[test]
+fn verify_reports_a_healthy_broker_clean_and_foreign_records_as_violations() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    let history = tempfile::NamedTempFile::new().unwrap();
+    let verified = corelog(
+        &addr,
+        &[
+            "--json",
+            "verify",
+            "--topic",
+            "verify-clean",
+            "--duration",
+            "3s",
+            "--rate",
+            "400",
+            "--history",
+            history.path().to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(verified.status.success(), "{}", text(&verified.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&verified.stdout).unwrap();
+    assert_eq!(report["clean"], true, "{report}");
+    let acknowledged = report["stats"]["acknowledged"].as_u64().unwrap();
+    assert!(acknowledged >= 1000, "{report}");
+    let events = std::fs::read_to_string(history.path()).unwrap();
+    assert!(events.lines().count() as u64 > 2 * acknowledged);
+
+    // A record the workload never sent is in the topic: a phantom read,
+    // reported with exit code 3.
+    let created = corelog(
+        &addr,
+        &["topic", "create", "verify-dirty", "--partitions", "2"],
+        None,
+    );
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let produced = corelog(
+        &addr,
+        &["produce", "--topic", "verify-dirty"],
+        Some("not a workload record\n"),
+    );
+    assert!(produced.status.success(), "{}", text(&produced.stderr));
+    let verified = corelog(
+        &addr,
+        &["verify", "--topic", "verify-dirty", "--duration", "2s"],
+        None,
+    );
+    assert_eq!(
+        verified.status.code(),
+        Some(3),
+        "{}",
+        text(&verified.stderr)
+    );
+    let table = text(&verified.stdout);
+    assert!(
+        table.contains("phantom reads") && table.contains("VIOLATION"),
+        "{table}"
+    );
+}

@@ -8,11 +8,13 @@
 //! corelog group list | group describe GROUP | group audit [--group G] | group delete GROUP
 //! corelog group reset-offsets GROUP --topic T [--partition P ...]
 //!     (--to-earliest | --to-latest | --to-offset N | --to-time T) --reason TEXT [--dry-run]
+//! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!
 //! Output is a readable table or text for people, and JSON with `--json`
 //! for scripts. Errors go to stderr with what to do, and the exit code is
-//! non-zero: 1 for a failure, 2 for a usage error.
+//! non-zero: 1 for a failure, 2 for a usage error, 3 when `verify` found
+//! violations.
 
 mod consume;
 mod group;
@@ -20,6 +22,7 @@ mod output;
 mod produce;
 mod time;
 mod topic;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -56,7 +59,13 @@ enum Command {
     /// an audit reason) and read the audit log.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Produce unique checksummed records, consume them with a group, and
+    /// check from the recorded history that nothing acknowledged was lost.
+    Verify(verify::VerifyArgs),
 }
+
+/// Exit code of `verify` when the checker found violations.
+const EXIT_VIOLATIONS: u8 = 3;
 
 /// Options every command shares.
 #[derive(Clone, Debug)]
@@ -97,10 +106,18 @@ fn main() -> ExitCode {
             Command::Produce(args) => produce::run(&global, args).await,
             Command::Consume(args) => consume::run(&global, args).await,
             Command::Group(command) => group::run(&global, command).await,
+            Command::Verify(args) => match verify::run(&global, args).await? {
+                verify::Verdict::Clean => Ok(()),
+                verify::Verdict::Violations(count) => {
+                    eprintln!("verify: {count} violations; see the report above");
+                    return Ok(ExitCode::from(EXIT_VIOLATIONS));
+                }
+            },
         }
+        .map(|()| ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             report(&error);
             ExitCode::FAILURE
