@@ -82,10 +82,14 @@
 //! and the final read covers every partition written or read. Breaches
 //! are reported as [`HistoryProblems`] and make the report unclean, since
 //! the verdict cannot be trusted then.
+//!
+//! [`workload`] is the I/O side: the producers, group and final read that
+//! `corelog verify` and the fault-injection runner record histories with.
 
 mod checker;
 mod history;
 mod report;
+pub mod workload;
 
 pub use self::checker::{DEFAULT_MAX_EXAMPLES, check, check_with_limit};
 pub use self::history::{
