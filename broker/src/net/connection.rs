@@ -45,7 +45,14 @@ struct Outgoing {
     reply: Reply,
     /// Close the connection after writing this response.
     then_close: bool,
+    /// The request's in-flight slot, freed once the response is written:
+    /// a client that stops reading stops the broker reading its requests,
+    /// instead of responses piling up unsent (C9).
+    _slot: RequestSlot,
 }
+
+/// One of a connection's `max_in_flight_per_connection` request slots.
+type RequestSlot = async_lock::SemaphoreGuardArc;
 
 /// Serves one connection until the client closes it, it breaks the
 /// protocol beyond recovery, or the shard stops.
@@ -135,7 +142,8 @@ async fn read_requests(
     ));
     let mut handshake_done = false;
     loop {
-        // Backpressure: no next frame until a request slot is free.
+        // Backpressure: no next frame until a request slot is free; a slot
+        // is freed when its response has been written.
         let permit = permits.acquire_arc().await;
         let mut header_bytes = [0u8; REQUEST_HEADER_BYTES];
         let stopping = shard.stopping.listen();
@@ -168,6 +176,7 @@ async fn read_requests(
                 shard.metrics.error(ErrorCode::InvalidRequest);
                 send(
                     &outgoing,
+                    permit,
                     correlation_id,
                     Reply::error(ErrorCode::InvalidRequest),
                     false,
@@ -186,7 +195,7 @@ async fn read_requests(
                     _ => ErrorCode::InvalidRequest,
                 };
                 shard.metrics.error(code);
-                send(&outgoing, correlation_id, Reply::error(code), true);
+                send(&outgoing, permit, correlation_id, Reply::error(code), true);
                 return Err(CloseReason::Frame(error));
             }
         };
@@ -204,6 +213,7 @@ async fn read_requests(
             shard.metrics.error(ErrorCode::UnsupportedVersion);
             send(
                 &outgoing,
+                permit,
                 header.correlation_id,
                 Reply::error(ErrorCode::UnsupportedVersion),
                 false,
@@ -214,6 +224,7 @@ async fn read_requests(
             shard.metrics.error(ErrorCode::InvalidRequest);
             send(
                 &outgoing,
+                permit,
                 header.correlation_id,
                 Reply::error(ErrorCode::InvalidRequest),
                 false,
@@ -226,9 +237,8 @@ async fn read_requests(
         let outgoing = outgoing.clone();
         glommio::spawn_local(async move {
             let reply = handle(&shard, header, &body, received, peer).await;
-            send(&outgoing, header.correlation_id, reply, false);
+            send(&outgoing, permit, header.correlation_id, reply, false);
             drop(in_flight);
-            drop(permit);
         })
         .detach();
     }
@@ -250,11 +260,18 @@ async fn handle(
         })
 }
 
-fn send(outgoing: &flume::Sender<Outgoing>, correlation_id: u32, reply: Reply, then_close: bool) {
+fn send(
+    outgoing: &flume::Sender<Outgoing>,
+    slot: RequestSlot,
+    correlation_id: u32,
+    reply: Reply,
+    then_close: bool,
+) {
     let sent = outgoing.send(Outgoing {
         correlation_id,
         reply,
         then_close,
+        _slot: slot,
     });
     if sent.is_err() {
         tracing::debug!(
