@@ -11,7 +11,7 @@ FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_top
 PURE_CRATES = corelog-wire
 
 .PHONY: build run test sim bench bench-storage bench-broker bench-cluster cluster cluster-down \
-	cluster-status fmt lint purity fuzz clean
+	cluster-status fmt lint purity fuzz clean nemesis soak
 
 build:
 	$(CARGO) build --release --workspace
@@ -40,6 +40,25 @@ test:
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --exclude corelog-sim
 	$(CARGO) test -p corelog-sim --release
+	$(MAKE) nemesis
+
+# Fault injection (tests/src/bin/nemesis.rs): a fresh 3-broker cluster, the
+# `corelog verify` workload, kill -9 and SIGSTOP of one or two brokers
+# (leaders, the controller leader, any) on a seeded schedule, then the
+# history checker. About 5 minutes and 40+ faults; exits non-zero on any
+# violation and prints the command that replays its schedule.
+# NEMESIS_SEED=N replays a schedule; `make soak MINUTES=N` runs a long one.
+NEMESIS_SECONDS ?= 240
+MINUTES ?= 30
+NEMESIS = ./target/release/corelog-nemesis $(if $(NEMESIS_SEED),--seed $(NEMESIS_SEED))
+nemesis:
+	$(CARGO) build --release -p corelog-broker -p corelog-tests --bins
+	$(NEMESIS) --duration $(NEMESIS_SECONDS) --report target/nemesis-report.json
+
+soak:
+	$(CARGO) build --release -p corelog-broker -p corelog-tests --bins
+	$(NEMESIS) --duration $$(( $(MINUTES) * 60 )) --report target/soak-report.json \
+		--history target/soak-history.jsonl
 
 # Deterministic replication simulation (sim/): `make sim SEEDS=N` runs N seeds
 # from SIM_FIRST_SEED (default 0) on every core; `make sim SEED=N` replays seed

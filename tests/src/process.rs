@@ -17,10 +17,14 @@ use crate::wire_client::Client;
 #[must_use]
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("tests run from target/<profile>/deps");
+    // Tests run from target/<profile>/deps, harness binaries (such as
+    // corelog-nemesis) from target/<profile>.
+    let exe_dir = exe.parent().expect("the executable is in a directory");
+    let profile_dir = if exe_dir.ends_with("deps") {
+        exe_dir.parent().expect("deps is in the profile directory")
+    } else {
+        exe_dir
+    };
     let path = profile_dir.join(name);
     assert!(
         path.exists(),

@@ -115,6 +115,7 @@ pub(crate) async fn run(global: &Global, args: VerifyArgs) -> Result<Verdict, Cl
         payload_bytes: args.payload_bytes,
         duration: args.duration,
         drain_timeout: args.drain_timeout,
+        clock_origin: None,
     };
     let history = workload::run(&workload, partitions, |line| eprintln!("verify: {line}")).await?;
     if let Some(path) = &args.history {

@@ -49,6 +49,9 @@ pub struct Workload {
     /// After producing, how long the group and the final read may take to
     /// reach the end of every partition.
     pub drain_timeout: Duration,
+    /// Event times count from here; `None` for the start of [`run`]. A
+    /// fault injector that adds events of its own passes its clock.
+    pub clock_origin: Option<Instant>,
 }
 
 /// Marks a workload record's value.
@@ -116,9 +119,11 @@ struct Recorder {
 
 impl Recorder {
     fn record(&self, client: ClientId, kind: EventKind) {
-        let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         // A poisoned lock means a recording task panicked; the run is void.
         if let Ok(mut history) = self.history.lock() {
+            // Read the clock under the lock, so that times follow the
+            // order of the events even with tasks on several threads.
+            let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
             history.record(at_ms, client, kind);
         }
     }
@@ -163,7 +168,7 @@ pub async fn run(
     }
     let recorder = Recorder {
         history: Arc::new(Mutex::new(History::new())),
-        started: Instant::now(),
+        started: workload.clock_origin.unwrap_or_else(Instant::now),
     };
     let progress = SharedProgress::default();
     let (stop_producing, producing) = watch::channel(false);
