@@ -163,6 +163,26 @@ struct CommitKey<'h> {
     offset: u64,
 }
 
+impl<'h> CommitKey<'h> {
+    /// The key of a commit event's fields, as recorded by `client`.
+    fn of(
+        client: ClientId,
+        group: &'h str,
+        generation: i32,
+        topic: &'h str,
+        partition: u32,
+        offset: u64,
+    ) -> CommitKey<'h> {
+        CommitKey {
+            client,
+            group,
+            generation,
+            tp: (topic, partition),
+            offset,
+        }
+    }
+}
+
 /// What was known when a commit was invoked.
 #[derive(Debug)]
 struct PendingCommit {
@@ -363,13 +383,8 @@ impl<'h> Checker<'h> {
                 offset,
             } => {
                 self.stats.commits_ok += 1;
-                let key = CommitKey {
-                    client: event.client,
-                    group,
-                    generation: *generation,
-                    tp: (topic, *partition),
-                    offset: *offset,
-                };
+                let key =
+                    CommitKey::of(event.client, group, *generation, topic, *partition, *offset);
                 self.commit_ok(index, event, key);
             }
             EventKind::CommitFail {
@@ -381,13 +396,8 @@ impl<'h> Checker<'h> {
                 ..
             } => {
                 self.stats.commits_failed += 1;
-                let key = CommitKey {
-                    client: event.client,
-                    group,
-                    generation: *generation,
-                    tp: (topic, *partition),
-                    offset: *offset,
-                };
+                let key =
+                    CommitKey::of(event.client, group, *generation, topic, *partition, *offset);
                 if self.take_pending(&key).is_none() {
                     self.problems.add(|| {
                         format!(

@@ -137,6 +137,8 @@ struct Progress {
     unknown: u64,
     read: u64,
     committed: u64,
+    /// Per partition, the offset after the highest record the group read.
+    read_ends: BTreeMap<u32, u64>,
 }
 
 type SharedProgress = Arc<Mutex<Progress>>;
@@ -234,7 +236,7 @@ pub async fn run(
     }
     on_progress("producers stopped; the group drains the topic");
     let drain_deadline = Instant::now() + workload.drain_timeout;
-    if !wait_group_drained(&acknowledged_end, &recorder, drain_deadline).await {
+    if !wait_group_drained(&acknowledged_end, &progress, drain_deadline).await {
         on_progress("the group did not reach the end of every partition in time");
     }
     let _ = stop_consuming.send(true);
@@ -469,6 +471,10 @@ async fn consume(
         }
         bump(&progress, |progress| {
             progress.read += polled.records.len() as u64;
+            for record in &polled.records {
+                let end = progress.read_ends.entry(record.partition).or_insert(0);
+                *end = (*end).max(record.offset.0 + 1);
+            }
         });
         if last_commit.elapsed() >= COMMIT_EVERY {
             commit(&consumer, client, &recorder, &progress).await;
@@ -547,18 +553,22 @@ async fn commit(
     }
 }
 
-/// Waits until the group has read every acknowledged record (by the reads
-/// recorded); false if the deadline passed first.
+/// Waits until the group has read every acknowledged record; false if the
+/// deadline passed first.
 async fn wait_group_drained(
     acknowledged_end: &BTreeMap<u32, u64>,
-    recorder: &Recorder,
+    progress: &SharedProgress,
     deadline: Instant,
 ) -> bool {
     loop {
-        let read_end = read_ends(recorder);
-        let drained = acknowledged_end
-            .iter()
-            .all(|(partition, end)| read_end.get(partition).is_some_and(|read| read >= end));
+        let drained = progress.lock().is_ok_and(|progress| {
+            acknowledged_end.iter().all(|(partition, end)| {
+                progress
+                    .read_ends
+                    .get(partition)
+                    .is_some_and(|read| read >= end)
+            })
+        });
         if drained {
             return true;
         }
@@ -567,23 +577,6 @@ async fn wait_group_drained(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Per partition, the offset after the highest record the group read.
-fn read_ends(recorder: &Recorder) -> BTreeMap<u32, u64> {
-    let mut ends = BTreeMap::new();
-    if let Ok(history) = recorder.history.lock() {
-        for event in history.events() {
-            if let EventKind::Read {
-                partition, offset, ..
-            } = &event.kind
-            {
-                let end = ends.entry(*partition).or_insert(0);
-                *end = (*end).max(offset + 1);
-            }
-        }
-    }
-    ends
 }
 
 /// Reads every partition from its start to its high watermark with a
