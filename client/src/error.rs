@@ -163,9 +163,10 @@ pub enum ClientError {
     },
     /// A batch was given up because the partition's sequence could no
     /// longer be trusted (an earlier batch failed, or the broker reported a
-    /// gap). The records were not acknowledged.
+    /// gap). The records were not acknowledged; they may or may not be in
+    /// the log.
     #[error(
-        "records for {topic}/{partition} were not sent: {reason}: they were not acknowledged, send them again if they matter"
+        "records for {topic}/{partition} were given up: {reason}: they were not acknowledged and may or may not be in the log; read the partition before sending them again if duplicates matter"
     )]
     Aborted {
         /// Topic.

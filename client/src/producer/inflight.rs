@@ -85,6 +85,12 @@ pub(crate) fn classify(code: ErrorCode, is_first_unacked: bool) -> Verdict {
         | ErrorCode::StorageError => Verdict::Retry {
             refresh_metadata: true,
         },
+        // The broker refused bytes damaged on the way (its CRC check); the
+        // producer's own copy was checked when it was encoded, so a resend
+        // of the same bytes is safe and usually succeeds.
+        ErrorCode::CorruptMessage => Verdict::Retry {
+            refresh_metadata: false,
+        },
         code if code.is_retriable() => Verdict::Retry {
             refresh_metadata: false,
         },
@@ -137,9 +143,21 @@ impl PartitionInFlight {
             .any(|sent| matches!(sent.state, SendState::Waiting { .. }))
     }
 
-    /// Whether a new batch may be taken now.
+    /// Whether a new batch may be taken now: at most `max_in_flight`
+    /// batches from the oldest unacknowledged one, not merely that many
+    /// unacknowledged. The broker acknowledges out of order and remembers
+    /// only the last few batches per producer; a window counted by
+    /// unacknowledged batches could run past the oldest one, whose retry
+    /// would then get OUT_OF_ORDER_SEQUENCE although it was stored.
     pub(crate) fn can_start(&self, max_in_flight: usize) -> bool {
-        !self.in_recovery() && self.unacked.len() < max_in_flight
+        let window_start = self
+            .unacked
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_number);
+        let window = usize::try_from(self.next_number - window_start).unwrap_or(usize::MAX);
+        !self.in_recovery() && window < max_in_flight
     }
 
     /// Whether nothing is unacknowledged.
@@ -455,6 +473,16 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_damaged_on_the_way_is_resent() {
+        assert_eq!(
+            classify(ErrorCode::CorruptMessage, true),
+            Verdict::Retry {
+                refresh_metadata: false
+            }
+        );
+    }
+
+    #[test]
     fn out_of_order_for_the_first_unacked_batch_is_a_real_gap() {
         assert_eq!(
             classify(ErrorCode::OutOfOrderSequence, true),
@@ -510,9 +538,14 @@ mod tests {
             partition.start(batch(&accumulator, 1), PRODUCER).unwrap();
         }
         assert!(!partition.can_start(5));
+        // Acknowledged out of order: while batch 0 is outstanding the
+        // window does not move, or a retry of batch 0 could fall outside
+        // the broker's memory of each producer's recent batches.
         partition.remove(2);
-        assert!(partition.can_start(5));
+        assert!(!partition.can_start(5));
         assert!(partition.has_later(1));
         assert!(!partition.has_later(4));
+        partition.remove(0);
+        assert!(partition.can_start(5));
     }
 }
