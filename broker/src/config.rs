@@ -14,7 +14,9 @@ use crate::storage::retention::DEFAULT_RETENTION_MS;
 /// Everything `corelogd` needs to run, resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BrokerConfig {
-    /// Client listener; every shard accepts on it (SO_REUSEPORT).
+    /// Client listener; every shard accepts on it (SO_REUSEPORT). When its
+    /// IP is a specific address (not 0.0.0.0 or ::), connections to other
+    /// brokers start from that IP too, so a firewall can tell brokers apart.
     pub listen: SocketAddr,
     /// Prometheus `/metrics` listener.
     pub metrics_listen: SocketAddr,
@@ -71,6 +73,11 @@ pub struct BrokerConfig {
     /// Partitions of the internal `__groups` topic, fixed when it is created:
     /// group `g` is coordinated by partition `xxh3_64(g) % N`.
     pub group_topic_partitions: u32,
+    /// Longest session and rebalance timeout a consumer may ask for in
+    /// JoinGroup: a member's timeouts decide how long a silent member stays
+    /// and how long the next rebalance waits for it, so without a bound one
+    /// client could stall its group for weeks.
+    pub group_timeout_max_ms: u32,
     /// Storage settings that are not per topic.
     pub log: LogConfig,
     /// `tracing` filter, e.g. `info` or `corelog_broker=debug`.
@@ -114,6 +121,8 @@ impl Default for BrokerConfig {
             },
             default_partitions: 1,
             group_topic_partitions: 8,
+            // Kafka's group.max.session.timeout.ms default.
+            group_timeout_max_ms: 1_800_000,
             log,
             log_level: "info".to_owned(),
         }
@@ -127,7 +136,8 @@ pub struct Flags {
     /// TOML file with any of the settings below (same names, snake_case).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Client listener [default: 127.0.0.1:7100].
+    /// Client listener [default: 127.0.0.1:7100]; a specific IP is also
+    /// the source of connections to other brokers.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
     /// Metrics listener [default: 127.0.0.1:7180].
@@ -191,6 +201,10 @@ pub struct Flags {
     /// Partitions of the internal __groups topic, at its creation [default: 8].
     #[arg(long)]
     pub group_topic_partitions: Option<u32>,
+    /// Longest session and rebalance timeout a JoinGroup may ask for
+    /// [default: 30 min].
+    #[arg(long)]
+    pub group_timeout_max_ms: Option<u32>,
     /// Default retention.ms of new topics; -1 keeps forever [default: 7 days].
     #[arg(long, allow_negative_numbers = true)]
     pub retention_ms: Option<i64>,
@@ -242,6 +256,7 @@ struct FileSettings {
     fetch_max_bytes: Option<u32>,
     default_partitions: Option<u32>,
     group_topic_partitions: Option<u32>,
+    group_timeout_max_ms: Option<u32>,
     retention_ms: Option<i64>,
     retention_bytes: Option<i64>,
     segment_bytes: Option<u64>,
@@ -325,6 +340,7 @@ impl BrokerConfig {
             fetch_max_bytes,
             default_partitions,
             group_topic_partitions,
+            group_timeout_max_ms,
             producer_state_retention_ms,
             maintenance_interval_ms,
             log_level,
@@ -396,6 +412,9 @@ impl BrokerConfig {
         }
         if self.group_topic_partitions == 0 || self.group_topic_partitions > 1024 {
             return invalid("group_topic_partitions", "must be between 1 and 1024");
+        }
+        if self.group_timeout_max_ms < 1_000 {
+            return invalid("group_timeout_max_ms", "must be at least 1000");
         }
         if self.default_partitions == 0 {
             return invalid("default_partitions", "must be at least 1");

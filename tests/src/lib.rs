@@ -3,11 +3,25 @@
 //! and the `corelog` CLI.
 //!
 //! - [`process`]: starting, killing (-9), terminating and restarting brokers.
+//! - [`power_loss`]: cutting a killed broker's files to their fsynced lengths.
+//! - [`corruption`]: damaging a stopped broker's files by kind, with a backup to restore.
 //! - [`wire_client`]: a blocking protocol client on the wire crate alone.
+//! - [`netns`]: a private network namespace and nftables cuts between
+//!   brokers' and clients' loopback addresses.
+//! - [`proxy`]: a seeded fault proxy (delay, reorder, duplicate, drop,
+//!   corrupt, lost replies) between clients and brokers and between brokers.
+//! - [`small_fs`]: a small mounted filesystem to fill up (disk full).
+//! - [`rng`]: the seeded generator behind every random choice above.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod corruption;
+pub mod netns;
+pub mod power_loss;
 pub mod process;
+pub mod proxy;
+pub mod rng;
+pub mod small_fs;
 pub mod wire_client;
 
 pub use process::{Broker, binary, free_port, start_cluster};

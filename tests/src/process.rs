@@ -88,13 +88,47 @@ impl Broker {
         broker
     }
 
+    /// Starts a broker on `addr` whose data directory is `data_dir` (for
+    /// example on a [`crate::small_fs::SmallFs`]); the caller keeps the
+    /// directory alive longer than the broker.
+    pub fn start_at_dir(addr: SocketAddr, data_dir: &Path, extra_args: &[&str]) -> Broker {
+        let mut broker = Broker {
+            child: None,
+            addr,
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            data_dir: data_dir.to_path_buf(),
+            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            _temp: None,
+        };
+        broker.spawn();
+        broker
+    }
+
     /// Whether the process is running (not killed by the test).
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
 
+    /// Whether the process exited by itself (a fatal storage error, a
+    /// refusal to run); `None` while it runs or when it was never started.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|child| child.try_wait().ok().flatten())
+    }
+
     /// Starts the process again on the same ports and data directory.
     pub fn spawn(&mut self) {
+        let mut command = self.command();
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        self.child = Some(command.spawn().expect("corelogd starts"));
+        self.wait_ready();
+    }
+
+    /// The command that starts this broker (arguments and fault-hook
+    /// environment), shared by every way of spawning it; output is left
+    /// to the caller.
+    fn command(&self) -> Command {
         let mut command = Command::new(binary("corelogd"));
         command
             .arg("--listen")
@@ -105,14 +139,53 @@ impl Broker {
             .arg(&self.data_dir)
             .arg("--disk-reserve-bytes")
             .arg("0")
-            .args(&self.extra_args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .args(&self.extra_args);
         if !self.extra_args.iter().any(|arg| arg == "--shards") {
             command.arg("--shards").arg("1");
         }
+        self.set_fault_env(&mut command);
+        command
+    }
+
+    /// Starts the process again like [`Broker::spawn`], but with its
+    /// stdout and stderr appended to `log`, and without panicking when it
+    /// refuses to start: `Err` with its exit status when it exits before
+    /// answering, so that a test can read why from `log`.
+    ///
+    /// # Errors
+    /// The exit status of a broker that stopped at start-up.
+    pub fn try_spawn_logged(&mut self, log: &Path) -> Result<(), std::process::ExitStatus> {
+        let output = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("broker log file opens");
+        let mut command = self.command();
+        command
+            .stdout(output.try_clone().expect("log file handle"))
+            .stderr(output);
         self.child = Some(command.spawn().expect("corelogd starts"));
-        self.wait_ready();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().unwrap())
+            {
+                self.child = None;
+                return Err(status);
+            }
+            if let Ok(mut client) = Client::connect(self.addr)
+                && client.handshake().is_ok()
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "corelogd did not become ready; its output is in {}",
+            log.display()
+        );
     }
 
     fn wait_ready(&mut self) {
@@ -202,11 +275,122 @@ impl Broker {
         &self.data_dir
     }
 
+    /// The durable ledger's path, beside the data directory. The broker
+    /// records one (test build, see [`crate::power_loss`]) when this file
+    /// exists as it starts: [`Broker::with_durable_ledger`] creates it.
+    pub fn durable_ledger_path(&self) -> PathBuf {
+        sibling(&self.data_dir, "durable-ledger")
+    }
+
+    /// The file whose text restricts injected EIO faults to paths that
+    /// contain it (see [`Broker::inject_eio_on`]).
+    fn fault_filter_path(&self) -> PathBuf {
+        sibling(&self.data_dir, "fault-filter")
+    }
+
+    /// The fault hooks' environment (read only by the test build of
+    /// corelogd, feature `fault-injection`).
+    fn set_fault_env(&self, command: &mut Command) {
+        use corelog_broker::storage::fault_hooks::{FILTER_FILE_ENV, LEDGER_ENV};
+        command.env(FILTER_FILE_ENV, self.fault_filter_path());
+        let ledger = self.durable_ledger_path();
+        if ledger.exists() {
+            command.env(LEDGER_ENV, ledger);
+        } else {
+            command.env_remove(LEDGER_ENV);
+        }
+    }
+
+    /// Panics unless target's corelogd is the test build (feature
+    /// `fault-injection`): without the hooks a ledger stays empty and an
+    /// EIO signal kills the broker.
+    fn assert_fault_hooks() {
+        static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let found = *FOUND.get_or_init(|| {
+            let marker = corelog_broker::storage::fault_hooks::BUILD_MARKER.as_bytes();
+            let bytes = std::fs::read(binary("corelogd")).expect("corelogd is readable");
+            bytes.windows(marker.len()).any(|window| window == marker)
+        });
+        assert!(
+            found,
+            "target's corelogd has no fault hooks: build it with `cargo build --workspace --bins` (a `cargo build -p corelog-broker` builds it without them)"
+        );
+    }
+
+    /// Makes this broker record a durable ledger from now on, so that
+    /// [`Broker::power_loss`] works. If it runs, it is killed (-9) and
+    /// started again so that the ledger covers the whole new process; what
+    /// the first process wrote counts as durable.
+    pub fn with_durable_ledger(&mut self) {
+        Self::assert_fault_hooks();
+        let ledger = self.durable_ledger_path();
+        if !ledger.exists() {
+            std::fs::File::create(&ledger).expect("durable ledger file");
+        }
+        if self.is_running() {
+            self.kill();
+            self.spawn();
+        }
+    }
+
+    /// Power loss: kill -9, then every file cut to its last fdatasync'ed
+    /// length. Start the broker again with [`Broker::spawn`].
+    ///
+    /// # Panics
+    /// If the broker records no durable ledger ([`Broker::with_durable_ledger`]).
+    pub fn power_loss(&mut self) -> crate::power_loss::PowerLossSummary {
+        let ledger = self.durable_ledger_path();
+        assert!(
+            ledger.exists(),
+            "power loss needs a durable ledger: call Broker::with_durable_ledger first"
+        );
+        self.kill();
+        crate::power_loss::apply(&self.data_dir, &ledger).expect("power loss applies")
+    }
+
+    /// Makes the next fdatasync (`EioKind::Sync`) or write
+    /// (`EioKind::Write`) of any file fail with EIO, once. Test build only.
+    pub fn inject_eio(&self, kind: EioKind) {
+        self.inject_eio_on(kind, None);
+    }
+
+    /// As [`Broker::inject_eio`], for the next call on a path containing
+    /// `path_contains` (any path if `None`).
+    pub fn inject_eio_on(&self, kind: EioKind, path_contains: Option<&str>) {
+        Self::assert_fault_hooks();
+        let filter = self.fault_filter_path();
+        match path_contains {
+            Some(text) => std::fs::write(&filter, text).expect("fault filter file"),
+            None if filter.exists() => std::fs::remove_file(&filter).expect("fault filter file"),
+            None => {}
+        }
+        self.signal(match kind {
+            EioKind::Sync => rustix::process::Signal::USR1,
+            EioKind::Write => rustix::process::Signal::USR2,
+        });
+    }
+
     /// A connected client that has done the ApiVersions handshake.
     pub fn client(&self) -> Client {
         let mut client = Client::connect(self.addr).unwrap();
         client.handshake().unwrap();
         client
+    }
+
+    /// The sum of `corelog_replica_lag_records` over the partitions this
+    /// broker leads: 0 once every follower has caught up. `None` when the
+    /// broker does not run or leads nothing.
+    pub fn replica_lag(&self) -> Option<u64> {
+        if !self.is_running() {
+            return None;
+        }
+        let text = self.metrics();
+        let values: Vec<u64> = text
+            .lines()
+            .filter(|line| !line.starts_with('#') && line.contains("replica_lag_records"))
+            .filter_map(|line| line.rsplit(' ').next()?.trim().parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
     }
 
     /// The `/metrics` text.
@@ -225,6 +409,75 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Which I/O call [`Broker::inject_eio`] fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EioKind {
+    /// The next fdatasync.
+    Sync,
+    /// The next write.
+    Write,
+}
+
+/// `path`'s sibling named `<file name of path>.<suffix>`.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".");
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// As [`start_cluster`], with every broker recording a durable ledger
+/// ([`Broker::with_durable_ledger`]; each is restarted once for it).
+pub fn start_cluster_with_durable_ledgers(n: u32, extra_args: &[&str]) -> Vec<Broker> {
+    let mut brokers = start_cluster(n, extra_args);
+    for broker in &mut brokers {
+        broker.with_durable_ledger();
+    }
+    brokers
+}
+
+/// A cluster of one broker per IP in `ips` (node ids 1, 2, ... in order),
+/// every one a controller voter, each listening on, advertising and
+/// connecting to its peers from its own IP: so that [`crate::netns`] rules
+/// can cut links between them. The IPs must be local (for example
+/// 127.0.0.2, .3, .4 inside [`crate::netns::enter_private_network`]).
+pub fn start_cluster_on(ips: &[std::net::Ipv4Addr], extra_args: &[&str]) -> Vec<Broker> {
+    let addrs: Vec<SocketAddr> = ips
+        .iter()
+        .map(|ip| {
+            // A port free on this IP, not only on 127.0.0.1.
+            TcpListener::bind((*ip, 0)).unwrap().local_addr().unwrap()
+        })
+        .collect();
+    let voters = addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| format!("{}@{addr}", index + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| {
+            let node_id = (index + 1).to_string();
+            let rack = format!("rack-{}", index + 1);
+            let host = addr.ip().to_string();
+            let mut args = vec![
+                "--node-id",
+                node_id.as_str(),
+                "--controller-voters",
+                voters.as_str(),
+                "--rack",
+                rack.as_str(),
+                "--advertised-host",
+                host.as_str(),
+            ];
+            args.extend_from_slice(extra_args);
+            Broker::start_at(*addr, &args)
+        })
+        .collect()
 }
 
 /// `n` brokers forming a cluster whose every member is a controller voter.
@@ -256,6 +509,137 @@ pub fn start_cluster(n: u32, extra_args: &[&str]) -> Vec<Broker> {
             Broker::start_at(*addr, &args)
         })
         .collect()
+}
+
+/// [`start_cluster`], except that broker `index` (0-based) of each
+/// `(index, dir)` in `data_dirs` keeps its data in `dir`.
+pub fn start_cluster_with_data_dirs(
+    n: u32,
+    extra_args: &[&str],
+    data_dirs: &[(usize, &Path)],
+) -> Vec<Broker> {
+    let addrs: Vec<SocketAddr> = (0..n)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        .collect();
+    let voters = addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| format!("{}@{addr}", index + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| {
+            let node_id = (index + 1).to_string();
+            let rack = format!("rack-{}", index + 1);
+            let mut args = vec![
+                "--node-id",
+                node_id.as_str(),
+                "--controller-voters",
+                voters.as_str(),
+                "--rack",
+                rack.as_str(),
+            ];
+            args.extend_from_slice(extra_args);
+            match data_dirs.iter().find(|(at, _)| *at == index) {
+                Some((_, dir)) => Broker::start_at_dir(*addr, dir, &args),
+                None => Broker::start_at(*addr, &args),
+            }
+        })
+        .collect()
+}
+
+/// A cluster whose brokers are reached only through fault proxies; see
+/// [`start_cluster_behind_proxies`]. Dropping it kills the brokers, then
+/// stops the proxies.
+#[derive(Debug)]
+pub struct ProxiedCluster {
+    /// Broker `i` is node id `i + 1`, listening on `127.0.0.1:P_i`.
+    pub brokers: Vec<Broker>,
+    /// Proxy `i` listens on `127.0.0.(11 + i):P_i` and forwards to broker `i`.
+    pub proxies: Vec<crate::proxy::FaultProxy>,
+}
+
+impl ProxiedCluster {
+    /// The proxies' addresses: what clients should bootstrap from.
+    pub fn bootstrap(&self) -> Vec<String> {
+        self.proxies
+            .iter()
+            .map(|proxy| proxy.listen_addr().to_string())
+            .collect()
+    }
+
+    /// Sets the same faults on every proxy.
+    pub fn set_faults(&self, faults: crate::proxy::Faults) {
+        for proxy in &self.proxies {
+            proxy.set_faults(faults);
+        }
+    }
+
+    /// The proxies' counts, summed.
+    pub fn stats(&self) -> crate::proxy::ProxyStats {
+        self.proxies
+            .iter()
+            .map(crate::proxy::FaultProxy::stats)
+            .fold(crate::proxy::ProxyStats::default(), |sum, stats| {
+                sum + stats
+            })
+    }
+}
+
+/// `n` brokers (at most 100) forming a cluster, every member a controller
+/// voter, with every connection to a broker going through that broker's
+/// [`FaultProxy`](crate::proxy::FaultProxy) (faults off until set).
+///
+/// Broker `i` listens on `127.0.0.1:P_i`; its proxy listens on
+/// `127.0.0.(11 + i):P_i` (all of 127.0.0.0/8 is local, so the same port
+/// on another address is free) and the broker advertises
+/// `--advertised-host 127.0.0.(11 + i)` with its own port. The controller
+/// voters list names the proxies, so clients (through metadata) and peers
+/// (Raft, registration, heartbeats, metadata fetches, replication pushes,
+/// election queries) all cross a proxy. A broker finds its own voter entry
+/// by node id, and refuses to start only when its own listen address
+/// already accepts connections, so no broker change is needed for this.
+/// Proxy `i` is seeded with `seed + i`.
+///
+/// # Panics
+/// If a proxy cannot bind or a broker does not start.
+pub fn start_cluster_behind_proxies(n: u32, seed: u64, extra_args: &[&str]) -> ProxiedCluster {
+    assert!(n <= 100, "proxy addresses are 127.0.0.11 to 127.0.0.110");
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let proxy_addr = |index: usize| SocketAddr::from(([127, 0, 0, 11 + index as u8], ports[index]));
+    let proxies: Vec<crate::proxy::FaultProxy> = (0..n as usize)
+        .map(|index| {
+            let upstream = SocketAddr::from(([127, 0, 0, 1], ports[index]));
+            crate::proxy::FaultProxy::start(proxy_addr(index), upstream, seed + index as u64)
+                .unwrap_or_else(|error| panic!("proxy on {}: {error}", proxy_addr(index)))
+        })
+        .collect();
+    let voters = (0..n as usize)
+        .map(|index| format!("{}@{}", index + 1, proxy_addr(index)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let brokers = (0..n as usize)
+        .map(|index| {
+            let node_id = (index + 1).to_string();
+            let rack = format!("rack-{}", index + 1);
+            let host = proxy_addr(index).ip().to_string();
+            let mut args = vec![
+                "--node-id",
+                node_id.as_str(),
+                "--controller-voters",
+                voters.as_str(),
+                "--rack",
+                rack.as_str(),
+                "--advertised-host",
+                host.as_str(),
+            ];
+            args.extend_from_slice(extra_args);
+            Broker::start_at(SocketAddr::from(([127, 0, 0, 1], ports[index])), &args)
+        })
+        .collect();
+    ProxiedCluster { brokers, proxies }
 }
 
 /// Whether every thread of `pid` is stopped (state `T` in

@@ -147,7 +147,7 @@ error_codes! {
     StorageError = 41, "STORAGE_ERROR", retriable: true,
         "The replica was fenced after an I/O failure; refresh metadata and retry on another replica.";
     CorruptSegment = 42, "CORRUPT_SEGMENT", retriable: false,
-        "Stored data failed its checksum and is not served; the replica repairs from a healthy one, alert an operator.";
+        "Stored data failed its checksum and is not served; read from another replica, and alert an operator: nothing repairs it automatically (a broker that finds damage when opening a replica exits with code 4 and says what to do).";
 
     TooManyRequests = 50, "TOO_MANY_REQUESTS", retriable: true,
         "Too many requests are in flight on this connection; wait for responses before sending more.";

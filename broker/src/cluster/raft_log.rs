@@ -133,6 +133,9 @@ impl RaftLogFile {
     /// [`RaftLogError::Io`]; the caller must stop the controller role, as a
     /// failed write leaves the file's tail unknown.
     pub async fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), RaftLogError> {
+        #[cfg(feature = "fault-injection")]
+        crate::storage::fault_hooks::before_write(&self.path)
+            .map_err(|error| self.error("write", error))?;
         let mut written = 0usize;
         while written < bytes.len() {
             let count = self
@@ -146,11 +149,10 @@ impl RaftLogFile {
             written += count;
         }
         self.len += bytes.len() as u64;
+        #[cfg(feature = "fault-injection")]
+        crate::storage::fault_hooks::wrote(&self.path, self.len);
         if sync {
-            self.file
-                .fdatasync()
-                .await
-                .map_err(|error| self.error("fdatasync", error.into()))?;
+            self.sync().await?;
         }
         Ok(())
     }
@@ -181,15 +183,32 @@ impl RaftLogFile {
     }
 
     async fn truncate(&mut self, len: u64) -> Result<(), RaftLogError> {
+        #[cfg(feature = "fault-injection")]
+        crate::storage::fault_hooks::before_write(&self.path)
+            .map_err(|error| self.error("truncate", error))?;
         self.file
             .truncate(len)
             .await
             .map_err(|error| self.error("truncate", error.into()))?;
+        #[cfg(feature = "fault-injection")]
+        crate::storage::fault_hooks::truncated(&self.path, len);
+        self.sync().await?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// fdatasync. A failure is final: the caller stops the controller role
+    /// and never retries, as the page cache may have dropped the data.
+    async fn sync(&self) -> Result<(), RaftLogError> {
+        #[cfg(feature = "fault-injection")]
+        let durable_len = crate::storage::fault_hooks::before_sync(&self.path)
+            .map_err(|error| self.error("fdatasync", error))?;
         self.file
             .fdatasync()
             .await
             .map_err(|error| self.error("fdatasync", error.into()))?;
-        self.len = len;
+        #[cfg(feature = "fault-injection")]
+        crate::storage::fault_hooks::synced(&self.path, durable_len);
         Ok(())
     }
 

@@ -136,10 +136,18 @@ async fn join(
             Some("a group id must be 1 to 255 bytes".to_owned()),
         );
     }
-    if request.session_timeout_ms < 1_000 || request.rebalance_timeout_ms < 1_000 {
+    // Bounded above too: the largest rebalance timeout among a group's
+    // members is how long every later join waits for it (C9).
+    let timeout_max_ms = shard.config.group_timeout_max_ms;
+    let timeouts = 1_000..=timeout_max_ms;
+    if !timeouts.contains(&request.session_timeout_ms)
+        || !timeouts.contains(&request.rebalance_timeout_ms)
+    {
         return refused(
             ErrorCode::InvalidRequest,
-            Some("session and rebalance timeouts must be at least 1000 ms".to_owned()),
+            Some(format!(
+                "session and rebalance timeouts must be between 1000 and {timeout_max_ms} ms"
+            )),
         );
     }
     let topics: BTreeSet<String> = request.topics.iter().cloned().collect();

@@ -353,6 +353,10 @@ impl StorageObserver for ShardMetrics {
         self.fsync_latency.observe(elapsed.as_secs_f64());
         self.flushed_bytes.inc_by(bytes);
     }
+
+    fn on_fenced(&self, dir: &std::path::Path, error: &crate::storage::StorageError) {
+        crate::runtime::fatal::on_log_fenced(dir, error);
+    }
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ impl PartitionError {
 impl From<StorageError> for PartitionError {
     fn from(error: StorageError) -> Self {
         let code = match &error {
+            // ENOSPC from a write or sync, and the fence it leaves, say
+            // what the operator must do (free space), not just "I/O error".
+            error if error.is_no_space() => ErrorCode::DiskFull,
             StorageError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             StorageError::DiskFull(_) => ErrorCode::DiskFull,
             StorageError::InvalidBatch(inner) => return PartitionError::from(inner.clone()),

@@ -1,9 +1,9 @@
 //! One pipelined connection to a peer broker.
 
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ahash::AHashMap;
 use corelog_wire::frame::{
@@ -36,20 +36,23 @@ pub struct PeerConnection {
 }
 
 impl PeerConnection {
-    /// Connects, starts the reader, and does the ApiVersions handshake.
+    /// Connects from `source` (any local address when `None`), starts the
+    /// reader, and does the ApiVersions handshake.
     ///
     /// # Errors
     /// [`PeerError::Unreachable`] or [`PeerError::Timeout`].
     pub async fn connect(
         addr: SocketAddr,
+        source: Option<IpAddr>,
         timeout: Duration,
     ) -> Result<Rc<PeerConnection>, PeerError> {
-        let stream = TcpStream::connect_timeout(addr, timeout)
-            .await
-            .map_err(|error| PeerError::Unreachable {
-                addr,
-                reason: error.to_string(),
-            })?;
+        let opened = match source {
+            Some(source) => connect_from(source, addr, timeout).await,
+            None => TcpStream::connect_timeout(addr, timeout)
+                .await
+                .map_err(|error| error.to_string()),
+        };
+        let stream = opened.map_err(|reason| PeerError::Unreachable { addr, reason })?;
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY on a peer connection");
         }
@@ -163,6 +166,62 @@ impl PeerConnection {
     }
 }
 
+/// Longest pause between two checks of a connect in progress: bounds the
+/// delay a completed handshake waits to be noticed.
+const CONNECT_POLL_MAX: Duration = Duration::from_millis(10);
+
+/// Opens a TCP connection to `addr` from `source` (port chosen by the
+/// kernel). glommio's own connect cannot bind first, so this is a
+/// non-blocking connect polled on the executor's timer: a blocking one
+/// would stall the shard, or its one blocking thread (renames, removes),
+/// for the whole timeout when a partition drops the SYN.
+async fn connect_from(
+    source: IpAddr,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, String> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|error| format!("cannot create a socket: {error}"))?;
+    socket
+        .bind(&SocketAddr::new(source, 0).into())
+        .map_err(|error| format!("cannot bind to the listen address {source}: {error}"))?;
+    socket
+        .set_nonblocking(true)
+        .map_err(|error| error.to_string())?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(error)
+            if error.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+        Err(error) => return Err(error.to_string()),
+    }
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        // SO_ERROR reports a refused or unreachable connect; a peer
+        // address appears once the handshake completed.
+        if let Some(error) = socket.take_error().map_err(|error| error.to_string())? {
+            return Err(error.to_string());
+        }
+        if socket.peer_addr().is_ok() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("connection timed out after {timeout:?}"));
+        }
+        glommio::timer::sleep(pause).await;
+        pause = (pause * 2).min(CONNECT_POLL_MAX);
+    }
+    // glommio's streams expect the blocking mode its own connect leaves.
+    socket
+        .set_nonblocking(false)
+        .map_err(|error| error.to_string())?;
+    Ok(TcpStream::from(socket))
+}
+
 async fn read_responses(
     addr: SocketAddr,
     mut reader: ReadHalf<TcpStream>,
@@ -203,5 +262,50 @@ async fn read_responses(
             addr,
             reason: failure.clone(),
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, TcpListener};
+
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    use super::*;
+
+    fn on_executor<T>(test: impl std::future::Future<Output = T>) -> T {
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor starts")
+            .run(test)
+    }
+
+    /// All of 127.0.0.0/8 is local on lo, so a listener on 127.0.0.1 sees
+    /// which loopback address a connection came from.
+    #[test]
+    fn connection_from_a_listen_ip_starts_from_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let source = IpAddr::from(Ipv4Addr::new(127, 0, 0, 7));
+        let stream = on_executor(connect_from(source, addr, Duration::from_secs(5)));
+        let stream = stream.expect("connects");
+        let (_accepted, from) = listener.accept().unwrap();
+        assert_eq!(from.ip(), source);
+        assert_eq!(stream.local_addr().unwrap().ip(), source);
+    }
+
+    #[test]
+    fn connection_refused_from_a_listen_ip_fails_fast() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let source = IpAddr::from(Ipv4Addr::new(127, 0, 0, 7));
+        let started = Instant::now();
+        let result = on_executor(connect_from(source, closed, Duration::from_secs(5)));
+        let reason = result.expect_err("nothing listens there");
+        assert!(reason.contains("refused"), "{reason}");
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 }

@@ -3,11 +3,16 @@
 //! queries). One pipelined connection per peer per shard, opened on first
 //! use, handshaken with ApiVersions like any client, replaced when it
 //! breaks; requests carry deadlines.
+//!
+//! A broker that listens on a specific IP opens its peer connections from
+//! that IP too ([`bind_outbound_to`]), so that a firewall (the partition
+//! tests' nftables rules, a production ACL) can tell one broker's traffic
+//! from another's and from clients' on a shared host.
 
 mod connection;
 
-use std::cell::RefCell;
-use std::net::SocketAddr;
+use std::cell::{Cell, RefCell};
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,6 +22,22 @@ use corelog_wire::message::{MessageError, Request};
 use rkyv::rancor;
 
 pub use connection::PeerConnection;
+
+thread_local! {
+    /// The source address of this executor's peer connections. Per thread
+    /// rather than per process: each shard executor is one thread of one
+    /// broker, while an in-process harness may run several brokers.
+    static OUTBOUND_SOURCE: Cell<Option<IpAddr>> = const { Cell::new(None) };
+}
+
+/// Makes the peer connections opened on the calling (executor) thread
+/// start from `listen`, the broker's listen IP, unless it is the wildcard
+/// (0.0.0.0 or ::), in which case the kernel picks the source as before.
+/// Called once per shard at start-up, before any peer call.
+pub fn bind_outbound_to(listen: IpAddr) {
+    let source = (!listen.is_unspecified()).then_some(listen);
+    OUTBOUND_SOURCE.with(|cell| cell.set(source));
+}
 
 /// Why a call to a peer failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -178,7 +199,8 @@ impl Peers {
         {
             return Ok(existing.clone());
         }
-        let connection = PeerConnection::connect(addr, timeout).await?;
+        let source = OUTBOUND_SOURCE.with(Cell::get);
+        let connection = PeerConnection::connect(addr, source, timeout).await?;
         self.connections
             .borrow_mut()
             .insert(addr, connection.clone());

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use corelog_replication::ReplicaMeta;
 
 use super::ReplicaError;
+use crate::storage::StorageError;
 use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
 
 const FILE_NAME: &str = "replica-meta";
@@ -53,8 +54,15 @@ pub async fn store<D: Disk>(disk: &D, dir: &Path, meta: &ReplicaMeta) -> Result<
     let path = meta_path(dir);
     write_file_atomically(disk, &path, &meta.encode())
         .await
-        .map_err(|error| ReplicaError::Meta {
-            path,
-            reason: error.to_string(),
+        .map_err(|error| {
+            let failed = StorageError::io(&path, error);
+            if failed.is_no_space() {
+                // Not damage: a full disk, which travels as DISK_FULL.
+                return ReplicaError::from(failed);
+            }
+            ReplicaError::Meta {
+                path,
+                reason: failed.to_string(),
+            }
         })
 }

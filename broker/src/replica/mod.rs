@@ -80,6 +80,7 @@ use corelog_replication::{
     RoleView,
 };
 use corelog_wire::batch::{self, BatchLimits};
+use corelog_wire::error::ErrorCode;
 use corelog_wire::types::{LeaderEpoch, Offset};
 use event_listener::Event;
 
@@ -169,6 +170,9 @@ pub struct ReplicatedPartition<D: Disk> {
     /// quorum from a missing one when a produce times out).
     acks_received: RefCell<BTreeMap<ReplicaId, u64>>,
     broken: RefCell<Option<String>>,
+    /// The fence came from a full disk: the shard reopens the replica once
+    /// space is back.
+    broken_no_space: Cell<bool>,
 }
 
 impl<D: Disk> std::fmt::Debug for ReplicatedPartition<D> {
@@ -235,6 +239,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             replicas: RefCell::new(Vec::new()),
             acks_received: RefCell::new(BTreeMap::new()),
             broken: RefCell::new(None),
+            broken_no_space: Cell::new(false),
         });
         this.carry_out(actions, high_watermark).await?;
         Ok(this)
@@ -295,6 +300,15 @@ impl<D: Disk> ReplicatedPartition<D> {
     #[must_use]
     pub fn broken(&self) -> Option<String> {
         self.broken.borrow().clone()
+    }
+
+    /// Whether the replica (or its log) is fenced by a full disk, and so
+    /// waits to be reopened — recovered from what its disk holds, then
+    /// following again — once space is back.
+    #[must_use]
+    pub fn fenced_no_space(&self) -> bool {
+        (self.broken.borrow().is_some() && self.broken_no_space.get())
+            || self.partition.log().fenced_no_space()
     }
 
     /// Leading: offsets not yet durable on a follower, summed over the
@@ -454,6 +468,8 @@ impl<D: Disk> ReplicatedPartition<D> {
         if broken.is_none() {
             tracing::error!(replica = self.id.0, dir = %self.dir.display(), %error, "replica fenced");
             *broken = Some(error.to_string());
+            self.broken_no_space
+                .set(error.code() == ErrorCode::DiskFull);
         }
         drop(broken);
         self.high_watermark_changed.notify(usize::MAX);

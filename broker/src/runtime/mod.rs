@@ -5,11 +5,15 @@
 //! - [`shard`]: a shard's state and the routing of partition operations.
 //! - [`command`]: what shards send each other (owned, `Send` data only).
 //! - [`replicas`]: cluster mode's replicated partitions on a shard.
+//! - [`reopen`]: reopening logs fenced by a full disk once space is back.
 //! - [`authority`]: shard 0's topic catalog and producer-id allocator.
 //! - [`startup`]: starting the executors, signals, stopping.
+//! - [`fatal`]: failures that end the process, with their exit codes.
 
 pub mod authority;
 pub mod command;
+pub mod fatal;
+pub mod reopen;
 pub mod replicas;
 pub mod shard;
 pub mod startup;

@@ -28,6 +28,7 @@ use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 
 use super::command::{PartitionId, ShardCommand};
+use super::fatal;
 use super::shard::{Shard, topic_dir};
 use super::wait_until;
 use crate::group::log::ReplicatedGroupLog;
@@ -137,6 +138,8 @@ impl Shard {
                 Some(opened)
             }
             Err(error) => {
+                // Damaged stored data stops the broker (exit code 4).
+                fatal::on_replica_open_failed(name, index, &dir, &error);
                 tracing::error!(topic = %name, partition = index, %error, "cannot open replica");
                 self.failed
                     .borrow_mut()

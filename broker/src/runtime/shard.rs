@@ -57,7 +57,7 @@ pub struct Shard {
     pub metrics: ShardMetrics,
     pub(super) disk: GlommioDisk,
     pub(super) storage: ShardStorage,
-    partitions: RefCell<AHashMap<PartitionId, Rc<Partition<GlommioDisk>>>>,
+    pub(super) partitions: RefCell<AHashMap<PartitionId, Rc<Partition<GlommioDisk>>>>,
     /// Cluster mode: the replicas of replicated partitions placed here.
     pub(super) replicas: RefCell<AHashMap<PartitionId, Rc<ReplicatedPartition<GlommioDisk>>>>,
     /// Connections to other brokers (replication pushes).
@@ -974,6 +974,7 @@ impl Shard {
                 }
             }
             self.maintain_replicas().await;
+            self.reopen_after_disk_full().await;
             self.metrics
                 .disk_free_bytes
                 .set(self.storage.space.free_bytes() as i64);

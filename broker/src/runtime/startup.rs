@@ -103,6 +103,60 @@ fn accepts_connections(addr: std::net::SocketAddr) -> bool {
 /// # Errors
 /// [`RunError`] when start-up fails.
 pub fn run(config: BrokerConfig) -> Result<(), RunError> {
+    let broker = start(config)?;
+    tracing::info!(
+        listen = %broker.config.listen,
+        metrics = %broker.config.metrics_listen,
+        shards = broker.config.shards,
+        data_dir = %broker.config.data_dir.display(),
+        "corelogd ready"
+    );
+    let signalled = wait_for_signal();
+    tracing::info!("stopping: finishing in-flight requests and closing partitions");
+    broker.stop();
+    signalled?;
+    tracing::info!("corelogd stopped");
+    Ok(())
+}
+
+/// A broker running in this process: its shard executors and the inboxes
+/// that stop them. [`run`] wraps one for `corelogd`; in-process harnesses
+/// (the request-handler fuzz target) start and stop one directly.
+pub struct RunningBroker {
+    config: BrokerConfig,
+    senders: Vec<flume::Sender<ShardCommand>>,
+    executors: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RunningBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningBroker")
+            .field("listen", &self.config.listen)
+            .field("shards", &self.executors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunningBroker {
+    /// The configuration the broker runs with.
+    #[must_use]
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    /// Stops gracefully, as on SIGTERM: every shard finishes in-flight work
+    /// and closes its partitions; returns once all executors have exited.
+    pub fn stop(self) {
+        stop_all(&self.senders);
+        join_all(self.executors);
+    }
+}
+
+/// Starts every shard and returns once all accept connections.
+///
+/// # Errors
+/// [`RunError`] when any shard cannot start; the others are stopped.
+pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|error| RunError::ShardStart {
         shard: 0,
         message: format!(
@@ -177,19 +231,11 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
         join_all(executors);
         return Err(error);
     }
-    tracing::info!(
-        listen = %config.listen,
-        metrics = %config.metrics_listen,
-        shards = shard_count,
-        data_dir = %config.data_dir.display(),
-        "corelogd ready"
-    );
-    wait_for_signal()?;
-    tracing::info!("stopping: finishing in-flight requests and closing partitions");
-    stop_all(&senders);
-    join_all(executors);
-    tracing::info!("corelogd stopped");
-    Ok(())
+    Ok(RunningBroker {
+        config,
+        senders,
+        executors,
+    })
 }
 
 fn stop_all(senders: &[flume::Sender<ShardCommand>]) {
@@ -227,6 +273,7 @@ async fn start_shard(
     metrics: Arc<BrokerMetrics>,
     open_connections: Arc<AtomicU32>,
 ) -> Result<Rc<Shard>, String> {
+    crate::peer::bind_outbound_to(config.listen.ip());
     let data_dir = config.data_dir.clone();
     let disk = GlommioDisk::for_shard(&data_dir)
         .await

@@ -97,6 +97,21 @@ impl DiskSpace {
             .saturating_sub(self.written_since_probe.get())
     }
 
+    /// Forgets the estimate: the next claim measures free space again.
+    /// Called after a write met `ENOSPC`, which proves the estimate wrong.
+    pub fn remeasure(&self) {
+        self.free_at_probe.set(None);
+        self.written_since_probe.set(0);
+    }
+
+    /// Measures now whether at least `margin_bytes` are free above the
+    /// reserve: whether a log fenced by a full disk may be reopened.
+    #[must_use]
+    pub fn has_room_above_reserve(&self, margin_bytes: u64) -> bool {
+        self.measure();
+        self.free_bytes() >= self.reserve_bytes.saturating_add(margin_bytes)
+    }
+
     /// The reserve.
     #[must_use]
     pub fn reserve_bytes(&self) -> u64 {
@@ -132,6 +147,24 @@ mod tests {
         assert_eq!(refused.free_bytes, 5_000);
         free.set(50_000);
         assert!(space.claim(1_500).is_ok());
+    }
+
+    #[test]
+    fn remeasure_after_enospc_refuses_on_a_stale_estimate_and_room_returns() {
+        let free = Rc::new(Cell::new(10_000u64));
+        let probe_free = free.clone();
+        let space = DiskSpace::new(1_000, move || Ok(probe_free.get()));
+        assert!(space.claim(100).is_ok());
+        // Another writer took the space; the estimate (9_900) is stale.
+        free.set(0);
+        assert!(space.claim(100).is_ok(), "a stale estimate passes");
+        space.remeasure();
+        assert!(space.claim(100).is_err(), "measured again after ENOSPC");
+        assert!(!space.has_room_above_reserve(500));
+        free.set(1_400);
+        assert!(!space.has_room_above_reserve(500));
+        free.set(1_500);
+        assert!(space.has_room_above_reserve(500));
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use glommio::io::{Directory, DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
 use super::disk::{Disk, DiskFile};
+#[cfg(feature = "fault-injection")]
+use super::fault_hooks;
 
 /// Name of the non-empty file opened first on every shard; see [`GlommioDisk::for_shard`].
 const DMA_PROBE_SENTINEL: &str = ".dma-probe";
@@ -35,6 +37,8 @@ impl GlommioDisk {
     /// # Errors
     /// The filesystem's error creating or opening the sentinel.
     pub async fn for_shard(data_dir: &Path) -> io::Result<GlommioDisk> {
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::install();
         std::fs::create_dir_all(data_dir)?;
         let sentinel = data_dir.join(DMA_PROBE_SENTINEL);
         let is_ready = std::fs::metadata(&sentinel)
@@ -53,6 +57,8 @@ impl Disk for GlommioDisk {
     type File = GlommioFile;
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<GlommioFile> {
+        #[cfg(feature = "fault-injection")]
+        let existed = fault_hooks::exists(path);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -60,6 +66,8 @@ impl Disk for GlommioDisk {
             .dma_open(path)
             .await
             .map_err(io::Error::from)?;
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::opened(path, existed);
         Ok(GlommioFile {
             file,
             path: path.to_path_buf(),
@@ -67,11 +75,19 @@ impl Disk for GlommioDisk {
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {
-        glommio::io::remove(path).await.map_err(io::Error::from)
+        glommio::io::remove(path).await.map_err(io::Error::from)?;
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::removed(path);
+        Ok(())
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        glommio::io::rename(from, to).await.map_err(io::Error::from)
+        glommio::io::rename(from, to)
+            .await
+            .map_err(io::Error::from)?;
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::renamed(from, to);
+        Ok(())
     }
 
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -144,6 +160,8 @@ impl DiskFile for GlommioFile {
 
     async fn write_at(&self, buffer: GlommioBuffer, position: u64) -> io::Result<()> {
         let expected = buffer.0.len();
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::before_write(&self.path)?;
         let written = self
             .file
             .write_at(buffer.0, position)
@@ -158,6 +176,8 @@ impl DiskFile for GlommioFile {
                 ),
             ));
         }
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::wrote(&self.path, position + expected as u64);
         Ok(())
     }
 
@@ -169,11 +189,19 @@ impl DiskFile for GlommioFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
-        self.file.fdatasync().await.map_err(io::Error::from)
+        #[cfg(feature = "fault-injection")]
+        let durable_len = fault_hooks::before_sync(&self.path)?;
+        self.file.fdatasync().await.map_err(io::Error::from)?;
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::synced(&self.path, durable_len);
+        Ok(())
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
-        self.file.truncate(len).await.map_err(io::Error::from)
+        self.file.truncate(len).await.map_err(io::Error::from)?;
+        #[cfg(feature = "fault-injection")]
+        fault_hooks::truncated(&self.path, len);
+        Ok(())
     }
 
     async fn size(&self) -> io::Result<u64> {

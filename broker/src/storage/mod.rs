@@ -18,6 +18,8 @@ pub mod checkpoint;
 pub mod deletion_ledger;
 pub mod disk;
 pub mod disk_space;
+#[cfg(feature = "fault-injection")]
+pub mod fault_hooks;
 pub mod glommio_disk;
 pub mod index;
 pub mod log;
@@ -128,6 +130,10 @@ pub struct ShardStorage {
 pub trait StorageObserver {
     /// A group commit wrote `bytes` of batches and synced them in `elapsed`.
     fn on_flush(&self, bytes: u64, elapsed: std::time::Duration);
+
+    /// A partition log in `dir` fenced itself after `error` (once per log).
+    /// The broker's observer exits the process unless the disk is full.
+    fn on_fenced(&self, _dir: &Path, _error: &StorageError) {}
 }
 
 /// An observer that ignores everything.
@@ -188,6 +194,9 @@ pub enum StorageError {
     Fenced {
         /// The failure that fenced it.
         reason: String,
+        /// The failure was a full disk (`ENOSPC`): the shard reopens the
+        /// log by itself once space is back (see [`StorageError::is_no_space`]).
+        no_space: bool,
     },
     /// An I/O operation failed.
     #[error("I/O error on {}: {message}", path.display())]
@@ -216,6 +225,28 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether the failure is a full disk: the reserve refused the append,
+    /// a write or sync met `ENOSPC`, or the log was fenced by one. Such
+    /// failures travel as the retriable `DISK_FULL`, and a log fenced by one
+    /// is reopened (recovered from disk) once space is back.
+    #[must_use]
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StorageError::DiskFull(_) => true,
+            StorageError::Fenced { no_space, .. } => *no_space,
+            // A short write to a regular file is how a filesystem that
+            // runs out mid-write answers (tmpfs does, for a DMA write):
+            // the rest would get ENOSPC.
+            StorageError::Io { kind, .. } => matches!(
+                kind,
+                io::ErrorKind::StorageFull
+                    | io::ErrorKind::QuotaExceeded
+                    | io::ErrorKind::WriteZero
+            ),
+            _ => false,
+        }
+    }
+
     /// An I/O error on `path`.
     #[must_use]
     pub fn io(path: &Path, error: io::Error) -> Self {

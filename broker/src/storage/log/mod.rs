@@ -126,6 +126,8 @@ struct LogState<D: Disk> {
     /// The batches of the flush under way, put back if it is cancelled.
     in_flight: Option<FlushPlan>,
     fenced: Option<String>,
+    /// The fence came from a full disk (see [`StorageError::is_no_space`]).
+    fenced_no_space: bool,
     closed: bool,
     /// A truncation or reset is rewriting the log: appends wait it out.
     rewriting: bool,
@@ -168,11 +170,13 @@ impl<D: Disk> LogState<D> {
         if let Some(reason) = &self.fenced {
             return Err(StorageError::Fenced {
                 reason: reason.clone(),
+                no_space: self.fenced_no_space,
             });
         }
         if self.closed {
             return Err(StorageError::Fenced {
                 reason: "log is closed".to_owned(),
+                no_space: false,
             });
         }
         if self.rewriting {
@@ -282,6 +286,7 @@ impl<D: Disk> PartitionLog<D> {
             flushing: false,
             in_flight: None,
             fenced: None,
+            fenced_no_space: false,
             closed: false,
             rewriting: false,
             ledger: recovered.ledger,
@@ -429,6 +434,7 @@ impl<D: Disk> PartitionLog<D> {
                 if let Some(reason) = &state.fenced {
                     return Err(StorageError::Fenced {
                         reason: reason.clone(),
+                        no_space: state.fenced_no_space,
                     });
                 }
                 if state.flushing {
@@ -583,7 +589,15 @@ impl<D: Disk> PartitionLog<D> {
         let mut state = self.state.borrow_mut();
         if state.fenced.is_none() {
             tracing::error!(dir = %self.dir.display(), %error, "partition log fenced after an I/O failure");
+            self.shard.observer.on_fenced(&self.dir, error);
             state.fenced = Some(error.to_string());
+            state.fenced_no_space = error.is_no_space();
+        }
+        if error.is_no_space() {
+            // The shard's estimate of free space was wrong (another writer,
+            // metadata): measure again, so the shard's other logs refuse
+            // with DISK_FULL instead of meeting ENOSPC and fencing too.
+            self.shard.space.remeasure();
         }
         let dropped = state.appender.abandon();
         let durable_end = state.durable_end;
@@ -838,6 +852,14 @@ impl<D: Disk> PartitionLog<D> {
     #[must_use]
     pub fn deletions(&self) -> Vec<DeletedRange> {
         self.state.borrow().ledger.entries().copied().collect()
+    }
+
+    /// Whether the log is fenced by a full disk: it takes appends again
+    /// only once reopened, which the shard does when space is back.
+    #[must_use]
+    pub fn fenced_no_space(&self) -> bool {
+        let state = self.state.borrow();
+        state.fenced.is_some() && state.fenced_no_space
     }
 
     /// Why the log is fenced, if it is.

@@ -128,3 +128,41 @@ fn a_cancelled_flush_loses_no_offset() {
     );
     assert_eq!((all[0].0, all[1].0), (Offset(0), Offset(2)));
 }
+
+#[test]
+fn enospc_mid_write_fences_as_disk_full_and_a_reopen_recovers_the_acknowledged_prefix() {
+    let harness = Harness::new(small_config());
+    harness.disk.set_capacity(8 << 20);
+    let log = block_on(harness.open());
+    let kept = block_on(log.append(make_batch(1, 3, 50, T0))).expect("first append");
+    // Another writer takes the space: the reserve's estimate is stale, so
+    // the append passes the reserve and its write meets ENOSPC.
+    let used = (8 << 20) - harness.disk.free_bytes(&harness.dir).expect("free");
+    harness.disk.set_capacity(used);
+    let error = block_on(log.append(make_batch(2, 3, 900, T0))).expect_err("no space");
+    assert!(error.is_no_space(), "{error:?}");
+    let code = crate::partition::PartitionError::from(error).code;
+    assert_eq!(code, corelog_wire::error::ErrorCode::DiskFull);
+    assert!(log.fenced_no_space());
+    // Still fenced, still DISK_FULL: never retried and acknowledged.
+    let error = block_on(log.append(make_batch(3, 1, 10, T0))).expect_err("fenced");
+    assert!(error.is_no_space(), "{error:?}");
+    // Space is back: reopening recovers exactly what was acknowledged and
+    // takes appends again.
+    drop(log);
+    harness.disk.set_capacity(8 << 20);
+    let log = block_on(harness.open());
+    assert_eq!(log.log_end(), kept.last_offset.plus(1));
+    assert!(!log.fenced_no_space());
+    block_on(log.append(make_batch(4, 1, 10, T0))).expect("append after reopen");
+}
+
+#[test]
+fn an_io_failure_other_than_no_space_is_not_disk_full() {
+    let harness = Harness::new(small_config());
+    let log = block_on(harness.open());
+    harness.disk.fail_next(Fault::Sync);
+    let error = block_on(log.append(make_batch(1, 1, 10, T0))).expect_err("sync failed");
+    assert!(!error.is_no_space(), "{error:?}");
+    assert!(!log.fenced_no_space());
+}

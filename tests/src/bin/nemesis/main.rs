@@ -1,28 +1,41 @@
-//! `corelog-nemesis`: starts a 3-broker cluster on loopback, runs the
-//! `corelog verify` workload on it (idempotent producers, a consumer
-//! group, a final read), injects process faults on a seeded schedule, and
-//! checks the recorded history. Exit code 1 on any violation.
+//! `corelog-nemesis`: starts a 3-broker cluster, runs the `corelog verify`
+//! workload on it (idempotent producers, a consumer group, a final read),
+//! injects faults on a seeded schedule, and checks the recorded history.
+//! Exit code 1 on any violation.
 //!
-//! Faults (each on a broker chosen by the schedule: any broker, the leader
-//! of a partition, or the controller leader):
-//! - `kill`: kill -9, then restart on the same data directory;
-//! - `pause`: SIGSTOP, then SIGCONT (long pauses outlast the session
-//!   timeout, so the broker is fenced and its leaderships move);
-//! - `kill-two` / `pause-two`: two brokers at once, so every partition loses
-//!   its quorum: the interval is recorded as `no_quorum`, and any append
-//!   acknowledged wholly inside it is a violation.
+//! The cluster ([`rig`]): brokers on 127.0.0.2-4 inside a private network
+//! namespace, each behind a fault proxy on 127.0.0.12-14 that it
+//! advertises (so clients and peers both cross the proxies), every broker
+//! recording a durable ledger (the test build's fault hooks), broker 3's
+//! data on a small loop-mounted filesystem.
+//!
+//! Faults ([`plan::FaultKind`]), each on a broker chosen by the schedule
+//! (any broker, the leader of a partition, or the controller leader):
+//! kill -9 and pauses of one or two brokers; power loss (kill -9, then
+//! every file cut to its last fdatasync'ed length) of one broker, of all
+//! three, and of one while another is paused or cut off; network cuts
+//! (leader isolated, a pair split, one-way, clients cut from a broker);
+//! proxy chaos (frames delayed, reordered, duplicated, dropped, corrupted,
+//! replies lost); EIO on the next write or fdatasync; the small filesystem
+//! filled, then freed; a file of a stopped broker bit-flipped or
+//! truncated, then a restart that must repair or refuse.
+//!
+//! Faults that take two or more brokers away are recorded as no-quorum
+//! intervals: any append acknowledged wholly inside one is a violation.
+//! Where the namespace or the small filesystem cannot be had, the run says
+//! so and those faults fall back to pauses and kills.
 //!
 //! The schedule is a function of the seed, printed at the start and on
 //! failure with the command that replays it. Timing against the cluster is
 //! real time, so a replay repeats the faults, not every interleaving.
-//!
-//! Network partitions, the fault proxy, power loss, EIO, disk full and
-//! corruption (issue 6, item 1) are not here yet.
 
 #![allow(
     clippy::expect_used,
     reason = "a test harness: a broker that cannot start ends the run loudly"
 )]
+
+mod plan;
+mod rig;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -32,8 +45,10 @@ use clap::Parser;
 use corelog_client::verify::workload::{self, Workload};
 use corelog_client::verify::{ClientId, EventKind, History, check};
 use corelog_client::{Admin, ClientConfig};
-use corelog_tests::start_cluster;
 use serde::Serialize;
+
+use crate::plan::{FaultKind, Target, plan};
+use crate::rig::Rig;
 
 /// Topic the workload writes.
 const TOPIC: &str = "nemesis";
@@ -51,10 +66,10 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Seconds of workload (faults stop 10 s before the end).
-    #[arg(long, default_value_t = 240)]
+    #[arg(long, default_value_t = 300)]
     duration: u64,
     /// Mean seconds between the end of one fault and the next.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 2)]
     fault_gap: u64,
     /// Records per second.
     #[arg(long, default_value_t = 400)]
@@ -70,104 +85,20 @@ struct Args {
     history: Option<std::path::PathBuf>,
 }
 
-/// splitmix64: a small seeded generator, so the schedule depends on the
-/// seed alone.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum FaultKind {
-    Kill,
-    Pause,
-    KillTwo,
-    PauseTwo,
-}
-
-#[derive(Clone, Copy, Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum Target {
-    Any,
-    PartitionLeader(u32),
-    ControllerLeader,
-}
-
-/// One planned fault.
-#[derive(Clone, Debug, Serialize)]
-struct Fault {
-    kind: FaultKind,
-    target: Target,
-    /// Index of the broker used when the target cannot be resolved, and
-    /// the second broker of a two-broker fault.
-    fallback: usize,
-    second: usize,
-    gap_before_ms: u64,
-    hold_ms: u64,
-}
-
-fn plan(seed: u64, count: usize, gap_mean: Duration, partitions: u32) -> Vec<Fault> {
-    let mut rng = Rng(seed);
-    let gap_ms = u64::try_from(gap_mean.as_millis()).unwrap_or(u64::MAX);
-    (0..count)
-        .map(|_| {
-            let kind = match rng.below(10) {
-                0..=3 => FaultKind::Kill,
-                4..=6 => FaultKind::Pause,
-                7..=8 => FaultKind::KillTwo,
-                _ => FaultKind::PauseTwo,
-            };
-            let target = match rng.below(3) {
-                0 => Target::Any,
-                1 => Target::PartitionLeader(
-                    u32::try_from(rng.below(u64::from(partitions))).unwrap_or(0),
-                ),
-                _ => Target::ControllerLeader,
-            };
-            let fallback = usize::try_from(rng.below(3)).unwrap_or(0);
-            let second = (fallback + 1 + usize::try_from(rng.below(2)).unwrap_or(0)) % 3;
-            let hold = match kind {
-                FaultKind::Kill => rng.millis(500, 3_000),
-                // Half of the pauses outlast the 2 s session timeout.
-                FaultKind::Pause => rng.millis(300, 4_500),
-                FaultKind::KillTwo | FaultKind::PauseTwo => rng.millis(1_500, 4_000),
-            };
-            Fault {
-                kind,
-                target,
-                fallback,
-                second,
-                gap_before_ms: gap_ms / 2 + rng.below(gap_ms + 1),
-                hold_ms: u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
-            }
-        })
-        .collect()
-}
-
 /// What happened to one fault.
 #[derive(Clone, Debug, Serialize)]
 struct Injected {
     kind: FaultKind,
+    /// The kind the schedule asked for, when a missing capability made it
+    /// fall back to another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    planned: Option<FaultKind>,
     target: Target,
     brokers: Vec<u32>,
     at_ms: u64,
     hold_ms: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    detail: String,
 }
 
 /// Resolves a target to a broker index (node id - 1).
@@ -211,6 +142,14 @@ fn main() -> ExitCode {
         args.duration, args.fault_gap, args.rate, args.partitions
     );
     println!("nemesis: seed {seed}; replay with: {replay}");
+    // The namespace first: threads and processes started afterwards share it.
+    let firewall = match rig::private_network() {
+        Ok(firewall) => Some(firewall),
+        Err(reason) => {
+            println!("nemesis: no network partitions ({reason}); they fall back to pauses");
+            None
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -223,13 +162,13 @@ fn main() -> ExitCode {
         }
     };
 
-    let mut brokers = start_cluster(3, &[]);
+    let (mut rig, capabilities) = Rig::start(seed, firewall);
+    if let Some(reason) = &capabilities.no_small_fs {
+        println!("nemesis: no small filesystem ({reason}); disk-full faults fall back to kills");
+    }
     let client = ClientConfig {
         client_name: "corelog-nemesis".to_owned(),
-        bootstrap: brokers
-            .iter()
-            .map(|broker| broker.addr.to_string())
-            .collect(),
+        bootstrap: rig.bootstrap(),
         ..ClientConfig::default()
     };
     // Brokers register fenced; the topic can be created once all three are
@@ -279,56 +218,40 @@ fn main() -> ExitCode {
         if Instant::now() + hold >= faults_until {
             break;
         }
+        let kind = rig.effective(fault.kind);
         let first = runtime.block_on(resolve(fault.target, fault.fallback, &client));
         let second = if fault.second == first {
             (first + 1) % 3
         } else {
             fault.second
         };
-        let victims: Vec<usize> = match fault.kind {
-            FaultKind::Kill | FaultKind::Pause => vec![first],
-            FaultKind::KillTwo | FaultKind::PauseTwo => vec![first, second],
-        };
         let started = Instant::now();
-        for &index in &victims {
-            match fault.kind {
-                FaultKind::Kill | FaultKind::KillTwo => brokers[index].kill(),
-                FaultKind::Pause | FaultKind::PauseTwo => brokers[index].pause(),
-            }
-        }
-        let all_down = Instant::now();
-        std::thread::sleep(hold);
-        let first_back = Instant::now();
-        for &index in &victims {
-            match fault.kind {
-                FaultKind::Kill | FaultKind::KillTwo => brokers[index].spawn(),
-                FaultKind::Pause | FaultKind::PauseTwo => brokers[index].resume(),
-            }
-        }
-        if victims.len() == 2 {
-            let from_ms = since(all_down) + NO_QUORUM_MARGIN_MS;
-            let to_ms = since(first_back).saturating_sub(NO_QUORUM_MARGIN_MS);
+        let outcome = rig.inject(kind, first, second, hold, fault.seed);
+        if let Some((down, back)) = outcome.no_quorum {
+            let from_ms = since(down) + NO_QUORUM_MARGIN_MS;
+            let to_ms = since(back).saturating_sub(NO_QUORUM_MARGIN_MS);
             if from_ms < to_ms {
                 no_quorum.push((from_ms, to_ms));
             }
         }
         let record = Injected {
-            kind: fault.kind,
+            kind,
+            planned: (kind != fault.kind).then_some(fault.kind),
             target: fault.target,
-            brokers: victims
-                .iter()
-                .map(|index| u32::try_from(index + 1).unwrap_or(0))
-                .collect(),
+            brokers: outcome.brokers,
             at_ms: since(started),
             hold_ms: fault.hold_ms,
+            detail: outcome.detail,
         };
         println!(
-            "nemesis: {:>6.1}s {:?} {:?} brokers {:?} for {} ms",
+            "nemesis: {:>6.1}s {:?} {:?} brokers {:?} for {} ms{}{}",
             record.at_ms as f64 / 1000.0,
             record.kind,
             record.target,
             record.brokers,
-            record.hold_ms
+            record.hold_ms,
+            if record.detail.is_empty() { "" } else { ": " },
+            record.detail
         );
         injected.push(record);
     }
@@ -345,7 +268,8 @@ fn main() -> ExitCode {
         }
     };
     let history = with_no_quorum(history, &no_quorum, partitions);
-    drop(brokers);
+    let proxy_stats = rig.proxy_stats();
+    drop(rig);
 
     let report = check(&history);
     let mut counts: BTreeMap<FaultKind, u64> = BTreeMap::new();
@@ -356,6 +280,7 @@ fn main() -> ExitCode {
     for (kind, count) in &counts {
         println!("  {kind:<10?} {count}");
     }
+    println!("proxies: {proxy_stats:?}");
     println!("\n{report}");
     if let Some(path) = &args.history
         && let Ok(text) = history.to_json_lines()
@@ -370,6 +295,11 @@ fn main() -> ExitCode {
             "faults": injected,
             "fault_counts": counts.iter().map(|(kind, count)| (format!("{kind:?}"), count)).collect::<BTreeMap<_, _>>(),
             "no_quorum_intervals_ms": no_quorum,
+            "proxy_stats": proxy_stats,
+            "capabilities": {
+                "network_partitions": capabilities.no_network.as_deref().unwrap_or("yes"),
+                "small_filesystem": capabilities.no_small_fs.as_deref().unwrap_or("yes"),
+            },
             "report": serde_json::from_str::<serde_json::Value>(&report.to_json().unwrap_or_default()).unwrap_or_default(),
         });
         if let Err(error) = std::fs::write(path, json.to_string()) {
