@@ -73,7 +73,12 @@ pub(crate) struct Sender {
     fenced: bool,
     partitions: HashMap<TopicPartition, PartitionInFlight>,
     in_flight: FuturesUnordered<BoxFuture<'static, Outcome>>,
-    refresh: Option<BoxFuture<'static, ()>>,
+    /// A metadata refresh in flight. It runs as its own task: a future kept
+    /// here and polled only by the loop's `select!` would sit suspended while
+    /// the loop awaits a connection, and the refresh may hold the lock of the
+    /// very connection slot the loop waits for (it does while it connects to
+    /// a restarting broker): the producer would stop for good.
+    refresh: Option<tokio::task::JoinHandle<()>>,
     refresh_wanted: bool,
     /// Brokers that could not be reached, and when to try again.
     unreachable: HashMap<u32, Instant>,
@@ -140,7 +145,7 @@ impl Sender {
         if self.refresh_wanted && self.refresh.is_none() {
             self.refresh_wanted = false;
             let cluster = Arc::clone(&self.cluster);
-            self.refresh = Some(Box::pin(async move {
+            self.refresh = Some(tokio::spawn(async move {
                 if let Err(error) = cluster.refresh_metadata(&[]).await {
                     tracing::debug!(%error, "metadata refresh failed");
                 }
@@ -604,9 +609,10 @@ impl Sender {
     }
 }
 
-async fn poll_refresh(refresh: &mut Option<BoxFuture<'static, ()>>) {
+async fn poll_refresh(refresh: &mut Option<tokio::task::JoinHandle<()>>) {
     if let Some(refresh) = refresh {
-        refresh.await;
+        // A refresh that panicked or was cancelled is simply over.
+        let _ = refresh.await;
     }
 }
 
