@@ -394,3 +394,33 @@ async fn a_retry_in_the_middle_of_a_pipeline_keeps_order_and_stores_each_batch_o
     assert_eq!(first_attempts, [0, 1, 2, 3, 4], "five batches pipelined");
     producer.close().await.unwrap();
 }
+
+/// A broker that accepts connections but does not answer their handshake
+/// yet (still starting) holds up resends and metadata refreshes; once it
+/// answers, the producer delivers, and nothing is stored twice.
+#[tokio::test]
+async fn a_broker_slow_to_answer_handshakes_only_delays_the_producer() {
+    let (broker, producer) = setup(1).await;
+    let first = producer.send(ProducerRecord::new("t", "a").partition(0));
+    first.await.unwrap().await.unwrap();
+    // The next batch is appended, then its connection drops. The resend
+    // needs a new connection, whose handshake waits past the request
+    // timeout: the leader counts as unreachable and a metadata refresh
+    // starts, which connects to the same address and waits in turn.
+    broker.hold_handshakes(true);
+    broker.lose_produce_replies(1, true);
+    let second = producer
+        .send(ProducerRecord::new("t", "b").partition(0))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    broker.hold_handshakes(false);
+    let delivered = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the producer delivers once the broker answers again");
+    assert_eq!(delivered.unwrap().offset.0, 1);
+    assert_eq!(
+        values(&broker, 0),
+        vec![(0, "a".to_owned()), (1, "b".to_owned())]
+    );
+}

@@ -122,6 +122,7 @@ pub struct FakeBroker {
     pub(crate) state: Arc<Mutex<State>>,
     pub(crate) appended: Arc<Notify>,
     hold: Arc<watch::Sender<bool>>,
+    hold_handshakes: Arc<watch::Sender<bool>>,
     pub(crate) groups: Arc<Mutex<crate::common::fake_groups::Groups>>,
 }
 
@@ -132,11 +133,13 @@ impl FakeBroker {
         let state = Arc::new(Mutex::new(State::default()));
         let appended = Arc::new(Notify::new());
         let (hold, _) = watch::channel(false);
+        let (hold_handshakes, _) = watch::channel(false);
         let broker = FakeBroker {
             addr,
             state,
             appended,
             hold: Arc::new(hold),
+            hold_handshakes: Arc::new(hold_handshakes),
             groups: Arc::default(),
         };
         let server = broker.clone();
@@ -183,6 +186,12 @@ impl FakeBroker {
     /// Holds produce answers back until released.
     pub fn hold_produce(&self, hold: bool) {
         self.hold.send_replace(hold);
+    }
+
+    /// Holds ApiVersions answers (the handshake of every new connection)
+    /// back until released: a broker that accepts but is still starting.
+    pub fn hold_handshakes(&self, hold: bool) {
+        self.hold_handshakes.send_replace(hold);
     }
 
     /// Deletes whole batches below `offset` as retention would, remembering
@@ -304,15 +313,19 @@ impl FakeBroker {
 
     async fn handle(&self, api: ApiKey, body: &[u8]) -> Option<Vec<u8>> {
         match api {
-            ApiKey::ApiVersions => answer::<ApiVersionsRequest>(body, |_, _| {
-                (
-                    ApiVersionsResponse {
-                        apis: supported_apis(),
-                        broker_version: "fake".to_owned(),
-                    },
-                    Vec::new(),
-                )
-            }),
+            ApiKey::ApiVersions => {
+                let mut held = self.hold_handshakes.subscribe();
+                let _ = held.wait_for(|hold| !*hold).await;
+                answer::<ApiVersionsRequest>(body, |_, _| {
+                    (
+                        ApiVersionsResponse {
+                            apis: supported_apis(),
+                            broker_version: "fake".to_owned(),
+                        },
+                        Vec::new(),
+                    )
+                })
+            }
             ApiKey::Metadata => {
                 answer::<MetadataRequest>(body, |request, _| self.metadata(request))
             }
