@@ -6,6 +6,7 @@
 //! - [`power_loss`]: cutting a killed broker's files to their fsynced lengths.
 //! - [`corruption`]: damaging a stopped broker's files by kind, with a backup to restore.
 //! - [`wire_client`]: a blocking protocol client on the wire crate alone.
+//! - [`cluster_client`]: metadata, leader, produce and read-back questions to a whole cluster.
 //! - [`netns`]: a private network namespace and nftables cuts between
 //!   brokers' and clients' loopback addresses.
 //! - [`proxy`]: a seeded fault proxy (delay, reorder, duplicate, drop,
@@ -15,6 +16,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod cluster_client;
 pub mod corruption;
 pub mod netns;
 pub mod power_loss;

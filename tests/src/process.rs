@@ -165,30 +165,31 @@ impl Broker {
             .stdout(output.try_clone().expect("log file handle"))
             .stderr(output);
         self.child = Some(command.spawn().expect("corelogd starts"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|child| child.try_wait().unwrap())
-            {
+        match self.poll_ready() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(status)) => {
                 self.child = None;
-                return Err(status);
+                Err(status)
             }
-            if let Ok(mut client) = Client::connect(self.addr)
-                && client.handshake().is_ok()
-            {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            None => panic!(
+                "corelogd did not become ready; its output is in {}",
+                log.display()
+            ),
         }
-        panic!(
-            "corelogd did not become ready; its output is in {}",
-            log.display()
-        );
     }
 
     fn wait_ready(&mut self) {
+        match self.poll_ready() {
+            Some(Ok(())) => {}
+            Some(Err(status)) => panic!("corelogd exited at start-up: {status}"),
+            None => panic!("corelogd did not become ready"),
+        }
+    }
+
+    /// Polls the just-spawned process for up to 20 s until it answers a
+    /// handshake (`Ok`) or exits (`Err` with its status); `None` when it
+    /// does neither in time.
+    fn poll_ready(&mut self) -> Option<Result<(), std::process::ExitStatus>> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Some(status) = self
@@ -196,16 +197,16 @@ impl Broker {
                 .as_mut()
                 .and_then(|child| child.try_wait().unwrap())
             {
-                panic!("corelogd exited at start-up: {status}");
+                return Some(Err(status));
             }
             if let Ok(mut client) = Client::connect(self.addr)
                 && client.handshake().is_ok()
             {
-                return;
+                return Some(Ok(()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("corelogd did not become ready");
+        None
     }
 
     /// kill -9.
@@ -438,6 +439,47 @@ pub fn start_cluster_with_durable_ledgers(n: u32, extra_args: &[&str]) -> Vec<Br
     brokers
 }
 
+/// The controller voters list, `1@addr,2@addr,...`: node ids follow the
+/// order of `addrs`.
+#[must_use]
+pub fn voters_list(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| format!("{}@{addr}", index + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The flags that make broker `index` (node id `index + 1`, rack
+/// `rack-<id>`) a member of the cluster of `voters`, advertising
+/// `advertised_host` if given, followed by `extra_args`.
+#[must_use]
+pub fn member_args(
+    index: usize,
+    voters: &str,
+    advertised_host: Option<&str>,
+    extra_args: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "--node-id".to_owned(),
+        (index + 1).to_string(),
+        "--controller-voters".to_owned(),
+        voters.to_owned(),
+        "--rack".to_owned(),
+        format!("rack-{}", index + 1),
+    ];
+    if let Some(host) = advertised_host {
+        args.extend(["--advertised-host".to_owned(), host.to_owned()]);
+    }
+    args.extend(extra_args.iter().map(|arg| (*arg).to_owned()));
+    args
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// A cluster of one broker per IP in `ips` (node ids 1, 2, ... in order),
 /// every one a controller voter, each listening on, advertising and
 /// connecting to its peers from its own IP: so that [`crate::netns`] rules
@@ -451,64 +493,21 @@ pub fn start_cluster_on(ips: &[std::net::Ipv4Addr], extra_args: &[&str]) -> Vec<
             TcpListener::bind((*ip, 0)).unwrap().local_addr().unwrap()
         })
         .collect();
-    let voters = addrs
-        .iter()
-        .enumerate()
-        .map(|(index, addr)| format!("{}@{addr}", index + 1))
-        .collect::<Vec<_>>()
-        .join(",");
+    let voters = voters_list(&addrs);
     addrs
         .iter()
         .enumerate()
         .map(|(index, addr)| {
-            let node_id = (index + 1).to_string();
-            let rack = format!("rack-{}", index + 1);
             let host = addr.ip().to_string();
-            let mut args = vec![
-                "--node-id",
-                node_id.as_str(),
-                "--controller-voters",
-                voters.as_str(),
-                "--rack",
-                rack.as_str(),
-                "--advertised-host",
-                host.as_str(),
-            ];
-            args.extend_from_slice(extra_args);
-            Broker::start_at(*addr, &args)
+            let args = member_args(index, &voters, Some(&host), extra_args);
+            Broker::start_at(*addr, &as_strs(&args))
         })
         .collect()
 }
 
 /// `n` brokers forming a cluster whose every member is a controller voter.
 pub fn start_cluster(n: u32, extra_args: &[&str]) -> Vec<Broker> {
-    let addrs: Vec<SocketAddr> = (0..n)
-        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
-        .collect();
-    let voters = addrs
-        .iter()
-        .enumerate()
-        .map(|(index, addr)| format!("{}@{addr}", index + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    addrs
-        .iter()
-        .enumerate()
-        .map(|(index, addr)| {
-            let node_id = (index + 1).to_string();
-            let rack = format!("rack-{}", index + 1);
-            let mut args = vec![
-                "--node-id",
-                node_id.as_str(),
-                "--controller-voters",
-                voters.as_str(),
-                "--rack",
-                rack.as_str(),
-            ];
-            args.extend_from_slice(extra_args);
-            Broker::start_at(*addr, &args)
-        })
-        .collect()
+    start_cluster_with_data_dirs(n, extra_args, &[])
 }
 
 /// [`start_cluster`], except that broker `index` (0-based) of each
@@ -521,30 +520,15 @@ pub fn start_cluster_with_data_dirs(
     let addrs: Vec<SocketAddr> = (0..n)
         .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
         .collect();
-    let voters = addrs
-        .iter()
-        .enumerate()
-        .map(|(index, addr)| format!("{}@{addr}", index + 1))
-        .collect::<Vec<_>>()
-        .join(",");
+    let voters = voters_list(&addrs);
     addrs
         .iter()
         .enumerate()
         .map(|(index, addr)| {
-            let node_id = (index + 1).to_string();
-            let rack = format!("rack-{}", index + 1);
-            let mut args = vec![
-                "--node-id",
-                node_id.as_str(),
-                "--controller-voters",
-                voters.as_str(),
-                "--rack",
-                rack.as_str(),
-            ];
-            args.extend_from_slice(extra_args);
+            let args = member_args(index, &voters, None, extra_args);
             match data_dirs.iter().find(|(at, _)| *at == index) {
-                Some((_, dir)) => Broker::start_at_dir(*addr, dir, &args),
-                None => Broker::start_at(*addr, &args),
+                Some((_, dir)) => Broker::start_at_dir(*addr, dir, &as_strs(&args)),
+                None => Broker::start_at(*addr, &as_strs(&args)),
             }
         })
         .collect()
@@ -616,27 +600,16 @@ pub fn start_cluster_behind_proxies(n: u32, seed: u64, extra_args: &[&str]) -> P
                 .unwrap_or_else(|error| panic!("proxy on {}: {error}", proxy_addr(index)))
         })
         .collect();
-    let voters = (0..n as usize)
-        .map(|index| format!("{}@{}", index + 1, proxy_addr(index)))
-        .collect::<Vec<_>>()
-        .join(",");
+    let proxy_addrs: Vec<SocketAddr> = (0..n as usize).map(proxy_addr).collect();
+    let voters = voters_list(&proxy_addrs);
     let brokers = (0..n as usize)
         .map(|index| {
-            let node_id = (index + 1).to_string();
-            let rack = format!("rack-{}", index + 1);
-            let host = proxy_addr(index).ip().to_string();
-            let mut args = vec![
-                "--node-id",
-                node_id.as_str(),
-                "--controller-voters",
-                voters.as_str(),
-                "--rack",
-                rack.as_str(),
-                "--advertised-host",
-                host.as_str(),
-            ];
-            args.extend_from_slice(extra_args);
-            Broker::start_at(SocketAddr::from(([127, 0, 0, 1], ports[index])), &args)
+            let host = proxy_addrs[index].ip().to_string();
+            let args = member_args(index, &voters, Some(&host), extra_args);
+            Broker::start_at(
+                SocketAddr::from(([127, 0, 0, 1], ports[index])),
+                &as_strs(&args),
+            )
         })
         .collect();
     ProxiedCluster { brokers, proxies }

@@ -26,19 +26,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
-use corelog_client::{
-    Admin, ClientConfig, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord,
-};
+use corelog_client::{Admin, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord};
+use corelog_tests::cluster_client::{WireCluster, client_config, client_runtime, error_code};
 use corelog_tests::corruption::{self, Corruption, Damage, FileKind};
-use corelog_tests::wire_client::fetch_request;
-use corelog_tests::{Broker, Client, start_cluster};
-use corelog_wire::batch::{BatchLimits, batches, decode_records};
+use corelog_tests::{Broker, start_cluster};
 use corelog_wire::error::ErrorCode;
-use corelog_wire::message::fetch::FetchResponse;
-use corelog_wire::message::metadata::{MetadataRequest, MetadataResponse};
-use corelog_wire::message::{self, MessageError};
+use corelog_wire::message::metadata::MetadataResponse;
 
 /// Fence a silent broker after 1 s; 1 MiB segments (the smallest a topic
 /// accepts) so that a few MiB make several segments.
@@ -59,27 +53,8 @@ const RECORD_BYTES: usize = 1_000;
 /// Longest wait for any one condition.
 const DEADLINE: Duration = Duration::from_secs(15);
 
-fn code(value: u16) -> ErrorCode {
-    ErrorCode::from_code(value).unwrap_or(ErrorCode::UnknownServerError)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn client_config(bootstrap: Vec<String>) -> ClientConfig {
-    let mut config = ClientConfig::new(bootstrap[0].clone());
-    config.bootstrap = bootstrap;
-    config.connect_timeout = Duration::from_secs(2);
-    config.request_timeout = Duration::from_secs(8);
-    config.reconnect_backoff = Duration::from_millis(50);
-    config.metadata_refresh_backoff = Duration::from_millis(50);
-    config
-}
+/// How long one read of a partition waits for a broker's answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The value of record `index` of `partition`: unique, and long enough to
 /// fill segments.
@@ -110,7 +85,7 @@ impl Cluster {
     fn start() -> Cluster {
         let cluster = Cluster {
             brokers: start_cluster(3, CLUSTER_ARGS),
-            rt: runtime(),
+            rt: client_runtime(),
             acked: BTreeMap::new(),
             committed: BTreeMap::new(),
             next_record: RECORDS_PER_PARTITION,
@@ -126,16 +101,12 @@ impl Cluster {
         };
         for id in 1..=3 {
             cluster
-                .wait_metadata(id, "three brokers and a controller", |found| {
+                .try_wait_metadata(id, "three brokers and a controller", |found| {
                     found.brokers.len() == 3 && found.controller_id.is_some()
                 })
                 .unwrap();
         }
         cluster
-    }
-
-    fn broker(&self, id: u32) -> &Broker {
-        &self.brokers[id as usize - 1]
     }
 
     fn bootstrap(&self) -> Vec<String> {
@@ -146,70 +117,16 @@ impl Cluster {
             .collect()
     }
 
-    fn client(&self, id: u32) -> Option<Client> {
-        let broker = self.broker(id);
-        if !broker.is_running() {
-            return None;
-        }
-        let mut client = Client::connect(broker.addr).ok()?;
-        client
-            .stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .ok()?;
-        client.handshake().ok()?;
-        Some(client)
-    }
-
-    fn metadata(&self, id: u32) -> Option<MetadataResponse> {
-        let body = self
-            .client(id)?
-            .call(&MetadataRequest { topics: None }, &[])
-            .ok()?;
-        let (archived, _) = message::decode_response::<MetadataResponse>(&body.bytes).ok()?;
-        rkyv::deserialize::<MetadataResponse, rkyv::rancor::Error>(archived).ok()
-    }
-
-    fn wait_metadata(
-        &self,
-        id: u32,
-        what: &str,
-        done: impl Fn(&MetadataResponse) -> bool,
-    ) -> Result<MetadataResponse, String> {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = None;
-        while Instant::now() < deadline {
-            if let Some(found) = self.metadata(id) {
-                if done(&found) {
-                    return Ok(found);
-                }
-                last = Some(found);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(format!(
-            "timed out waiting for {what} on broker {id}; its last metadata: {last:?}"
-        ))
-    }
-
     /// Whether every partition of every topic in `found` has a leader,
     /// and the test topic is there.
     fn all_led(found: &MetadataResponse) -> bool {
         found.topics.iter().any(|topic| topic.name == TOPIC)
             && found.topics.iter().all(|topic| {
                 topic.partitions.iter().all(|partition| {
-                    partition.leader.is_some() && code(partition.error_code) == ErrorCode::None
+                    partition.leader.is_some()
+                        && error_code(partition.error_code) == ErrorCode::None
                 })
             })
-    }
-
-    fn leader_of(&self, asked: u32, partition: u32) -> Option<u32> {
-        let found = self.metadata(asked)?;
-        let topic = found.topics.iter().find(|topic| topic.name == TOPIC)?;
-        topic
-            .partitions
-            .iter()
-            .find(|found| found.partition == partition)?
-            .leader
     }
 
     fn create_topic(&self) {
@@ -235,7 +152,7 @@ impl Cluster {
             }
         });
         for id in 1..=3 {
-            self.wait_metadata(id, "the topic led everywhere", |found| {
+            self.try_wait_metadata(id, "the topic led everywhere", |found| {
                 found.topics.iter().any(|topic| {
                     topic.name == TOPIC
                         && topic.partitions.len() == PARTITIONS as usize
@@ -364,69 +281,6 @@ impl Cluster {
         }
     }
 
-    /// Reads partition `partition` from broker `id` from offset 0 to its
-    /// high watermark, checking every batch's CRC: `(offset, value)`.
-    fn read_all(&self, id: u32, partition: u32) -> Result<Vec<(u64, String)>, String> {
-        let mut client = self
-            .client(id)
-            .ok_or_else(|| format!("broker {id} does not answer"))?;
-        let limits = BatchLimits::default();
-        let mut out = Vec::new();
-        let mut offset = 0;
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let body = client
-                .call(&fetch_request(TOPIC, partition, offset, 100), &[])
-                .map_err(|error| format!("fetch from broker {id}: {error}"))?;
-            let (response, raw) = match message::decode_response::<FetchResponse>(&body.bytes) {
-                Ok(decoded) => decoded,
-                Err(MessageError::TopLevelError { error_code, .. }) => {
-                    return Err(format!("fetch from broker {id}: {}", code(error_code)));
-                }
-                Err(error) => panic!("undecodable fetch response from broker {id}: {error}"),
-            };
-            let found = &response.topics[0].partitions[0];
-            let refused = code(found.error_code.to_native());
-            if refused != ErrorCode::None {
-                return Err(format!(
-                    "fetch of {TOPIC}/{partition} at {offset} from broker {id}: {refused}"
-                ));
-            }
-            let high_watermark = found.high_watermark.to_native();
-            let bytes = Bytes::copy_from_slice(raw);
-            for batch in batches(&bytes, &limits) {
-                // A served batch that fails its CRC is the worst outcome:
-                // panic at once, whatever else the case shows.
-                let batch = batch.unwrap_or_else(|error| {
-                    panic!("broker {id} served a damaged batch of {TOPIC}/{partition} at {offset}: {error}")
-                });
-                if batch.header.is_control() {
-                    continue;
-                }
-                let whole = bytes.slice(batch.position..batch.position + batch.bytes.len());
-                let records = decode_records(&whole, &limits).unwrap_or_else(|error| {
-                    panic!("broker {id} served undecodable records of {TOPIC}/{partition}: {error}")
-                });
-                for record in records {
-                    if record.offset.0 >= offset && record.offset.0 < high_watermark {
-                        let text = record
-                            .value
-                            .map(|value| String::from_utf8_lossy(&value).into_owned())
-                            .unwrap_or_default();
-                        out.push((record.offset.0, text));
-                    }
-                }
-            }
-            offset = offset.max(found.next_offset.to_native());
-            if offset >= high_watermark {
-                return Ok(out);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("reading from broker {id} stalled at {offset}"));
-            }
-        }
-    }
-
     /// Reads every partition through its current leader and compares it
     /// with what was acknowledged. `Err` describes the first difference.
     fn check_acknowledged(&self) -> Result<BTreeMap<u32, u32>, String> {
@@ -435,9 +289,12 @@ impl Cluster {
             let deadline = Instant::now() + DEADLINE;
             let (leader, log) = loop {
                 let attempt = (1..=3)
-                    .find_map(|asked| self.leader_of(asked, partition))
+                    .find_map(|asked| self.partition_metadata(asked, TOPIC, partition)?.leader)
                     .ok_or_else(|| format!("{TOPIC}/{partition} has no leader"))
-                    .and_then(|leader| Ok((leader, self.read_all(leader, partition)?)));
+                    .and_then(|leader| {
+                        let read = self.read_partition(leader, TOPIC, partition, READ_TIMEOUT)?;
+                        Ok((leader, read.records))
+                    });
                 match attempt {
                     Ok(read) => break read,
                     Err(error) if Instant::now() > deadline => return Err(error),
@@ -468,22 +325,6 @@ impl Cluster {
         Ok(readers)
     }
 
-    /// Sum of `replica_lag_records` (offsets its followers have not yet
-    /// acknowledged durable, over the partitions it leads) on broker `id`.
-    fn lag(&self, id: u32) -> Option<u64> {
-        let broker = self.broker(id);
-        if !broker.is_running() {
-            return None;
-        }
-        let text = broker.metrics();
-        let values: Vec<u64> = text
-            .lines()
-            .filter(|line| !line.starts_with('#') && line.contains("replica_lag_records"))
-            .filter_map(|line| line.rsplit(' ').next()?.trim().parse().ok())
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum())
-    }
-
     /// Waits until every partition is led (as broker `id` sees it) and no
     /// leader has a follower behind: every replica has caught up. (The
     /// metadata's `in_sync` lists only the leader, so it cannot tell.)
@@ -492,7 +333,9 @@ impl Cluster {
         let mut last = String::new();
         while Instant::now() < deadline {
             let led = self.metadata(id).is_some_and(|found| Self::all_led(&found));
-            let lags: Vec<Option<u64>> = (1..=3).map(|broker| self.lag(broker)).collect();
+            let lags: Vec<Option<u64>> = (1..=3)
+                .map(|broker| self.broker(broker).replica_lag())
+                .collect();
             if led && lags.iter().all(|lag| *lag == Some(0)) {
                 return Ok(());
             }
@@ -508,6 +351,16 @@ impl Cluster {
     fn produce_more(&mut self, count: usize) {
         self.produce(self.next_record, count);
         self.next_record += count;
+    }
+}
+
+impl WireCluster for Cluster {
+    fn broker(&self, id: u32) -> &Broker {
+        &self.brokers[id as usize - 1]
+    }
+
+    fn ids(&self) -> Vec<u32> {
+        vec![1, 2, 3]
     }
 }
 

@@ -15,9 +15,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use corelog_tests::cluster_client::serial;
 use corelog_tests::small_fs::SmallFs;
 use corelog_tests::wire_client::ask;
 use corelog_tests::{Broker, Client, batch, free_port, values};
@@ -34,12 +34,6 @@ const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Records per produced batch, and the padding that makes each about 8 KiB.
 const RECORDS_PER_BATCH: usize = 8;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A batch of [`RECORDS_PER_BATCH`] records, about 8 KiB, whose values
 /// start with `prefix`.
@@ -231,17 +225,6 @@ fn leader_of(addr: SocketAddr, topic: &str) -> u32 {
     }
 }
 
-/// The sum of `name` over a broker's `/metrics` samples.
-fn metric(broker: &Broker, name: &str) -> Option<f64> {
-    let text = broker.metrics();
-    let samples: Vec<f64> = text
-        .lines()
-        .filter(|line| line.starts_with(name) && !line.starts_with('#'))
-        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!samples.is_empty()).then(|| samples.iter().sum())
-}
-
 #[test]
 fn a_follower_on_a_full_disk_leaves_the_quorum_producing_and_catches_up_when_freed() {
     let _serial = serial();
@@ -291,18 +274,18 @@ fn a_follower_on_a_full_disk_leaves_the_quorum_producing_and_catches_up_when_fre
         }
     }
     assert!(brokers[1].is_running());
-    let lagging = metric(leader, "corelog_replica_lag_records").unwrap_or(0.0);
-    assert!(lagging > 0.0, "broker 2 cannot keep up while full");
+    let lagging = leader.replica_lag().unwrap_or(0);
+    assert!(lagging > 0, "broker 2 cannot keep up while full");
 
     // Space is freed: broker 2 reopens its replica and catches up, without
     // a restart.
     fs.free().unwrap();
     let deadline = Instant::now() + DEADLINE;
-    while metric(leader, "corelog_replica_lag_records") != Some(0.0) {
+    while leader.replica_lag() != Some(0) {
         assert!(
             Instant::now() < deadline,
             "broker 2 did not catch up within {DEADLINE:?}: lag {:?}",
-            metric(leader, "corelog_replica_lag_records")
+            leader.replica_lag()
         );
         std::thread::sleep(Duration::from_millis(100));
     }

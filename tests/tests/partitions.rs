@@ -16,21 +16,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use corelog_client::{Producer, ProducerConfig, ProducerRecord};
+use corelog_tests::Broker;
+use corelog_tests::cluster_client::{WireCluster, client_runtime, serial};
 use corelog_tests::netns::{self, CLIENTS, Firewall, NetnsUnavailable};
 use corelog_tests::process::start_cluster_on;
-use corelog_tests::wire_client::fetch_request;
-use corelog_tests::{Broker, Client};
-use corelog_wire::batch::{BatchLimits, batches, decode_records};
-use corelog_wire::error::ErrorCode;
-use corelog_wire::message::create_topics::{CreatableTopic, CreateTopicsRequest};
-use corelog_wire::message::fetch::FetchResponse;
-use corelog_wire::message::metadata::{MetadataRequest, MetadataResponse, PartitionMetadata};
-use corelog_wire::message::{self, Request};
 
 /// Broker `n` (node id) listens on `IPS[n - 1]`.
 const IPS: [Ipv4Addr; 3] = [
@@ -50,12 +43,6 @@ const FAILOVER_MAX: Duration = Duration::from_secs(10);
 
 const TOPIC: &str = "events";
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Moves this test's thread into a private network namespace; `None` (the
 /// test passes, saying why) only when not running as root.
 fn private_network() -> Option<()> {
@@ -67,20 +54,6 @@ fn private_network() -> Option<()> {
         }
         Err(error) => panic!("partition tests need a private network namespace: {error}"),
     }
-}
-
-fn code(value: u16) -> ErrorCode {
-    ErrorCode::from_code(value).unwrap_or(ErrorCode::UnknownServerError)
-}
-
-fn ask<T: Request>(client: &mut Client, request: &T) -> Option<T::Response>
-where
-    <T::Response as rkyv::Archive>::Archived:
-        rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
-{
-    let body = client.call(request, &[]).ok()?;
-    let (archived, _) = message::decode_response::<T::Response>(&body.bytes).ok()?;
-    rkyv::deserialize::<T::Response, rkyv::rancor::Error>(archived).ok()
 }
 
 /// The cluster, as seen from the clients' address, and which brokers the
@@ -149,10 +122,6 @@ impl Cluster {
         IPS[id as usize - 1]
     }
 
-    fn reachable(&self) -> Vec<u32> {
-        (1..=3).filter(|id| !self.cut_off.contains(id)).collect()
-    }
-
     fn bootstrap(&self) -> Vec<String> {
         self.brokers
             .iter()
@@ -160,200 +129,28 @@ impl Cluster {
             .collect()
     }
 
-    fn client(&self, id: u32, timeout: Duration) -> Option<Client> {
-        if self.cut_off.contains(&id) {
-            return None;
-        }
-        let mut client = Client::connect(self.brokers[id as usize - 1].addr).ok()?;
-        client.stream.set_read_timeout(Some(timeout)).ok()?;
-        client.handshake().ok()?;
-        Some(client)
-    }
-
-    fn metadata(&self, id: u32) -> Option<MetadataResponse> {
-        let mut client = self.client(id, Duration::from_secs(3))?;
-        ask(&mut client, &MetadataRequest { topics: None })
-    }
-
-    fn wait_metadata(
-        &self,
-        id: u32,
-        what: &str,
-        done: impl Fn(&MetadataResponse) -> bool,
-    ) -> MetadataResponse {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = None;
-        while Instant::now() < deadline {
-            if let Some(found) = self.metadata(id) {
-                if done(&found) {
-                    return found;
-                }
-                last = Some(found);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting for {what} on broker {id}; its last metadata: {last:?}");
-    }
-
-    fn partition(&self, id: u32) -> Option<PartitionMetadata> {
-        self.metadata(id)?
-            .topics
-            .into_iter()
-            .find(|topic| topic.name == TOPIC)?
-            .partitions
-            .into_iter()
-            .find(|partition| partition.partition == 0)
-    }
-
-    /// Waits until a reachable broker other than `not` leads partition 0,
-    /// by some reachable broker's metadata and its own.
-    fn wait_for_leader(&self, not: Option<u32>) -> u32 {
-        let deadline = Instant::now() + DEADLINE;
-        let mut seen = Vec::new();
-        while Instant::now() < deadline {
-            seen.clear();
-            for asked in self.reachable() {
-                let found = self.partition(asked);
-                seen.push((asked, found.clone()));
-                let Some(leader) = found.as_ref().and_then(|found| found.leader) else {
-                    continue;
-                };
-                if Some(leader) == not || self.cut_off.contains(&leader) {
-                    continue;
-                }
-                if let Some(own) = self.partition(leader)
-                    && own.leader == Some(leader)
-                    && code(own.error_code) == ErrorCode::None
-                {
-                    return leader;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no reachable leader other than {not:?} within {DEADLINE:?}; metadata: {seen:?}");
-    }
-
-    /// Creates the topic (1 partition, replication factor 3) and returns
-    /// its first leader.
-    fn create_topic(&self) -> u32 {
-        let request = CreateTopicsRequest {
-            topics: vec![CreatableTopic {
-                name: TOPIC.to_owned(),
-                partitions: 1,
-                replication_factor: 3,
-                configs: Vec::new(),
-            }],
-            timeout_ms: 10_000,
-            validate_only: false,
-        };
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let outcome = self.reachable().into_iter().find_map(|id| {
-                let mut client = self.client(id, Duration::from_secs(15))?;
-                ask(&mut client, &request).map(|response| code(response.results[0].error_code))
-            });
-            match outcome {
-                Some(ErrorCode::None | ErrorCode::TopicAlreadyExists) => break,
-                Some(refused)
-                    if !refused.is_retriable()
-                        && refused != ErrorCode::InvalidReplicationFactor =>
-                {
-                    panic!("creating {TOPIC} was refused: {refused}")
-                }
-                _ => {}
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{TOPIC} not created: {outcome:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for id in 1..=3 {
-            self.wait_metadata(id, "the topic on three replicas", |found| {
-                found.topics.iter().any(|topic| {
-                    topic.name == TOPIC && topic.partitions.iter().any(|p| p.replicas.len() == 3)
-                })
-            });
-        }
-        self.wait_for_leader(None)
-    }
-
     /// Waits until every broker names the same leader and that leader
-    /// reports nothing outstanding on its followers (the
-    /// `replica_lag_records` gauge at 0): `id` is back in the replica set
-    /// and holds the whole log. Metadata's `in_sync` cannot tell: it lists
-    /// only the leader. Returns the leader.
+    /// reports nothing outstanding on its followers: `id` is back in the
+    /// replica set and holds the whole log. Returns the leader.
     fn wait_replicated(&self, id: u32) -> u32 {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            let leaders: BTreeSet<Option<u32>> = (1..=3)
-                .map(|asked| self.partition(asked).and_then(|found| found.leader))
-                .collect();
-            if let [Some(leader)] = leaders.iter().copied().collect::<Vec<_>>()[..] {
-                let metrics = self.brokers[leader as usize - 1].metrics();
-                let lag = gauge(&metrics, "corelog_replica_lag_records");
-                if lag == 0 {
-                    return leader;
-                }
-                last = format!("leader {leader}: followers lag {lag} records");
-            } else {
-                last = format!("leaders named: {leaders:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("broker {id} did not catch up with the leader within {DEADLINE:?}: {last}");
-    }
-
-    /// Every record of partition 0 below the high watermark on broker
-    /// `id`, as `(offset, value)`.
-    fn read_all(&self, id: u32) -> Result<Vec<(u64, String)>, String> {
-        let mut client = self
-            .client(id, Duration::from_secs(5))
-            .ok_or_else(|| format!("broker {id} does not answer"))?;
-        let limits = BatchLimits::default();
-        let mut out = Vec::new();
-        let mut offset = 0;
-        loop {
-            let body = client
-                .call(&fetch_request(TOPIC, 0, offset, 100), &[])
-                .map_err(|error| format!("fetch from broker {id}: {error}"))?;
-            let (response, raw) = message::decode_response::<FetchResponse>(&body.bytes)
-                .map_err(|error| format!("fetch from broker {id}: {error}"))?;
-            let found = &response.topics[0].partitions[0];
-            let refused = code(found.error_code.to_native());
-            if refused != ErrorCode::None {
-                return Err(format!("fetch at {offset} from broker {id}: {refused}"));
-            }
-            let raw = Bytes::copy_from_slice(raw);
-            for batch in batches(&raw, &limits) {
-                let batch = batch.expect("fetched batches pass their CRC check");
-                if batch.header.is_control() {
-                    continue;
-                }
-                let bytes = raw.slice(batch.position..batch.position + batch.bytes.len());
-                for record in decode_records(&bytes, &limits).expect("records decode") {
-                    let value = record.value.unwrap_or_default();
-                    if record.offset.0 >= offset {
-                        out.push((record.offset.0, String::from_utf8_lossy(&value).into()));
-                    }
-                }
-            }
-            offset = offset.max(found.next_offset.to_native());
-            if offset >= found.high_watermark.to_native() {
-                return Ok(out);
-            }
-        }
+        self.wait_followers_caught_up(TOPIC, 0)
+            .unwrap_or_else(|error| panic!("broker {id} did not catch up with the leader: {error}"))
     }
 }
 
-/// The sum of a metric's samples in Prometheus text.
-fn gauge(metrics: &str, name: &str) -> i64 {
-    metrics
-        .lines()
-        .filter(|line| line.starts_with(name) && line[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
+impl WireCluster for Cluster {
+    fn broker(&self, id: u32) -> &Broker {
+        &self.brokers[id as usize - 1]
+    }
+
+    fn ids(&self) -> Vec<u32> {
+        vec![1, 2, 3]
+    }
+
+    /// Not cut off from the clients' address.
+    fn answers(&self, id: u32) -> bool {
+        !self.cut_off.contains(&id)
+    }
 }
 
 /// A producer sending `"{prefix}-{i}"` to partition 0, one record at a
@@ -449,11 +246,14 @@ async fn connect_producer(config: ProducerConfig) -> Producer {
 /// The oracle: every acknowledged record is in the committed log exactly
 /// once, at its acknowledged offset, and no record sent appears twice.
 fn check_log(cluster: &Cluster, acked: &[(u64, String)], sent: usize) {
-    let leader = cluster.wait_for_leader(None);
+    let leader = cluster.wait_for_leader(TOPIC, 0, None).id;
     let through = acked.iter().map(|(offset, _)| *offset).max().unwrap_or(0);
     let deadline = Instant::now() + DEADLINE;
     let log = loop {
-        match cluster.read_all(leader) {
+        match cluster
+            .read_partition(leader, TOPIC, 0, Duration::from_secs(5))
+            .map(|log| log.records)
+        {
             Ok(log) if log.iter().any(|(offset, _)| *offset >= through) => break log,
             outcome => assert!(
                 Instant::now() < deadline,
@@ -483,14 +283,6 @@ fn check_log(cluster: &Cluster, acked: &[(u64, String)], sent: usize) {
     );
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn firewall_table_is_removed_when_dropped() {
     let _serial = serial();
@@ -513,16 +305,16 @@ fn isolated_leader_is_replaced_and_rejoins_as_follower() {
     let _serial = serial();
     let Some(()) = private_network() else { return };
     let firewall = Firewall::new().unwrap();
-    let runtime = runtime();
+    let runtime = client_runtime();
     let mut cluster = Cluster::start();
-    let old = cluster.create_topic();
+    let old = cluster.create_replicated_topic(TOPIC).id;
     let work = Workload::start(&runtime, cluster.bootstrap(), "isolated");
     work.wait_for_more(20, "before the partition");
 
     firewall.isolate(Cluster::ip(old)).unwrap();
     cluster.cut_off.insert(old);
     let cut_at = Instant::now();
-    let new = cluster.wait_for_leader(Some(old));
+    let new = cluster.wait_for_leader(TOPIC, 0, Some(old)).id;
     let failover = cut_at.elapsed();
     eprintln!("broker {new} leads {failover:?} after leader {old} was isolated");
     assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
@@ -542,9 +334,9 @@ fn one_way_cut_from_leader_to_follower_loses_nothing() {
     let _serial = serial();
     let Some(()) = private_network() else { return };
     let firewall = Firewall::new().unwrap();
-    let runtime = runtime();
+    let runtime = client_runtime();
     let cluster = Cluster::start();
-    let leader = cluster.create_topic();
+    let leader = cluster.create_replicated_topic(TOPIC).id;
     let follower = if leader == 1 { 2 } else { 1 };
     let work = Workload::start(&runtime, cluster.bootstrap(), "one-way");
     work.wait_for_more(20, "before the cut");
@@ -567,9 +359,9 @@ fn client_isolated_from_leader_loses_and_duplicates_nothing() {
     let _serial = serial();
     let Some(()) = private_network() else { return };
     let firewall = Firewall::new().unwrap();
-    let runtime = runtime();
+    let runtime = client_runtime();
     let mut cluster = Cluster::start();
-    let leader = cluster.create_topic();
+    let leader = cluster.create_replicated_topic(TOPIC).id;
     let work = Workload::start(&runtime, cluster.bootstrap(), "client-cut");
     work.wait_for_more(20, "before the cut");
 
@@ -584,8 +376,10 @@ fn client_isolated_from_leader_loses_and_duplicates_nothing() {
         "nothing is acknowledged while the client cannot reach the leader"
     );
     // The brokers still see each other: the leader keeps its partition.
-    for id in cluster.reachable() {
-        let found = cluster.partition(id).expect("a reachable broker answers");
+    for id in cluster.answering() {
+        let found = cluster
+            .partition_metadata(id, TOPIC, 0)
+            .expect("a reachable broker answers");
         assert_eq!(found.leader, Some(leader), "broker {id}: {found:?}");
     }
 

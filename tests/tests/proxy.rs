@@ -14,30 +14,17 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelog_client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, NewTopic, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
 };
+use corelog_tests::cluster_client::{self, client_runtime, serial};
 use corelog_tests::process::start_cluster_behind_proxies;
 use corelog_tests::proxy::{FaultProxy, Faults};
 use corelog_tests::{Broker, free_port};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The seed: `PROXY_SEED` to replay, else `default`.
 fn seed(default: u64) -> u64 {
@@ -49,13 +36,12 @@ fn seed(default: u64) -> u64 {
     seed
 }
 
+/// The shared test settings with a shorter request timeout and faster
+/// reconnects: the faults need many retries.
 fn client_config(bootstrap: Vec<String>) -> ClientConfig {
-    let mut config = ClientConfig::new(bootstrap[0].clone());
-    config.bootstrap = bootstrap;
-    config.connect_timeout = Duration::from_secs(2);
+    let mut config = cluster_client::client_config(bootstrap);
     config.request_timeout = Duration::from_secs(5);
     config.reconnect_backoff = Duration::from_millis(20);
-    config.metadata_refresh_backoff = Duration::from_millis(50);
     config
 }
 
@@ -193,7 +179,7 @@ fn index_of(value: &str) -> usize {
 fn idempotent_producer_through_duplicates_lost_replies_and_drops_stores_each_record_once() {
     let _serial = serial();
     let seed = seed(0x6_0001);
-    let rt = runtime();
+    let rt = client_runtime();
     let port = free_port();
     let proxy_addr = SocketAddr::from(([127, 0, 0, 21], port));
     let proxy = FaultProxy::start(proxy_addr, SocketAddr::from(([127, 0, 0, 1], port)), seed)
@@ -293,7 +279,7 @@ struct Outcomes {
 fn quorum_appends_through_mixed_network_faults_are_kept_exactly_once() {
     let _serial = serial();
     let seed = seed(0x6_0002);
-    let rt = runtime();
+    let rt = client_runtime();
     let cluster = start_cluster_behind_proxies(3, seed, &["--broker-session-timeout-ms", "2000"]);
     let bootstrap = cluster.bootstrap();
     rt.block_on(create_topic(

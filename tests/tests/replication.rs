@@ -18,23 +18,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
-use corelog_client::{Admin, ClientConfig, ClientError, Producer, ProducerConfig, ProducerRecord};
-use corelog_tests::wire_client::{decode_produce, fetch_request, produce_request};
+use corelog_client::{Admin, ClientError, Producer, ProducerConfig, ProducerRecord};
+use corelog_tests::cluster_client::{
+    Leader, PartitionLog, WireCluster, client_config, client_runtime, error_code, producer_config,
+    serial, try_ask,
+};
+use corelog_tests::wire_client::{decode_produce, produce_request};
 use corelog_tests::{Broker, Client, batch, start_cluster};
-use corelog_wire::batch::{BatchLimits, ProducerIdentity, batches, decode_records};
+use corelog_wire::batch::ProducerIdentity;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
-use corelog_wire::message::create_topics::{CreatableTopic, CreateTopicsRequest};
-use corelog_wire::message::fetch::FetchResponse;
+use corelog_wire::message;
 use corelog_wire::message::find_coordinator::FindCoordinatorRequest;
 use corelog_wire::message::init_producer_id::InitProducerIdRequest;
-use corelog_wire::message::metadata::{MetadataRequest, MetadataResponse, PartitionMetadata};
-use corelog_wire::message::{self, MessageError};
 
 /// Flags of every broker: fence a silent broker after 1 s (default 2 s),
 /// so that failovers take about a second.
@@ -51,66 +51,6 @@ const FAILOVER_MAX: Duration = Duration::from_secs(10);
 /// The topic of each test: 1 partition, replication factor 3.
 const TOPIC: &str = "events";
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Holds the other tests of this file off until the current one ends
-/// (failed or not).
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn code(value: u16) -> ErrorCode {
-    ErrorCode::from_code(value).unwrap_or(ErrorCode::UnknownServerError)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Sends `request` and returns the owned response, or what went wrong
-/// (connection, top-level error code, decoding).
-fn try_ask<T>(client: &mut Client, request: &T) -> Result<<T as message::Request>::Response, String>
-where
-    T: message::Request,
-    <<T as message::Request>::Response as rkyv::Archive>::Archived: rkyv::Deserialize<
-            <T as message::Request>::Response,
-            rkyv::api::high::HighDeserializer<rkyv::rancor::Error>,
-        >,
-{
-    let body = client
-        .call(request, &[])
-        .map_err(|error| error.to_string())?;
-    let (archived, _) = message::decode_response::<<T as message::Request>::Response>(&body.bytes)
-        .map_err(|error| error.to_string())?;
-    rkyv::deserialize::<<T as message::Request>::Response, rkyv::rancor::Error>(archived)
-        .map_err(|error| error.to_string())
-}
-
-/// Every non-control record in fetched bytes, as `(offset, value)`.
-fn records(bytes: &Bytes) -> Vec<(u64, String)> {
-    let limits = BatchLimits::default();
-    let mut out = Vec::new();
-    for found in batches(bytes, &limits) {
-        let found = found.expect("fetched batches pass their CRC check");
-        if found.header.is_control() {
-            continue;
-        }
-        let batch = bytes.slice(found.position..found.position + found.bytes.len());
-        for record in decode_records(&batch, &limits).expect("fetched records decode") {
-            let value = record
-                .value
-                .map(|value| String::from_utf8_lossy(&value).into_owned())
-                .unwrap_or_default();
-            out.push((record.offset.0, value));
-        }
-    }
-    out
-}
-
 /// The value at `offset` in a log read with [`Cluster::read_committed`].
 fn value_at(log: &[(u64, String)], offset: u64) -> Option<&str> {
     log.iter()
@@ -121,13 +61,6 @@ fn value_at(log: &[(u64, String)], offset: u64) -> Option<&str> {
 /// How many times `value` appears in a log.
 fn occurrences(log: &[(u64, String)], value: &str) -> usize {
     log.iter().filter(|(_, found)| found == value).count()
-}
-
-/// A partition's leader as metadata reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Leader {
-    id: u32,
-    epoch: u32,
 }
 
 /// Three brokers, each a controller voter, and which of them the test
@@ -154,24 +87,13 @@ impl Cluster {
         cluster
     }
 
-    fn ids(&self) -> Vec<u32> {
-        (1..=self.brokers.len() as u32).collect()
-    }
-
-    fn broker(&self, id: u32) -> &Broker {
-        &self.brokers[id as usize - 1]
-    }
-
     /// Running and not frozen.
     fn is_up(&self, id: u32) -> bool {
         self.broker(id).is_running() && !self.paused.contains(&id)
     }
 
     fn up(&self) -> Vec<u32> {
-        self.ids()
-            .into_iter()
-            .filter(|&id| self.is_up(id))
-            .collect()
+        self.answering()
     }
 
     /// kill -9 of broker `id`.
@@ -205,94 +127,9 @@ impl Cluster {
             .collect()
     }
 
-    /// A handshaken connection to broker `id`, whose reads give up after
-    /// `timeout`.
-    fn client_with_timeout(&self, id: u32, timeout: Duration) -> Option<Client> {
-        if !self.is_up(id) {
-            return None;
-        }
-        let mut client = Client::connect(self.broker(id).addr).ok()?;
-        client.stream.set_read_timeout(Some(timeout)).ok()?;
-        client.handshake().ok()?;
-        Some(client)
-    }
-
+    /// A connection to broker `id` whose reads give up after 3 s.
     fn client(&self, id: u32) -> Option<Client> {
         self.client_with_timeout(id, Duration::from_secs(3))
-    }
-
-    /// Broker `id`'s metadata, if it answers.
-    fn metadata(&self, id: u32) -> Option<MetadataResponse> {
-        try_ask(&mut self.client(id)?, &MetadataRequest { topics: None }).ok()
-    }
-
-    /// Polls broker `id`'s metadata until `done` holds; panics with the
-    /// last one.
-    fn wait_metadata(
-        &self,
-        id: u32,
-        what: &str,
-        done: impl Fn(&MetadataResponse) -> bool,
-    ) -> MetadataResponse {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = None;
-        while Instant::now() < deadline {
-            if let Some(found) = self.metadata(id) {
-                if done(&found) {
-                    return found;
-                }
-                last = Some(found);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting for {what} on broker {id}; its last metadata: {last:?}");
-    }
-
-    /// Broker `id`'s metadata of one partition.
-    fn partition(&self, id: u32, topic: &str, partition: u32) -> Option<PartitionMetadata> {
-        self.metadata(id)?
-            .topics
-            .into_iter()
-            .find(|found| found.name == topic)?
-            .partitions
-            .into_iter()
-            .find(|found| found.partition == partition)
-    }
-
-    /// Waits until a live broker other than `not` leads the partition, by
-    /// the metadata of some live broker and of the leader itself.
-    fn wait_for_leader(&self, topic: &str, partition: u32, not: Option<u32>) -> Leader {
-        let deadline = Instant::now() + DEADLINE;
-        let mut seen = Vec::new();
-        while Instant::now() < deadline {
-            seen.clear();
-            for asked in self.up() {
-                let found = self.partition(asked, topic, partition);
-                seen.push((asked, found.clone()));
-                let Some(found) = found else { continue };
-                let Some(leader) = found.leader else { continue };
-                if Some(leader) == not
-                    || !self.is_up(leader)
-                    || code(found.error_code) != ErrorCode::None
-                {
-                    continue;
-                }
-                if let Some(own) = self.partition(leader, topic, partition)
-                    && own.leader == Some(leader)
-                    && own.leader_epoch == found.leader_epoch
-                {
-                    return Leader {
-                        id: leader,
-                        epoch: found.leader_epoch,
-                    };
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "no live leader of {topic}/{partition} other than {not:?} within {DEADLINE:?}; live brokers {:?}, their last metadata of it: {seen:?}",
-            self.up()
-        );
     }
 
     /// The controller leader, by the metadata of a live broker.
@@ -306,42 +143,10 @@ impl Cluster {
     }
 
     /// Creates `name` with 1 partition and replication factor 3, waits
-    /// until every live broker sees it on all three brokers, and returns
-    /// its first leader.
+    /// until every live broker sees one replica on each broker, and
+    /// returns its first leader.
     fn create_topic(&self, name: &str) -> Leader {
-        let request = CreateTopicsRequest {
-            topics: vec![CreatableTopic {
-                name: name.to_owned(),
-                partitions: 1,
-                replication_factor: 3,
-                configs: Vec::new(),
-            }],
-            timeout_ms: 10_000,
-            validate_only: false,
-        };
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let answer = self.up().into_iter().find_map(|id| {
-                let mut client = self.client_with_timeout(id, Duration::from_secs(15))?;
-                try_ask(&mut client, &request).ok()
-            });
-            let outcome = answer.map(|response| code(response.results[0].error_code));
-            match outcome {
-                Some(ErrorCode::None | ErrorCode::TopicAlreadyExists) => break,
-                // Brokers just registered may not be unfenced yet: three
-                // replicas fit once they are.
-                Some(ErrorCode::InvalidReplicationFactor) => {}
-                Some(refused) if !refused.is_retriable() => {
-                    panic!("creating {name} with replication factor 3 was refused: {refused}")
-                }
-                _ => {}
-            }
-            assert!(
-                Instant::now() < deadline,
-                "topic {name} was not created within {DEADLINE:?}: {outcome:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.create_replicated_topic(name);
         for id in self.up() {
             let found = self.wait_metadata(id, "the topic with three replicas", |found| {
                 found.topics.iter().any(|topic| {
@@ -365,110 +170,6 @@ impl Cluster {
         self.wait_for_leader(name, 0, None)
     }
 
-    /// One produce request of `batch` to partition 0 of `topic` on broker
-    /// `id`, which may wait `timeout_ms` for the quorum: the answer's code
-    /// and base offset.
-    fn produce_raw(
-        &self,
-        id: u32,
-        topic: &str,
-        batch: &[u8],
-        timeout_ms: u32,
-    ) -> Result<(ErrorCode, i64), String> {
-        let wait = Duration::from_millis(u64::from(timeout_ms)) + Duration::from_secs(5);
-        let mut client = self
-            .client_with_timeout(id, wait)
-            .ok_or_else(|| format!("broker {id} does not answer"))?;
-        let mut request = produce_request(topic, 0, batch.len());
-        request.timeout_ms = timeout_ms;
-        let body = client
-            .call(&request, batch)
-            .map_err(|error| format!("produce to broker {id}: {error}"))?;
-        Ok(decode_produce(&body))
-    }
-
-    /// Produces `batch` to the current leader of partition 0 (not `not`),
-    /// following leader changes and retrying retriable answers until it is
-    /// appended: the leader and the base offset. A non-retriable answer
-    /// is returned as the error.
-    fn produce_to_leader(
-        &self,
-        topic: &str,
-        batch: &[u8],
-        not: Option<u32>,
-    ) -> Result<(Leader, u64), ErrorCode> {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            let leader = self.wait_for_leader(topic, 0, not);
-            match self.produce_raw(leader.id, topic, batch, 5_000) {
-                Ok((ErrorCode::None, offset)) => {
-                    return Ok((leader, u64::try_from(offset).expect("a base offset")));
-                }
-                Ok((refused, _)) if !refused.is_retriable() => return Err(refused),
-                Ok((refused, _)) => last = format!("broker {}: {refused}", leader.id),
-                Err(error) => last = error,
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no append to {topic}/0 within {DEADLINE:?}; last answer: {last}");
-    }
-
-    /// The committed records of `topic/partition` (below the high
-    /// watermark) on broker `id`, from offset 0, as `(offset, value)`.
-    /// Checks that nothing at or above the high watermark is served (C4).
-    fn read_all(
-        &self,
-        id: u32,
-        topic: &str,
-        partition: u32,
-    ) -> Result<(Vec<(u64, String)>, u64), String> {
-        let mut client = self
-            .client(id)
-            .ok_or_else(|| format!("broker {id} does not answer"))?;
-        let mut out = Vec::new();
-        let mut offset = 0;
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let body = client
-                .call(&fetch_request(topic, partition, offset, 100), &[])
-                .map_err(|error| format!("fetch from broker {id}: {error}"))?;
-            let (response, raw) = match message::decode_response::<FetchResponse>(&body.bytes) {
-                Ok(decoded) => decoded,
-                Err(MessageError::TopLevelError { error_code, .. }) => {
-                    return Err(format!("fetch from broker {id}: {}", code(error_code)));
-                }
-                Err(error) => panic!("undecodable fetch response from broker {id}: {error}"),
-            };
-            let found = &response.topics[0].partitions[0];
-            let refused = code(found.error_code.to_native());
-            if refused != ErrorCode::None {
-                return Err(format!(
-                    "fetch of {topic}/{partition} at {offset} from broker {id}: {refused}"
-                ));
-            }
-            let high_watermark = found.high_watermark.to_native();
-            for (at, value) in records(&Bytes::copy_from_slice(raw)) {
-                assert!(
-                    at < high_watermark,
-                    "broker {id} served offset {at} at or above its high watermark {high_watermark}: readers must see only committed records (C4)"
-                );
-                if at >= offset {
-                    out.push((at, value));
-                }
-            }
-            offset = offset.max(found.next_offset.to_native());
-            if offset >= high_watermark {
-                return Ok((out, high_watermark));
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "reading {topic}/{partition} from broker {id} stalled at {offset} below the high watermark {high_watermark}"
-                ));
-            }
-        }
-    }
-
     /// Reads partition 0 of `topic` from its current leader once the high
     /// watermark is above `through`, retrying across leader changes.
     fn read_committed(&self, topic: &str, through: u64) -> (Leader, Vec<(u64, String)>) {
@@ -476,8 +177,11 @@ impl Cluster {
         let mut last = String::new();
         while Instant::now() < deadline {
             let leader = self.wait_for_leader(topic, 0, None);
-            match self.read_all(leader.id, topic, 0) {
-                Ok((log, high_watermark)) if high_watermark > through => {
+            match self.read_partition(leader.id, topic, 0, Duration::from_secs(3)) {
+                Ok(PartitionLog {
+                    records: log,
+                    high_watermark,
+                }) if high_watermark > through => {
                     let offsets: Vec<u64> = log.iter().map(|(at, _)| *at).collect();
                     assert!(
                         offsets.windows(2).all(|pair| pair[0] < pair[1]),
@@ -486,7 +190,7 @@ impl Cluster {
                     );
                     return (leader, log);
                 }
-                Ok((_, high_watermark)) => {
+                Ok(PartitionLog { high_watermark, .. }) => {
                     last = format!(
                         "broker {}: high watermark {high_watermark}, not above {through}",
                         leader.id
@@ -541,7 +245,7 @@ impl Cluster {
                 };
                 match try_ask(&mut client, &request) {
                     Ok(found)
-                        if code(found.error_code) == ErrorCode::None
+                        if error_code(found.error_code) == ErrorCode::None
                             && Some(found.node_id) != not
                             && self.is_up(found.node_id) =>
                     {
@@ -559,31 +263,18 @@ impl Cluster {
     }
 }
 
-/// Producer settings for failover: every live broker as bootstrap, short
-/// backoffs, and timeouts that fit the tests' deadlines.
-fn producer_config(bootstrap: Vec<String>) -> ProducerConfig {
-    let mut config = ProducerConfig::new(bootstrap[0].clone());
-    config.client.bootstrap = bootstrap;
-    config.client.connect_timeout = Duration::from_secs(2);
-    config.client.request_timeout = Duration::from_secs(8);
-    config.client.reconnect_backoff = Duration::from_millis(50);
-    config.client.metadata_refresh_backoff = Duration::from_millis(50);
-    config.linger = Duration::from_millis(1);
-    config.retry_backoff = Duration::from_millis(20);
-    config.retry_backoff_max = Duration::from_millis(250);
-    config.ack_timeout = Duration::from_secs(5);
-    config.delivery_timeout = Duration::from_secs(25);
-    config
-}
+impl WireCluster for Cluster {
+    fn broker(&self, id: u32) -> &Broker {
+        &self.brokers[id as usize - 1]
+    }
 
-fn client_config(bootstrap: Vec<String>) -> ClientConfig {
-    let mut config = ClientConfig::new(bootstrap[0].clone());
-    config.bootstrap = bootstrap;
-    config.connect_timeout = Duration::from_secs(2);
-    config.request_timeout = Duration::from_secs(8);
-    config.reconnect_backoff = Duration::from_millis(50);
-    config.metadata_refresh_backoff = Duration::from_millis(50);
-    config
+    fn ids(&self) -> Vec<u32> {
+        (1..=self.brokers.len() as u32).collect()
+    }
+
+    fn answers(&self, id: u32) -> bool {
+        self.is_up(id)
+    }
 }
 
 /// Connects a producer (idempotent by default), retrying while the
@@ -621,7 +312,7 @@ async fn produce_acked(producer: &Producer, topic: &str, value: &str) -> u64 {
 #[test]
 fn an_acknowledged_append_survives_kill_9_of_the_leader() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
     let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
@@ -676,7 +367,7 @@ fn an_acknowledged_append_survives_kill_9_of_the_leader() {
 #[test]
 fn kill_9_of_the_leader_during_appends_loses_no_acknowledged_record() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
     let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
@@ -802,7 +493,7 @@ fn kill_9_of_the_leader_during_appends_loses_no_acknowledged_record() {
 #[test]
 fn a_frozen_leader_is_replaced_and_fenced_when_it_resumes() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
     let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
@@ -871,7 +562,7 @@ fn a_frozen_leader_is_replaced_and_fenced_when_it_resumes() {
         "the old leader acknowledged an append (offset {offset}) after being replaced (C11)"
     );
     let (answer, offset) = cluster
-        .produce_raw(
+        .produce_once(
             old.id,
             TOPIC,
             &batch("misdirected", "k", 1, ProducerIdentity::NONE),
@@ -925,7 +616,7 @@ fn a_frozen_leader_is_replaced_and_fenced_when_it_resumes() {
 #[test]
 fn without_a_majority_appends_are_refused_until_a_replica_returns() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
     let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
@@ -950,7 +641,7 @@ fn without_a_majority_appends_are_refused_until_a_replica_returns() {
     cluster.kill(followers[1]);
     let started = Instant::now();
     let (answer, offset) = cluster
-        .produce_raw(
+        .produce_once(
             leader.id,
             TOPIC,
             &batch("refused", "k", 1, ProducerIdentity::NONE),
@@ -1020,14 +711,14 @@ fn without_a_majority_appends_are_refused_until_a_replica_returns() {
 #[test]
 fn kill_9_of_the_controller_leader_keeps_metadata_and_appends() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
     let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
     let a = rt.block_on(produce_acked(&producer, TOPIC, "a"));
     let controller = cluster.controller();
     let before = cluster
-        .partition(controller, TOPIC, 0)
+        .partition_metadata(controller, TOPIC, 0)
         .expect("the controller knows the topic");
 
     cluster.kill(controller);
@@ -1128,7 +819,7 @@ fn an_idempotent_retry_after_failover_returns_the_original_offset() {
 #[test]
 fn committed_group_offsets_survive_kill_9_of_the_coordinator() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
     let group = "failover-readers";

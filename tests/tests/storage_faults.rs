@@ -18,21 +18,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use corelog_client::{Producer, ProducerConfig, ProducerRecord};
+use corelog_client::{Producer, ProducerRecord};
+use corelog_tests::cluster_client::{WireCluster, client_runtime, producer_config, serial};
 use corelog_tests::power_loss::{self, PowerLossSummary};
 use corelog_tests::process::{EioKind, start_cluster_with_durable_ledgers};
-use corelog_tests::wire_client::{decode_produce, fetch_request, produce_request};
-use corelog_tests::{Broker, Client, start_cluster};
-use corelog_wire::batch::{BatchLimits, ProducerIdentity, batches, decode_records};
-use corelog_wire::error::ErrorCode;
-use corelog_wire::message::create_topics::{CreatableTopic, CreateTopicsRequest};
-use corelog_wire::message::fetch::FetchResponse;
-use corelog_wire::message::metadata::{MetadataRequest, MetadataResponse, PartitionMetadata};
-use corelog_wire::message::{self, Request};
+use corelog_tests::{Broker, start_cluster};
 
 /// Fence a silent broker after 1 s, so that failovers take about a second.
 const CLUSTER_ARGS: &[&str] = &["--broker-session-timeout-ms", "1000"];
@@ -44,39 +37,6 @@ const TOPIC: &str = "faulted";
 /// `topics/<name>.<id>`).
 const TOPIC_PATHS: &str = "/topics/faulted.";
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn code(value: u16) -> ErrorCode {
-    ErrorCode::from_code(value).unwrap_or(ErrorCode::UnknownServerError)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn try_ask<T>(client: &mut Client, request: &T) -> Result<T::Response, String>
-where
-    T: Request,
-    <T::Response as rkyv::Archive>::Archived:
-        rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
-{
-    let body = client
-        .call(request, &[])
-        .map_err(|error| error.to_string())?;
-    let (archived, _) =
-        message::decode_response::<T::Response>(&body.bytes).map_err(|error| error.to_string())?;
-    rkyv::deserialize::<T::Response, rkyv::rancor::Error>(archived)
-        .map_err(|error| error.to_string())
-}
-
 /// The brokers of one test; broker `n` is node id `n`.
 struct Cluster {
     brokers: Vec<Broker>,
@@ -85,7 +45,7 @@ struct Cluster {
 impl Cluster {
     fn new(brokers: Vec<Broker>) -> Cluster {
         let cluster = Cluster { brokers };
-        for id in cluster.up() {
+        for id in cluster.answering() {
             cluster.wait_metadata(id, "three brokers and a controller", |found| {
                 found.brokers.len() == 3 && found.controller_id.is_some()
             });
@@ -93,16 +53,8 @@ impl Cluster {
         cluster
     }
 
-    fn broker(&self, id: u32) -> &Broker {
-        &self.brokers[id as usize - 1]
-    }
-
     fn broker_mut(&mut self, id: u32) -> &mut Broker {
         &mut self.brokers[id as usize - 1]
-    }
-
-    fn up(&self) -> Vec<u32> {
-        (1..=3).filter(|&id| self.broker(id).is_running()).collect()
     }
 
     fn bootstrap(&self) -> Vec<String> {
@@ -112,154 +64,6 @@ impl Cluster {
             .collect()
     }
 
-    fn client(&self, id: u32, timeout: Duration) -> Option<Client> {
-        if !self.broker(id).is_running() {
-            return None;
-        }
-        let mut client = Client::connect(self.broker(id).addr).ok()?;
-        client.stream.set_read_timeout(Some(timeout)).ok()?;
-        client.handshake().ok()?;
-        Some(client)
-    }
-
-    fn metadata(&self, id: u32) -> Option<MetadataResponse> {
-        let mut client = self.client(id, Duration::from_secs(3))?;
-        try_ask(&mut client, &MetadataRequest { topics: None }).ok()
-    }
-
-    fn wait_metadata(
-        &self,
-        id: u32,
-        what: &str,
-        done: impl Fn(&MetadataResponse) -> bool,
-    ) -> MetadataResponse {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = None;
-        while Instant::now() < deadline {
-            if let Some(found) = self.metadata(id) {
-                if done(&found) {
-                    return found;
-                }
-                last = Some(found);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting for {what} on broker {id}; last metadata: {last:?}");
-    }
-
-    fn partition(&self, id: u32) -> Option<PartitionMetadata> {
-        self.metadata(id)?
-            .topics
-            .into_iter()
-            .find(|found| found.name == TOPIC)?
-            .partitions
-            .into_iter()
-            .next()
-    }
-
-    /// A live leader other than `not`, as it and another broker see it.
-    fn wait_for_leader(&self, not: Option<u32>) -> u32 {
-        let deadline = Instant::now() + DEADLINE;
-        while Instant::now() < deadline {
-            for asked in self.up() {
-                let Some(found) = self.partition(asked) else {
-                    continue;
-                };
-                let Some(leader) = found.leader else { continue };
-                if Some(leader) == not
-                    || !self.up().contains(&leader)
-                    || code(found.error_code) != ErrorCode::None
-                {
-                    continue;
-                }
-                if self
-                    .partition(leader)
-                    .is_some_and(|own| own.leader == Some(leader))
-                {
-                    return leader;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no live leader of {TOPIC}/0 other than {not:?} within {DEADLINE:?}");
-    }
-
-    fn create_topic(&self) -> u32 {
-        let request = CreateTopicsRequest {
-            topics: vec![CreatableTopic {
-                name: TOPIC.to_owned(),
-                partitions: 1,
-                replication_factor: 3,
-                configs: Vec::new(),
-            }],
-            timeout_ms: 10_000,
-            validate_only: false,
-        };
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let outcome = self.up().into_iter().find_map(|id| {
-                let mut client = self.client(id, Duration::from_secs(15))?;
-                try_ask(&mut client, &request)
-                    .ok()
-                    .map(|response| code(response.results[0].error_code))
-            });
-            if matches!(
-                outcome,
-                Some(ErrorCode::None | ErrorCode::TopicAlreadyExists)
-            ) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "topic not created: {outcome:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for id in self.up() {
-            self.wait_metadata(id, "the topic on three replicas", |found| {
-                found.topics.iter().any(|topic| {
-                    topic.name == TOPIC
-                        && topic
-                            .partitions
-                            .first()
-                            .is_some_and(|partition| partition.replicas.len() == 3)
-                })
-            });
-        }
-        self.wait_for_leader(None)
-    }
-
-    /// The committed records of partition 0 on broker `id`, `(offset,
-    /// value)`, and its high watermark.
-    fn read_all(&self, id: u32) -> Result<(BTreeMap<u64, String>, u64), String> {
-        let mut client = self
-            .client(id, Duration::from_secs(3))
-            .ok_or_else(|| format!("broker {id} does not answer"))?;
-        let mut out = BTreeMap::new();
-        let mut offset = 0;
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let body = client
-                .call(&fetch_request(TOPIC, 0, offset, 100), &[])
-                .map_err(|error| format!("fetch from broker {id}: {error}"))?;
-            let (response, raw) = message::decode_response::<FetchResponse>(&body.bytes)
-                .map_err(|error| format!("fetch from broker {id}: {error}"))?;
-            let found = &response.topics[0].partitions[0];
-            let refused = code(found.error_code.to_native());
-            if refused != ErrorCode::None {
-                return Err(format!("fetch from broker {id} at {offset}: {refused}"));
-            }
-            let high_watermark = found.high_watermark.to_native();
-            for (at, value) in records(&Bytes::copy_from_slice(raw)) {
-                out.insert(at, value);
-            }
-            offset = offset.max(found.next_offset.to_native());
-            if offset >= high_watermark {
-                return Ok((out, high_watermark));
-            }
-            if Instant::now() > deadline {
-                return Err(format!("reading from broker {id} stalled at {offset}"));
-            }
-        }
-    }
-
     /// Reads the partition from its leader, retrying across leader
     /// changes, until every acknowledged record is there; panics naming
     /// the first one missing or different.
@@ -267,9 +71,10 @@ impl Cluster {
         let deadline = Instant::now() + DEADLINE;
         let mut last = String::new();
         while Instant::now() < deadline {
-            let leader = self.wait_for_leader(None);
-            match self.read_all(leader) {
-                Ok((log, _)) => {
+            let leader = self.wait_for_leader(TOPIC, 0, None).id;
+            match self.read_partition(leader, TOPIC, 0, Duration::from_secs(3)) {
+                Ok(read) => {
+                    let log: BTreeMap<u64, String> = read.records.into_iter().collect();
                     let wrong: Vec<_> = acked
                         .iter()
                         .filter(|(offset, value)| log.get(offset) != Some(value))
@@ -293,7 +98,7 @@ impl Cluster {
 
     /// Waits until broker `id` is back in the partition's in-sync set.
     fn wait_in_sync(&self, id: u32) {
-        let leader = self.wait_for_leader(None);
+        let leader = self.wait_for_leader(TOPIC, 0, None).id;
         self.wait_metadata(leader, "the restarted broker back in sync", |found| {
             found
                 .topics
@@ -305,40 +110,14 @@ impl Cluster {
     }
 }
 
-/// Every non-control record in fetched bytes, as `(offset, value)`.
-fn records(bytes: &Bytes) -> Vec<(u64, String)> {
-    let limits = BatchLimits::default();
-    let mut out = Vec::new();
-    for found in batches(bytes, &limits) {
-        let found = found.expect("fetched batches pass their CRC check");
-        if found.header.is_control() {
-            continue;
-        }
-        let batch = bytes.slice(found.position..found.position + found.bytes.len());
-        for record in decode_records(&batch, &limits).expect("fetched records decode") {
-            let value = record
-                .value
-                .map(|value| String::from_utf8_lossy(&value).into_owned())
-                .unwrap_or_default();
-            out.push((record.offset.0, value));
-        }
+impl WireCluster for Cluster {
+    fn broker(&self, id: u32) -> &Broker {
+        &self.brokers[id as usize - 1]
     }
-    out
-}
 
-fn producer_config(bootstrap: Vec<String>) -> ProducerConfig {
-    let mut config = ProducerConfig::new(bootstrap[0].clone());
-    config.client.bootstrap = bootstrap;
-    config.client.connect_timeout = Duration::from_secs(2);
-    config.client.request_timeout = Duration::from_secs(8);
-    config.client.reconnect_backoff = Duration::from_millis(50);
-    config.client.metadata_refresh_backoff = Duration::from_millis(50);
-    config.linger = Duration::from_millis(1);
-    config.retry_backoff = Duration::from_millis(20);
-    config.retry_backoff_max = Duration::from_millis(250);
-    config.ack_timeout = Duration::from_secs(5);
-    config.delivery_timeout = Duration::from_secs(25);
-    config
+    fn ids(&self) -> Vec<u32> {
+        vec![1, 2, 3]
+    }
 }
 
 /// A producer appending `r-<n>` to partition 0 with acks=quorum (the
@@ -451,9 +230,9 @@ fn report(id: u32, summary: PowerLossSummary) {
 #[test]
 fn power_loss_of_the_leader_keeps_every_acknowledged_record_and_it_rejoins() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::new(start_cluster_with_durable_ledgers(3, CLUSTER_ARGS));
-    let leader = cluster.create_topic();
+    let leader = cluster.create_replicated_topic(TOPIC).id;
     let load = Load::start(&rt, cluster.bootstrap());
     load.wait_more_acked(200, "appends before the power loss");
 
@@ -471,9 +250,9 @@ fn power_loss_of_the_leader_keeps_every_acknowledged_record_and_it_rejoins() {
 #[test]
 fn power_loss_of_all_three_brokers_keeps_every_acknowledged_record() {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::new(start_cluster_with_durable_ledgers(3, CLUSTER_ARGS));
-    cluster.create_topic();
+    cluster.create_replicated_topic(TOPIC);
     let load = Load::start(&rt, cluster.bootstrap());
     load.wait_more_acked(300, "appends before the power loss");
 
@@ -571,9 +350,9 @@ fn power_loss_cuts_files_to_their_synced_lengths_following_renames() {
 /// files while a producer runs.
 fn eio_on_the_leader(kind: EioKind) {
     let _serial = serial();
-    let rt = runtime();
+    let rt = client_runtime();
     let mut cluster = Cluster::new(start_cluster(3, CLUSTER_ARGS));
-    let leader = cluster.create_topic();
+    let leader = cluster.create_replicated_topic(TOPIC).id;
     let load = Load::start(&rt, cluster.bootstrap());
     load.wait_more_acked(200, "appends before the fault");
 
@@ -599,7 +378,7 @@ fn eio_on_the_leader(kind: EioKind) {
                     .wait()
                     .unwrap();
                 println!("broker {leader} exited after the injected EIO: {status}");
-                break cluster.wait_for_leader(Some(leader));
+                break cluster.wait_for_leader(TOPIC, 0, Some(leader)).id;
             }
             assert!(
                 Instant::now() < deadline,
@@ -626,14 +405,4 @@ fn eio_on_fsync_of_the_leader_fences_it_and_loses_no_acknowledged_record() {
 #[test]
 fn eio_on_write_of_the_leader_fences_it_and_loses_no_acknowledged_record() {
     eio_on_the_leader(EioKind::Write);
-}
-
-/// A produce straight to broker `id` over the wire: its answer.
-#[allow(dead_code, reason = "kept for probing a fenced leader by hand")]
-fn produce_once(cluster: &Cluster, id: u32, value: &str) -> Option<ErrorCode> {
-    let batch = corelog_tests::batch(value, "k", 1, ProducerIdentity::NONE);
-    let mut client = cluster.client(id, Duration::from_secs(10))?;
-    let request = produce_request(TOPIC, 0, batch.len());
-    let body = client.call(&request, &batch).ok()?;
-    Some(decode_produce(&body).0)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use corelog_tests::corruption::{self, Damage, FileKind};
 use corelog_tests::netns::{self, CLIENTS, Firewall};
-use corelog_tests::process::EioKind;
+use corelog_tests::process::{self, EioKind};
 use corelog_tests::proxy::{FaultProxy, Faults, ProxyStats};
 use corelog_tests::small_fs::SmallFs;
 use corelog_tests::{Broker, free_port};
@@ -96,10 +96,10 @@ impl Rig {
                     .unwrap_or_else(|error| panic!("proxy on {listen}: {error}"))
             })
             .collect();
-        let voters = (0..3)
-            .map(|index| format!("{}@{}:{}", index + 1, proxy_ips[index], ports[index]))
-            .collect::<Vec<_>>()
-            .join(",");
+        let proxy_addrs: Vec<SocketAddr> = (0..3)
+            .map(|index| SocketAddr::from((proxy_ips[index], ports[index])))
+            .collect();
+        let voters = process::voters_list(&proxy_addrs);
         let brokers = (0..3)
             .map(|index| {
                 let home = work.path().join(format!("broker-{}", index + 1));
@@ -119,19 +119,9 @@ impl Rig {
                 // The ledger file must exist when the broker starts.
                 std::fs::File::create(home.join("data.durable-ledger"))
                     .expect("a durable ledger file");
-                let node_id = (index + 1).to_string();
-                let rack = format!("rack-{}", index + 1);
                 let advertised = proxy_ips[index].to_string();
-                let args = [
-                    "--node-id",
-                    node_id.as_str(),
-                    "--controller-voters",
-                    voters.as_str(),
-                    "--rack",
-                    rack.as_str(),
-                    "--advertised-host",
-                    advertised.as_str(),
-                ];
+                let args = process::member_args(index, &voters, Some(&advertised), &[]);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let addr = SocketAddr::from((broker_ips[index], ports[index]));
                 Broker::start_at_dir(addr, &data_dir, &args)
             })
