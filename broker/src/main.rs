@@ -4,7 +4,19 @@ use clap::Parser;
 use corelog_broker::config::{BrokerConfig, Flags};
 use corelog_broker::runtime::startup;
 
+/// Exit code of a broker one of whose threads panicked (a bug).
+const PANIC_EXIT_CODE: i32 = 5;
+
 fn main() {
+    // A panicking shard thread would otherwise die alone and leave the
+    // process up, holding its sockets and leaderships but answering
+    // nothing. Exiting lets leaderships move and a supervisor restart it.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!("corelogd: a thread panicked (a bug); exiting with code {PANIC_EXIT_CODE}");
+        std::process::exit(PANIC_EXIT_CODE);
+    }));
     let flags = Flags::parse();
     let config = match BrokerConfig::resolve(&flags) {
         Ok(config) => config,

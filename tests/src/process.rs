@@ -395,8 +395,15 @@ impl Broker {
     }
 
     /// The `/metrics` text.
+    ///
+    /// # Panics
+    /// If the broker does not answer within 10 s (a hung broker fails the
+    /// test instead of hanging it).
     pub fn metrics(&self) -> String {
         let mut stream = TcpStream::connect(self.metrics_addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         stream
             .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();

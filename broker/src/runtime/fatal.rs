@@ -3,8 +3,8 @@
 //! leaving the others half-alive.
 //!
 //! Exit codes (never reused for another reason): 1 start-up or run error,
-//! 2 bad configuration (both in `main.rs`), 3 [`STORAGE_IO_EXIT_CODE`],
-//! 4 [`STORAGE_CORRUPT_EXIT_CODE`].
+//! 2 bad configuration, 5 a panicking thread (all three in `main.rs`),
+//! 3 [`STORAGE_IO_EXIT_CODE`], 4 [`STORAGE_CORRUPT_EXIT_CODE`].
 
 use std::path::Path;
 
