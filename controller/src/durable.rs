@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! file   = header · record*
-//! header = magic "CLRL" · version u8 (1) · 3 zero bytes
+//! header = magic "CLRL" · version u8 (2) · 3 zero bytes · slot · slot
+//! slot   = sequence u64 LE · synced length u64 LE
+//!        · crc32c(sequence · synced length) u32 LE · 4 zero bytes
 //! record = marker u32 LE (0x5243_4C43) · body length u32 LE
 //!        · crc32c(body length bytes · body) u32 LE · body
 //! body   = kind u8 · fields, little-endian:
@@ -26,6 +28,18 @@
 //! file with [`encode_log`] (write a new file, fsync, rename, fsync the
 //! directory) whenever it wants the space back.
 //!
+//! The two slots say how much of the file is known durable: after each
+//! fdatasync of an append the broker overwrites the older slot (the next
+//! sequence number, the file's length) and fdatasyncs again. A torn slot write leaves
+//! the other slot, a lower bound, intact. This is what tells a torn last
+//! append (beyond the synced length: never acknowledged, safe to cut) from
+//! a file that lost synced bytes (entries and votes this node may have
+//! acknowledged to its peers: cutting them silently could elect two leaders
+//! or forget a committed entry, so recovery refuses). A new file is
+//! written whole and renamed into place, so a file shorter than its header
+//! is damage, never a crash during creation. Files of version 1 (no slots)
+//! are read; the broker rewrites them in the current format.
+//!
 //! Recovery ([`recover`]) replays records in order: an entry record at an
 //! index at or below the log's last index replaces the suffix from there
 //! (Raft truncation), the last hard state wins, a snapshot drops what it
@@ -40,8 +54,15 @@ use bytes::Bytes;
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::types::NodeId;
 
-/// First bytes of every log file.
-pub const LOG_HEADER: [u8; 8] = *b"CLRL\x01\x00\x00\x00";
+/// Magic, version and padding of the current format.
+const PREAMBLE: [u8; 8] = *b"CLRL\x02\x00\x00\x00";
+/// The whole header of the first format (no synced-length slots): read,
+/// never written.
+const PREAMBLE_V1: [u8; 8] = *b"CLRL\x01\x00\x00\x00";
+/// Bytes of one synced-length slot.
+pub const SLOT_BYTES: usize = 24;
+/// Bytes of the header: the preamble and two slots. Records follow.
+pub const LOG_HEADER_BYTES: usize = PREAMBLE.len() + 2 * SLOT_BYTES;
 /// Marker in front of every record.
 const RECORD_MARKER: u32 = 0x5243_4C43;
 const RECORD_HEADER_BYTES: usize = 12;
@@ -132,6 +153,23 @@ pub enum DurableError {
         /// What is wrong.
         reason: String,
     },
+    /// The file's intact records end before the length its header says was
+    /// made durable: synced records were cut off or damaged at the end. They
+    /// may hold entries or a vote this node acknowledged, so cutting them
+    /// would break Raft's promises; restore the file or rebuild the node.
+    #[error(
+        "controller log truncated: its intact records end at byte {intact_len}, but \
+         {synced_len} bytes were made durable (synced-length slot {sequence}); the lost \
+         records may hold entries or a vote this node acknowledged"
+    )]
+    Truncated {
+        /// Where the intact records end.
+        intact_len: u64,
+        /// The length the latest valid slot recorded.
+        synced_len: u64,
+        /// That slot's sequence number.
+        sequence: u64,
+    },
     /// Valid records that contradict each other (an entry gap, a term going
     /// back): the file was not written by a correct broker.
     #[error("controller log inconsistent at byte {position}: {reason}")]
@@ -152,9 +190,44 @@ pub struct TornTail {
     pub bytes: u64,
 }
 
+/// A header slot's promise: the first `len` bytes of the file are durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncedLength {
+    /// Grows by one with every slot write; the higher valid slot wins.
+    pub sequence: u64,
+    /// Bytes of the file known durable when the slot was written.
+    pub len: u64,
+}
+
+/// What the header of a log file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    /// Version 1: no synced length is known; rewrite the file.
+    V1,
+    /// The current version.
+    Current {
+        /// The latest valid slot.
+        synced: SyncedLength,
+        /// Whether the other slot failed its checksum (not merely unused):
+        /// harmless, as the next slot write replaces it, but worth a warning.
+        damaged_slot: bool,
+    },
+}
+
+/// Where and what to write so that the header records a synced length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotWrite {
+    /// Byte offset in the file.
+    pub position: u64,
+    /// The slot's bytes.
+    pub bytes: [u8; SLOT_BYTES],
+}
+
 /// The records of a log file, in order, with their byte positions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scan {
+    /// The header; `None` for an empty file (a new node).
+    pub header: Option<Header>,
     /// Records and where each starts.
     pub records: Vec<(u64, LogRecord)>,
     /// Length of the valid prefix; the broker truncates the file to it.
@@ -179,10 +252,13 @@ pub struct RecoveredLog {
 pub struct Recovery {
     /// Hand this to [`crate::node::ControllerNode::new`].
     pub log: RecoveredLog,
-    /// Truncate the file to this length before appending again; if that is
-    /// shorter than [`LOG_HEADER`], write the header afresh.
+    /// The header; `None` for an empty file (write [`new_log_file`]). For
+    /// [`Header::V1`] replace the file with [`encode_log`] of `log`.
+    pub header: Option<Header>,
+    /// Truncate the file to this length before appending again.
     pub valid_len: u64,
-    /// The torn tail that was cut off, for the broker's log.
+    /// The torn tail that was cut off, for the broker's log. It lies beyond
+    /// the synced length, so nothing in it was acknowledged.
     pub torn_tail: Option<TornTail>,
 }
 
@@ -234,10 +310,111 @@ pub fn encode_record(record: &LogRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(&body.bytes);
 }
 
+/// The slot write recording that the first `len` bytes are durable, as
+/// the `sequence`-th such write (they alternate between the two slots).
+#[must_use]
+pub fn synced_length_slot(sequence: u64, len: u64) -> SlotWrite {
+    let mut bytes = [0u8; SLOT_BYTES];
+    bytes[..8].copy_from_slice(&sequence.to_le_bytes());
+    bytes[8..16].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..16]);
+    bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+    SlotWrite {
+        position: (PREAMBLE.len() + (sequence % 2) as usize * SLOT_BYTES) as u64,
+        bytes,
+    }
+}
+
+/// A new log file: a header whose first slot says the header is durable.
+/// Create it whole (write a temporary file, fsync, rename): then a file
+/// shorter than its header is never a crash, always damage.
+#[must_use]
+pub fn new_log_file() -> Vec<u8> {
+    let mut out = vec![0u8; LOG_HEADER_BYTES];
+    finish_header(&mut out);
+    out
+}
+
+/// Writes the preamble and a first slot covering all of `file`.
+fn finish_header(file: &mut [u8]) {
+    file[..PREAMBLE.len()].copy_from_slice(&PREAMBLE);
+    let slot = synced_length_slot(0, file.len() as u64);
+    let at = slot.position as usize;
+    file[at..at + SLOT_BYTES].copy_from_slice(&slot.bytes);
+}
+
+/// The latest valid slot of a current-format header, `None` if `file`
+/// does not start with one (version 1, damaged or too short).
+#[must_use]
+pub fn synced_length(file: &[u8]) -> Option<SyncedLength> {
+    match decode_header(file) {
+        Ok(Header::Current { synced, .. }) => Some(synced),
+        _ => None,
+    }
+}
+
+/// One header slot as found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// All zeros: never written.
+    Unused,
+    /// Fails its checksum: a torn write, or damage.
+    Damaged,
+    Valid(SyncedLength),
+}
+
+fn decode_slot(bytes: &[u8]) -> Slot {
+    if bytes.iter().all(|byte| *byte == 0) {
+        return Slot::Unused;
+    }
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+    let stored = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
+    if stored != crc32c::crc32c(&bytes[..16]) || bytes[20..SLOT_BYTES] != [0; 4] {
+        return Slot::Damaged;
+    }
+    Slot::Valid(SyncedLength {
+        sequence: word(0),
+        len: word(8),
+    })
+}
+
+fn decode_header(bytes: &[u8]) -> Result<Header, DurableError> {
+    let corrupt = |reason: &str| DurableError::Corrupt {
+        position: 0,
+        reason: reason.to_owned(),
+    };
+    if bytes.starts_with(&PREAMBLE_V1) {
+        return Ok(Header::V1);
+    }
+    if bytes.len() < PREAMBLE.len() || bytes[..PREAMBLE.len()] != PREAMBLE {
+        return Err(corrupt(
+            "not a controller log of a supported version: bad header",
+        ));
+    }
+    if bytes.len() < LOG_HEADER_BYTES {
+        return Err(corrupt("header cut short"));
+    }
+    let slots = [PREAMBLE.len(), PREAMBLE.len() + SLOT_BYTES]
+        .map(|at| decode_slot(&bytes[at..at + SLOT_BYTES]));
+    let damaged_slot = slots.contains(&Slot::Damaged);
+    let synced = slots
+        .iter()
+        .filter_map(|slot| match slot {
+            Slot::Valid(synced) => Some(*synced),
+            Slot::Unused | Slot::Damaged => None,
+        })
+        .max_by_key(|synced| synced.sequence)
+        .ok_or_else(|| corrupt("both synced-length slots are damaged"))?;
+    Ok(Header::Current {
+        synced,
+        damaged_slot,
+    })
+}
+
 /// A whole log file holding `log`: the compacted rewrite of a file.
 #[must_use]
 pub fn encode_log(log: &RecoveredLog) -> Vec<u8> {
-    let mut out = LOG_HEADER.to_vec();
+    let mut out = vec![0u8; LOG_HEADER_BYTES];
     if let Some(snapshot) = &log.snapshot {
         let snapshot = SnapshotRecord {
             resets_log: true,
@@ -249,6 +426,7 @@ pub fn encode_log(log: &RecoveredLog) -> Vec<u8> {
         encode_record(&LogRecord::Entry(entry.clone()), &mut out);
     }
     encode_record(&LogRecord::HardState(log.hard_state), &mut out);
+    finish_header(&mut out);
     out
 }
 
@@ -349,31 +527,20 @@ fn valid_record_after(bytes: &[u8], position: usize) -> bool {
 /// is followed by a valid one, or of a damaged header. Never panics.
 pub fn scan(bytes: &[u8]) -> Result<Scan, DurableError> {
     let file_len = bytes.len() as u64;
-    if bytes.len() < LOG_HEADER.len() {
-        // A header cut by a crash right after the file was created.
-        if LOG_HEADER.starts_with(bytes) {
-            return Ok(Scan {
-                records: Vec::new(),
-                valid_len: 0,
-                torn_tail: (!bytes.is_empty()).then_some(TornTail {
-                    position: 0,
-                    bytes: file_len,
-                }),
-            });
-        }
-        return Err(DurableError::Corrupt {
-            position: 0,
-            reason: "not a controller log: bad header".to_owned(),
+    if bytes.is_empty() {
+        return Ok(Scan {
+            header: None,
+            records: Vec::new(),
+            valid_len: 0,
+            torn_tail: None,
         });
     }
-    if bytes[..LOG_HEADER.len()] != LOG_HEADER {
-        return Err(DurableError::Corrupt {
-            position: 0,
-            reason: "not a controller log of a supported version: bad header".to_owned(),
-        });
-    }
+    let header = decode_header(bytes)?;
     let mut records = Vec::new();
-    let mut position = LOG_HEADER.len();
+    let mut position = match header {
+        Header::V1 => PREAMBLE_V1.len(),
+        Header::Current { .. } => LOG_HEADER_BYTES,
+    };
     while position < bytes.len() {
         match decode_record_at(bytes, position) {
             Ok((record, len)) => {
@@ -388,6 +555,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, DurableError> {
                     });
                 }
                 return Ok(Scan {
+                    header: Some(header),
                     records,
                     valid_len: position as u64,
                     torn_tail: Some(TornTail {
@@ -399,6 +567,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, DurableError> {
         }
     }
     Ok(Scan {
+        header: Some(header),
         records,
         valid_len: file_len,
         torn_tail: None,
@@ -412,6 +581,15 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, DurableError> {
 /// each other. Never panics.
 pub fn recover(bytes: &[u8]) -> Result<Recovery, DurableError> {
     let scan = scan(bytes)?;
+    if let Some(Header::Current { synced, .. }) = scan.header
+        && scan.valid_len < synced.len
+    {
+        return Err(DurableError::Truncated {
+            intact_len: scan.valid_len,
+            synced_len: synced.len,
+            sequence: synced.sequence,
+        });
+    }
     let mut log = RecoveredLog::default();
     for (position, record) in scan.records {
         let inconsistent = |reason: String| DurableError::Inconsistent { position, reason };
@@ -439,6 +617,7 @@ pub fn recover(bytes: &[u8]) -> Result<Recovery, DurableError> {
     }
     Ok(Recovery {
         log,
+        header: scan.header,
         valid_len: scan.valid_len,
         torn_tail: scan.torn_tail,
     })

@@ -22,14 +22,31 @@ fn snapshot(index: u64, term: u64, resets_log: bool) -> SnapshotRecord {
     }
 }
 
+/// A new file with `records` appended; only the header is marked synced.
 fn file(records: &[LogRecord]) -> (Vec<u8>, Vec<usize>) {
-    let mut bytes = LOG_HEADER.to_vec();
+    let mut bytes = new_log_file();
     let mut ends = Vec::new();
     for record in records {
         encode_record(record, &mut bytes);
         ends.push(bytes.len());
     }
     (bytes, ends)
+}
+
+/// Records the `sequence`-th slot write, as the broker does after a sync.
+fn mark_synced(bytes: &mut [u8], sequence: u64, len: usize) {
+    let slot = synced_length_slot(sequence, len as u64);
+    let at = slot.position as usize;
+    bytes[at..at + SLOT_BYTES].copy_from_slice(&slot.bytes);
+}
+
+/// The same records in the first format (no slots).
+fn file_v1(records: &[LogRecord]) -> Vec<u8> {
+    let mut bytes = PREAMBLE_V1.to_vec();
+    for record in records {
+        encode_record(record, &mut bytes);
+    }
+    bytes
 }
 
 fn sample_records() -> Vec<LogRecord> {
@@ -137,24 +154,133 @@ fn a_log_cut_at_any_byte_recovers_exactly_the_whole_records() {
     let records = sample_records();
     let (bytes, ends) = file(&records);
     for cut in 0..=bytes.len() {
-        let scan = scan(&bytes[..cut]).unwrap();
+        let result = scan(&bytes[..cut]);
+        if cut == 0 {
+            assert_eq!(result.unwrap().header, None, "an empty file is a new node");
+            continue;
+        }
+        if cut < LOG_HEADER_BYTES {
+            // A new file is renamed into place whole: never a crash.
+            assert!(
+                matches!(result, Err(DurableError::Corrupt { position: 0, .. })),
+                "cut at {cut}: {result:?}"
+            );
+            continue;
+        }
+        let scan = result.unwrap();
         let whole = ends.iter().filter(|end| **end <= cut).count();
         assert_eq!(scan.records.len(), whole, "cut at {cut}");
-        let valid_len = if cut < LOG_HEADER.len() {
-            0
-        } else {
-            ends[..whole].last().copied().unwrap_or(LOG_HEADER.len())
-        };
+        let valid_len = ends[..whole].last().copied().unwrap_or(LOG_HEADER_BYTES);
         assert_eq!(scan.valid_len, valid_len as u64, "cut at {cut}");
         assert_eq!(scan.torn_tail.is_some(), cut != valid_len, "cut at {cut}");
     }
 }
 
 #[test]
+fn losing_synced_bytes_is_refused_and_losing_unsynced_ones_is_a_torn_tail() {
+    let records = sample_records();
+    let (mut bytes, ends) = file(&records);
+    // Synced through the fifth record; the last two were appended after.
+    let synced = ends[4];
+    mark_synced(&mut bytes, 1, synced);
+    for cut in LOG_HEADER_BYTES..=bytes.len() {
+        let result = recover(&bytes[..cut]);
+        if cut < synced {
+            let intact = ends.iter().copied().filter(|end| *end <= cut).max();
+            assert_eq!(
+                result,
+                Err(DurableError::Truncated {
+                    intact_len: intact.unwrap_or(LOG_HEADER_BYTES) as u64,
+                    synced_len: synced as u64,
+                    sequence: 1,
+                }),
+                "cut at {cut}"
+            );
+        } else {
+            let recovery = result.unwrap_or_else(|error| panic!("cut at {cut}: {error}"));
+            assert!(recovery.valid_len >= synced as u64, "cut at {cut}");
+        }
+    }
+    // A bit flip in the last synced record cannot pass for a torn append.
+    let mut flipped = bytes[..synced].to_vec();
+    flipped[synced - 1] ^= 0x01;
+    assert!(matches!(
+        recover(&flipped),
+        Err(DurableError::Truncated { .. })
+    ));
+    // Beyond the synced length it can, and is cut.
+    let mut flipped = bytes.clone();
+    let last = bytes.len() - 1;
+    flipped[last] ^= 0x01;
+    let recovery = recover(&flipped).unwrap();
+    assert_eq!(recovery.valid_len, ends[5] as u64);
+    assert!(recovery.torn_tail.is_some());
+}
+
+#[test]
+fn the_newer_valid_slot_wins_and_one_damaged_slot_is_survivable() {
+    let (mut bytes, ends) = file(&sample_records());
+    mark_synced(&mut bytes, 1, ends[1]);
+    mark_synced(&mut bytes, 2, ends[3]);
+    let expect = |bytes: &[u8], sequence: u64, len: usize, damaged_slot: bool| {
+        assert_eq!(
+            scan(bytes).unwrap().header,
+            Some(Header::Current {
+                synced: SyncedLength {
+                    sequence,
+                    len: len as u64,
+                },
+                damaged_slot,
+            })
+        );
+    };
+    expect(&bytes, 2, ends[3], false);
+    assert_eq!(
+        synced_length(&bytes),
+        Some(SyncedLength {
+            sequence: 2,
+            len: ends[3] as u64
+        })
+    );
+    // A torn write of slot 2 (slot 0) leaves slot 1, a lower bound.
+    let slot_two = synced_length_slot(2, 0).position as usize;
+    let mut torn = bytes.clone();
+    torn[slot_two + 3] ^= 0xff;
+    expect(&torn, 1, ends[1], true);
+    assert!(recover(&torn).is_ok());
+    // Both damaged: nothing says what was durable.
+    let slot_one = synced_length_slot(1, 0).position as usize;
+    torn[slot_one + 9] ^= 0x01;
+    assert!(matches!(
+        scan(&torn),
+        Err(DurableError::Corrupt { position: 0, .. })
+    ));
+}
+
+#[test]
+fn a_first_format_file_is_read_and_its_rewrite_is_current() {
+    let records = sample_records();
+    let v1 = file_v1(&records);
+    let recovery = recover(&v1).unwrap();
+    assert_eq!(recovery.header, Some(Header::V1));
+    let (current, _) = file(&records);
+    assert_eq!(recovery.log, recover(&current).unwrap().log);
+    // A torn tail of a first-format file is still cut.
+    let recovery = recover(&v1[..v1.len() - 3]).unwrap();
+    assert!(recovery.torn_tail.is_some());
+    let rewritten = encode_log(&recovery.log);
+    assert_eq!(
+        synced_length(&rewritten).map(|synced| synced.len),
+        Some(rewritten.len() as u64),
+        "a rewritten file is durable whole"
+    );
+}
+
+#[test]
 fn damage_before_the_last_record_is_corruption_naming_the_record() {
     let records = sample_records();
     let (bytes, ends) = file(&records);
-    let starts: Vec<usize> = std::iter::once(LOG_HEADER.len())
+    let starts: Vec<usize> = std::iter::once(LOG_HEADER_BYTES)
         .chain(ends.iter().copied())
         .collect();
     for record in 0..records.len() {
@@ -188,9 +314,12 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _ = recover(&bytes);
-        let mut with_header = LOG_HEADER.to_vec();
+        let mut with_header = new_log_file();
         with_header.extend_from_slice(&bytes);
         let _ = recover(&with_header);
+        let mut with_v1_header = PREAMBLE_V1.to_vec();
+        with_v1_header.extend_from_slice(&bytes);
+        let _ = recover(&with_v1_header);
     }
 
     #[test]

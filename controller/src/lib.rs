@@ -25,12 +25,14 @@
 //!
 //! # Driving a node (the shell's contract)
 //!
-//! Start-up: read the whole log file (empty or missing for a new node) and
-//! call [`ControllerNode::from_log_file`]. Cut the file to
-//! [`durable::Recovery::valid_len`], writing [`durable::LOG_HEADER`] afresh
-//! if that is shorter than the header. A [`ControllerError`] here (a
-//! corrupt file, other voters than configured) means: do not start the
-//! controller role; never delete the file to "fix" it.
+//! Start-up: read the whole log file (missing for a new node) and call
+//! [`ControllerNode::from_log_file`]. For a new node, create the file whole
+//! from [`durable::new_log_file`] (temporary file, fsync, rename); for a
+//! first-format file, replace it with [`ControllerNode::compacted_log`];
+//! otherwise cut it to [`durable::Recovery::valid_len`]. A
+//! [`ControllerError`] here (a corrupt or truncated file, other voters
+//! than configured) means: do not start the controller role; never delete
+//! the file to "fix" it.
 //!
 //! Inputs, each followed by draining the Ready loop below:
 //! - [`ControllerNode::tick`] every tick (about 100 ms; elections take
@@ -54,6 +56,9 @@
 //!     let records = ready.log_records();
 //!     if !records.is_empty() {
 //!         file.append(&records); file.fsync()?;    // 1. persist ...
+//!         slots += 1;                              //    ... and say so
+//!         let slot = durable::synced_length_slot(slots, file.len());
+//!         file.write_at(slot.position, &slot.bytes); file.fsync()?;
 //!     }
 //!     if ready.compacts_log() {                    // 2. optional rewrite
 //!         write_atomically(node.compacted_log())?; //    tmp, fsync, rename, fsync dir
@@ -70,7 +75,10 @@
 //! 1. Persist before send: messages include votes and append
 //!    acknowledgements, which promise that the records are on disk. Append
 //!    the bytes of [`ControllerReady::log_records`] in one write and fsync
-//!    before any message of that Ready leaves. If the write or fsync fails,
+//!    before any message of that Ready leaves; then record the synced
+//!    length in the header ([`durable::synced_length_slot`]) and fsync
+//!    again, so that recovery can tell a torn append from lost acknowledged
+//!    records. If a write or fsync fails,
 //!    stop the controller role (exit the process with its reason code): the
 //!    records must be presumed lost, and a retry could acknowledge what the
 //!    disk does not hold.
@@ -101,9 +109,12 @@
 //! together. [`durable::recover`] replays the records: a later entry at an
 //! existing index truncates the log there (Raft's conflict rule), the last
 //! hard state wins, an installed snapshot replaces the log, a locally taken
-//! one drops only what it covers. A damaged last record is a torn tail and
-//! cut off; a damaged record followed by a valid one is reported as
-//! corruption with its byte position, never skipped. The restarted node
+//! one drops only what it covers. A damaged last record beyond the synced
+//! length the header records is a torn tail and cut off; within it, the
+//! file lost records this node may have acknowledged and recovery refuses
+//! ([`durable::DurableError::Truncated`]); a damaged record followed by a
+//! valid one is reported as corruption with its byte position, never
+//! skipped. The restarted node
 //! replays committed entries into its state on its first Ready, so the
 //! metadata after a restart is exactly what the file committed to.
 //!

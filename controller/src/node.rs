@@ -238,11 +238,12 @@ impl ControllerNode {
     /// A node restarting from the bytes of its log file (empty for a new
     /// node): [`durable::recover`] followed by [`ControllerNode::new`].
     ///
-    /// Before appending the next Ready's records the shell must cut the
-    /// file to [`Recovery::valid_len`] (dropping a torn tail), and write
-    /// [`durable::LOG_HEADER`] afresh when that length is below the
-    /// header's. The returned [`Recovery`] also says whether a torn tail
-    /// was cut, for the broker's log.
+    /// Before appending the next Ready's records the shell must fix the
+    /// file as [`Recovery::header`] says (see the crate docs): create it
+    /// whole for a new node, rewrite a first-format file, otherwise cut it
+    /// to [`Recovery::valid_len`] (dropping a torn tail). The returned
+    /// [`Recovery`] also says whether a torn tail was cut, for the
+    /// broker's log.
     ///
     /// # Errors
     /// [`ControllerError::Durable`] when the file is corrupt (restore the

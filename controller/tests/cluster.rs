@@ -471,7 +471,7 @@ fn a_node_built_from_a_corrupt_log_file_refuses_to_start() {
     let mut file = cluster.disks[&id].clone();
     // Damage the first record's body: valid records follow, so this is
     // corruption, not a torn tail.
-    file[durable::LOG_HEADER.len() + 14] ^= 0x40;
+    file[durable::LOG_HEADER_BYTES + 14] ^= 0x40;
     let config = corelog_controller::ControllerConfig::new(id, cluster.ids(), 1);
     assert!(matches!(
         ControllerNode::from_log_file(config.clone(), &file),
@@ -483,4 +483,34 @@ fn a_node_built_from_a_corrupt_log_file_refuses_to_start() {
     let (node, recovery) = ControllerNode::from_log_file(config, &[]).unwrap();
     assert_eq!(recovery.valid_len, 0);
     assert_eq!(node.state().version(), 0);
+}
+
+#[test]
+fn a_node_whose_log_lost_acknowledged_records_refuses_to_start() {
+    let mut cluster = Cluster::new(72, 3, 1024);
+    cluster.wait_for_leader();
+    bring_up_brokers(&mut cluster, 2);
+    cluster.settle();
+    let id = NodeId(2);
+    let file = cluster.disks[&id].clone();
+    let config = corelog_controller::ControllerConfig::new(id, cluster.ids(), 1);
+    // The found case: 51 bytes cut from the end looked like a torn append,
+    // and the node came back without an entry it had acknowledged.
+    for cut in [1, 51, file.len() - durable::LOG_HEADER_BYTES] {
+        let result = ControllerNode::from_log_file(config.clone(), &file[..file.len() - cut]);
+        assert!(
+            matches!(
+                result,
+                Err(ControllerError::Durable(durable::DurableError::Truncated { synced_len, .. }))
+                    if synced_len == file.len() as u64
+            ),
+            "cut {cut}: {:?}",
+            result.err()
+        );
+    }
+    // Bytes beyond the synced length are a torn append, and cut.
+    let mut torn = file.clone();
+    torn.extend_from_slice(&[0x43, 0x4c, 0x43]);
+    let (_, recovery) = ControllerNode::from_log_file(config, &torn).unwrap();
+    assert_eq!(recovery.valid_len, file.len() as u64);
 }

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
 use corelog_client::{Admin, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord};
+use corelog_controller::durable;
 use corelog_tests::cluster_client::{WireCluster, client_config, client_runtime, error_code};
 use corelog_tests::corruption::{self, Corruption, Damage, FileKind};
 use corelog_tests::{Broker, start_cluster};
@@ -525,6 +526,25 @@ fn damaged_files_of_a_stopped_broker_are_repaired_or_refused_and_never_served() 
         let mut outcome = restart_watched(broker, &log);
         let mut note = String::new();
 
+        // A controller log cut below the length its header says was synced
+        // lost records this node may have acknowledged (or its vote): it
+        // must refuse, never pass the cut off as a torn append.
+        if let (FileKind::ControllerLog, Damage::Truncate, Outcome::Started) =
+            (kind, damage, &outcome)
+        {
+            let original =
+                std::fs::read(saved.join(path.strip_prefix(&data_dir).unwrap())).unwrap();
+            let synced = durable::synced_length(&original).map_or(0, |synced| synced.len);
+            if corrupted.offset < synced {
+                fail(
+                    &mut failures,
+                    format!(
+                        "{name}: started on a controller log cut to {} bytes of {synced} synced",
+                        corrupted.offset
+                    ),
+                );
+            }
+        }
         if let Outcome::Refused {
             status, message, ..
         } = &outcome
@@ -546,9 +566,12 @@ fn damaged_files_of_a_stopped_broker_are_repaired_or_refused_and_never_served() 
                     ),
                 );
             }
-            // Damage in a replica's stored data has its own exit code.
-            if matches!(kind, FileKind::ClosedSegment | FileKind::ReplicaMeta)
-                && status.code() != Some(4)
+            // Damage in a replica's stored data or the controller log has
+            // its own exit code.
+            if matches!(
+                kind,
+                FileKind::ClosedSegment | FileKind::ReplicaMeta | FileKind::ControllerLog
+            ) && status.code() != Some(4)
             {
                 fail(
                     &mut failures,

@@ -3,9 +3,12 @@
 //! recovery and encoding are the controller crate's.
 //!
 //! Every Ready becomes one append at the end and, when Raft needs it, one
-//! fdatasync, so its records become durable together and in order. After
-//! the node takes a snapshot the file is rewritten whole with the storage
-//! engine's atomic write, so that it stays bounded.
+//! fdatasync, so its records become durable together and in order; a
+//! second write and fdatasync then records the synced length in the
+//! header, which is how recovery tells a torn append from lost records
+//! this node acknowledged (it refuses to start on the latter). New files,
+//! and the rewrite after the node takes a snapshot (which keeps the file
+//! bounded), use the storage engine's atomic write.
 //!
 //! Appends use page-cache I/O (glommio's `BufferedFile`) rather than DMA:
 //! the records are small and unaligned, and rewriting a partial block for
@@ -13,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use corelog_controller::durable::{self, LOG_HEADER, RecoveredLog};
+use corelog_controller::durable::{self, Header, RecoveredLog};
 use glommio::io::{BufferedFile, OpenOptions};
 
 use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
@@ -57,11 +60,14 @@ pub struct RaftLogFile {
     path: PathBuf,
     file: BufferedFile,
     len: u64,
+    /// The header's latest synced-length slot.
+    recorded: durable::SyncedLength,
 }
 
 impl RaftLogFile {
     /// Opens (or creates) the log under `data_dir` and recovers it: a torn
-    /// last append is cut off; damage before the tail is an error.
+    /// last append beyond the synced length is cut off; lost synced bytes
+    /// and damage before the tail are errors.
     ///
     /// # Errors
     /// [`RaftLogError`] on I/O failure or an unrecoverable file.
@@ -79,35 +85,69 @@ impl RaftLogFile {
                 source,
             }
         };
+        let unrecoverable = |source| RaftLogError::Unrecoverable {
+            path: path.clone(),
+            source,
+        };
         disk.create_dir_all(&dir)
             .await
             .map_err(io("create directory"))?;
         let bytes = read_whole_file(&disk, &path, LOG_BYTES_MAX)
             .await
-            .map_err(io("read"))?
-            .unwrap_or_default();
-        let (log, valid_len) = if bytes.is_empty() {
-            (RecoveredLog::default(), 0)
-        } else {
-            let recovery =
-                durable::recover(&bytes).map_err(|source| RaftLogError::Unrecoverable {
-                    path: path.clone(),
-                    source,
-                })?;
-            if let Some(torn) = recovery.torn_tail {
-                tracing::warn!(
-                    path = %path.display(),
-                    at = torn.position,
-                    bytes = torn.bytes,
-                    "controller log: cutting off a torn last append"
-                );
+            .map_err(io("read"))?;
+        let found_len = bytes.as_ref().map_or(0, |bytes| bytes.len() as u64);
+        // What to keep: the log, the header's synced length, the length of
+        // the intact file, and the contents to write whole, if any.
+        let (log, recorded, valid_len, replacement) = match bytes {
+            None => {
+                let contents = durable::new_log_file();
+                let synced = whole_file_synced(&contents);
+                (RecoveredLog::default(), synced, synced.len, Some(contents))
             }
-            (recovery.log, recovery.valid_len)
+            Some(bytes) => {
+                let recovery = durable::recover(&bytes).map_err(unrecoverable)?;
+                if let Some(torn) = recovery.torn_tail {
+                    tracing::warn!(
+                        path = %path.display(),
+                        at = torn.position,
+                        bytes = torn.bytes,
+                        "controller log: cutting off a torn last append (beyond the synced length)"
+                    );
+                }
+                match recovery.header {
+                    // Files are created whole: an empty one was damaged.
+                    None => {
+                        return Err(unrecoverable(durable::DurableError::Corrupt {
+                            position: 0,
+                            reason: "the file is empty".to_owned(),
+                        }));
+                    }
+                    Some(Header::V1) => {
+                        tracing::info!(path = %path.display(), "controller log: rewriting a first-format file in the current format");
+                        let contents = durable::encode_log(&recovery.log);
+                        let synced = whole_file_synced(&contents);
+                        (recovery.log, synced, synced.len, Some(contents))
+                    }
+                    Some(Header::Current {
+                        synced,
+                        damaged_slot,
+                    }) => {
+                        if damaged_slot {
+                            tracing::warn!(path = %path.display(), "controller log: one synced-length slot is damaged; using the other until the next sync replaces it");
+                        }
+                        (recovery.log, synced, recovery.valid_len, None)
+                    }
+                }
+            }
         };
+        if let Some(contents) = &replacement {
+            write_file_atomically(&disk, &path, contents)
+                .await
+                .map_err(io("create"))?;
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
             .buffered_open(&path)
             .await
             .map_err(|error| io("open")(error.into()))?;
@@ -115,12 +155,10 @@ impl RaftLogFile {
             disk: disk.clone(),
             path: path.clone(),
             file,
-            len: valid_len,
+            len: replacement.map_or(found_len, |contents| contents.len() as u64),
+            recorded,
         };
-        if valid_len < LOG_HEADER.len() as u64 {
-            log_file.truncate(0).await?;
-            log_file.append(&LOG_HEADER, true).await?;
-        } else if valid_len < bytes.len() as u64 {
+        if valid_len < log_file.len {
             log_file.truncate(valid_len).await?;
         }
         disk.sync_dir(&dir).await.map_err(io("sync directory"))?;
@@ -179,6 +217,7 @@ impl RaftLogFile {
             tracing::warn!(path = %self.path.display(), %error, "closing the replaced controller log failed");
         }
         self.len = contents.len() as u64;
+        self.recorded = whole_file_synced(contents);
         Ok(())
     }
 
@@ -192,14 +231,43 @@ impl RaftLogFile {
             .map_err(|error| self.error("truncate", error.into()))?;
         #[cfg(feature = "fault-injection")]
         crate::storage::fault_hooks::truncated(&self.path, len);
-        self.sync().await?;
         self.len = len;
+        // Recovery cuts only beyond the recorded length: nothing to record.
+        debug_assert!(len >= self.recorded.len, "cut below the synced length");
+        self.fdatasync().await
+    }
+
+    /// fdatasync, then, if the file grew, records its length in the header
+    /// and fdatasyncs again: only bytes already durable are ever claimed.
+    /// A failure is final: the caller stops the controller role and never
+    /// retries, as the page cache may have dropped the data.
+    async fn sync(&mut self) -> Result<(), RaftLogError> {
+        self.fdatasync().await?;
+        if self.len <= self.recorded.len {
+            return Ok(());
+        }
+        let recorded = durable::SyncedLength {
+            sequence: self.recorded.sequence + 1,
+            len: self.len,
+        };
+        let slot = durable::synced_length_slot(recorded.sequence, recorded.len);
+        #[cfg(feature = "fault-injection")]
+        crate::storage::fault_hooks::before_write(&self.path)
+            .map_err(|error| self.error("write", error))?;
+        let count = self
+            .file
+            .write_at(slot.bytes.to_vec(), slot.position)
+            .await
+            .map_err(|error| self.error("write", error.into()))?;
+        if count != slot.bytes.len() {
+            return Err(self.error("write", std::io::ErrorKind::WriteZero.into()));
+        }
+        self.fdatasync().await?;
+        self.recorded = recorded;
         Ok(())
     }
 
-    /// fdatasync. A failure is final: the caller stops the controller role
-    /// and never retries, as the page cache may have dropped the data.
-    async fn sync(&self) -> Result<(), RaftLogError> {
+    async fn fdatasync(&self) -> Result<(), RaftLogError> {
         #[cfg(feature = "fault-injection")]
         let durable_len = crate::storage::fault_hooks::before_sync(&self.path)
             .map_err(|error| self.error("fdatasync", error))?;
@@ -221,11 +289,22 @@ impl RaftLogFile {
     }
 }
 
+/// The synced length a file written whole records: all of it.
+fn whole_file_synced(contents: &[u8]) -> durable::SyncedLength {
+    let synced = durable::synced_length(contents);
+    assert_eq!(
+        synced.map(|synced| synced.len),
+        Some(contents.len() as u64),
+        "a controller log written whole must record its own length"
+    );
+    synced.unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
     use corelog_controller::durable::{
-        EntryKind, HardState, LogEntry, LogRecord, encode_log, encode_record,
+        DurableError, EntryKind, HardState, LogEntry, LogRecord, encode_log, encode_record,
     };
     use glommio::{LocalExecutorBuilder, Placement};
 
@@ -257,14 +336,7 @@ mod tests {
 
     #[test]
     fn appends_and_rewrites_survive_reopening_and_a_torn_tail_is_cut() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let data_dir = dir.path().to_path_buf();
-        let executor = LocalExecutorBuilder::new(Placement::Unbound)
-            .io_memory(1 << 20)
-            .make()
-            .expect("glommio executor starts");
-        executor.run(async move {
-            let disk = GlommioDisk::for_shard(&data_dir).await.expect("disk");
+        with_log(|disk, data_dir| async move {
             let (mut log, recovered) = RaftLogFile::open(disk.clone(), &data_dir)
                 .await
                 .expect("a new log opens");
@@ -288,9 +360,9 @@ mod tests {
             log.append(&[entry(1, 2), hard_state(2, 1)].concat(), true)
                 .await
                 .expect("append after the rewrite");
-            // A last append cut short by a crash.
+            // A last append cut short by a crash before its fdatasync.
             let torn = entry(2, 2);
-            log.append(&torn[..torn.len() / 2], true)
+            log.append(&torn[..torn.len() / 2], false)
                 .await
                 .expect("torn append");
             drop(log);
@@ -316,6 +388,101 @@ mod tests {
                 .expect("log file")
                 .len();
             assert_eq!(on_disk, expected as u64);
+        });
+    }
+
+    fn with_log<F, Fut>(test: F)
+    where
+        F: FnOnce(GlommioDisk, PathBuf) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().to_path_buf();
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor starts");
+        executor.run(async move {
+            let disk = GlommioDisk::for_shard(&data_dir).await.expect("disk");
+            test(disk, data_dir).await;
+        });
+    }
+
+    #[test]
+    fn a_log_that_lost_synced_bytes_refuses_to_open() {
+        with_log(|disk, data_dir| async move {
+            let (mut log, _) = RaftLogFile::open(disk.clone(), &data_dir)
+                .await
+                .expect("a new log opens");
+            log.append(&[entry(1, 1), hard_state(1, 1)].concat(), true)
+                .await
+                .expect("append");
+            log.append(&entry(2, 1), true).await.expect("append");
+            drop(log);
+            let path = data_dir.join("controller/raft.log");
+            let whole = std::fs::read(&path).expect("log file");
+            // Cut into the last synced append, as the soak's corruption
+            // fault did: it must not pass for a torn append.
+            std::fs::write(&path, &whole[..whole.len() - 5]).expect("cut");
+            let error = RaftLogFile::open(disk.clone(), &data_dir)
+                .await
+                .expect_err("lost synced bytes");
+            assert!(
+                matches!(
+                    &error,
+                    RaftLogError::Unrecoverable {
+                        source: DurableError::Truncated { synced_len, .. },
+                        ..
+                    } if *synced_len == whole.len() as u64
+                ),
+                "{error}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains("restore this node's data directory"),
+                "{error}"
+            );
+            // The refused file is left as found, for the operator.
+            assert_eq!(
+                std::fs::read(&path).expect("log file").len(),
+                whole.len() - 5
+            );
+            // An existing but empty file is damage, not a new node.
+            std::fs::write(&path, b"").expect("empty");
+            let error = RaftLogFile::open(disk, &data_dir)
+                .await
+                .expect_err("an empty file");
+            assert!(error.to_string().contains("the file is empty"), "{error}");
+        });
+    }
+
+    #[test]
+    fn a_first_format_log_is_rewritten_in_the_current_format() {
+        with_log(|disk, data_dir| async move {
+            let path = data_dir.join("controller/raft.log");
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+            let v1 = [
+                b"CLRL\x01\x00\x00\x00".to_vec(),
+                entry(1, 1),
+                hard_state(1, 1),
+            ]
+            .concat();
+            std::fs::write(&path, &v1).expect("v1 file");
+            let (mut log, recovered) = RaftLogFile::open(disk.clone(), &data_dir)
+                .await
+                .expect("a first-format log opens");
+            assert_eq!(recovered.entries.len(), 1);
+            assert_eq!(recovered.hard_state.commit, 1);
+            let rewritten = std::fs::read(&path).expect("log file");
+            assert_eq!(
+                durable::synced_length(&rewritten).map(|synced| synced.len),
+                Some(rewritten.len() as u64)
+            );
+            log.append(&entry(2, 1), true).await.expect("append");
+            drop(log);
+            let (_, recovered) = RaftLogFile::open(disk, &data_dir).await.expect("reopens");
+            assert_eq!(recovered.entries.len(), 2);
         });
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use corelog_wire::error::ErrorCode;
 
+use crate::cluster::raft_log::RaftLogError;
 use crate::replica::ReplicaError;
 use crate::storage::StorageError;
 
@@ -18,7 +19,8 @@ use crate::storage::StorageError;
 pub const STORAGE_IO_EXIT_CODE: i32 = 3;
 
 /// A replica's stored data (a segment, an index, the producer state, the
-/// replica metadata) failed its checks when the replica was opened.
+/// replica metadata) failed its checks when the replica was opened, or the
+/// controller log did at start-up.
 pub const STORAGE_CORRUPT_EXIT_CODE: i32 = 4;
 
 /// What the operator is told when a replica's stored data is damaged:
@@ -71,6 +73,19 @@ pub fn on_replica_open_failed(topic: &str, partition: u32, dir: &Path, error: &R
         "exiting: {advice}"
     );
     eprintln!("corelogd: {advice}; exiting with code {STORAGE_CORRUPT_EXIT_CODE}");
+    std::process::exit(STORAGE_CORRUPT_EXIT_CODE);
+}
+
+/// Called when the controller log cannot be opened. A damaged or truncated
+/// file exits with [`STORAGE_CORRUPT_EXIT_CODE`] (the error names the byte
+/// and says what to do); an I/O failure returns, and start-up fails with
+/// the ordinary run-error code.
+pub fn on_controller_log_failed(error: &RaftLogError) {
+    if !matches!(error, RaftLogError::Unrecoverable { .. }) {
+        return;
+    }
+    tracing::error!(code = STORAGE_CORRUPT_EXIT_CODE, "exiting: {error}");
+    eprintln!("corelogd: {error}; exiting with code {STORAGE_CORRUPT_EXIT_CODE}");
     std::process::exit(STORAGE_CORRUPT_EXIT_CODE);
 }
 

@@ -22,6 +22,7 @@ use corelog_wire::message::broker_register::BrokerRegisterRequest;
 
 use super::authority::{InternalTopic, MetadataAuthority};
 use super::command::ShardCommand;
+use super::fatal;
 use super::shard::{Shard, ShardParts};
 use crate::clock::SystemClock;
 use crate::cluster::raft_log::RaftLogFile;
@@ -393,9 +394,13 @@ async fn start_cluster_role(
 ) -> Result<ClusterRole, String> {
     let voters = cluster::voter_map(&config.controller_voters);
     let controller = if voters.contains_key(&config.node_id) {
-        let (log, recovered) = RaftLogFile::open(disk, &config.data_dir)
-            .await
-            .map_err(|error| error.to_string())?;
+        let (log, recovered) =
+            RaftLogFile::open(disk, &config.data_dir)
+                .await
+                .map_err(|error| {
+                    fatal::on_controller_log_failed(&error);
+                    error.to_string()
+                })?;
         let by_node = voters
             .iter()
             .map(|(id, addr)| (corelog_controller::NodeId(u64::from(*id)), *addr))

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use corelog_controller::durable::{self, LOG_HEADER};
+use corelog_controller::durable;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, MetadataState, NodeId, ProposalId, ProposalOutcome,
     ProposeError, Resolved, Role,
@@ -116,7 +116,7 @@ impl Cluster {
             let mut config = ControllerConfig::new(*id, peers.clone(), seed ^ id.0);
             config.snapshot_interval_entries = snapshot_interval_entries;
             cluster.configs.insert(*id, config.clone());
-            cluster.disks.insert(*id, LOG_HEADER.to_vec());
+            cluster.disks.insert(*id, durable::new_log_file());
             let node = ControllerNode::new(config, durable::RecoveredLog::default())
                 .unwrap_or_else(|error| panic!("{}: new node: {error}", cluster.replay()));
             cluster.nodes.insert(*id, Some(node));
@@ -274,9 +274,10 @@ impl Cluster {
         let disk = self.disks.get_mut(&id).expect("disk");
         let (node, recovery) = ControllerNode::from_log_file(config, disk)
             .unwrap_or_else(|error| panic!("seed {}: node {id} restart: {error}", self.seed));
-        disk.truncate(recovery.valid_len as usize);
-        if disk.len() < LOG_HEADER.len() {
-            *disk = LOG_HEADER.to_vec();
+        match recovery.header {
+            None => *disk = durable::new_log_file(),
+            Some(durable::Header::V1) => *disk = node.compacted_log(),
+            Some(durable::Header::Current { .. }) => disk.truncate(recovery.valid_len as usize),
         }
         self.trace.push(format!("{} restart {id}", self.round));
         self.nodes.insert(id, Some(node));
@@ -303,7 +304,11 @@ impl Cluster {
             // Persist before send.
             let compacts = ready.compacts_log();
             let disk = self.disks.get_mut(&id).expect("disk");
-            disk.extend_from_slice(&ready.log_records());
+            let records = ready.log_records();
+            if !records.is_empty() {
+                disk.extend_from_slice(&records);
+                mark_synced(disk);
+            }
             if compacts {
                 *disk = node.compacted_log();
             }
@@ -538,4 +543,13 @@ impl Cluster {
             );
         }
     }
+}
+
+/// Records in the header that all of `disk` is durable, as the broker does
+/// after each fsync of an append.
+pub fn mark_synced(disk: &mut [u8]) {
+    let sequence = durable::synced_length(disk).map_or(0, |synced| synced.sequence + 1);
+    let slot = durable::synced_length_slot(sequence, disk.len() as u64);
+    let at = slot.position as usize;
+    disk[at..at + durable::SLOT_BYTES].copy_from_slice(&slot.bytes);
 }
