@@ -61,12 +61,13 @@ MINUTES ?= 30
 NEMESIS = ./target/release/corelog-nemesis $(if $(NEMESIS_SEED),--seed $(NEMESIS_SEED))
 nemesis:
 	$(CARGO) build --release -p corelog-broker -p corelog-tests --bins
-	$(NEMESIS) --duration $(NEMESIS_SECONDS) --report target/nemesis-report.json
+	$(NEMESIS) --duration $(NEMESIS_SECONDS) --report target/nemesis-report.json \
+		--broker-logs target/nemesis-logs
 
 soak:
 	$(CARGO) build --release -p corelog-broker -p corelog-tests --bins
 	$(NEMESIS) --duration $$(( $(MINUTES) * 60 )) --report target/soak-report.json \
-		--history target/soak-history.jsonl
+		--history target/soak-history.jsonl --broker-logs target/soak-logs
 
 # Deterministic replication simulation (sim/): `make sim SEEDS=N` runs N seeds
 # from SIM_FIRST_SEED (default 0) on every core; `make sim SEED=N` replays seed

@@ -34,6 +34,15 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// `log`, opened for appending (created if missing).
+fn append_to(log: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|error| panic!("broker log {}: {error}", log.display()))
+}
+
 /// A free loopback port (bound then released; fine for tests).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -51,39 +60,24 @@ pub struct Broker {
     pub metrics_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub extra_args: Vec<String>,
+    /// Where [`Broker::spawn`] appends the process's output; discarded
+    /// when `None`.
+    output_log: Option<PathBuf>,
     _temp: Option<tempfile::TempDir>,
 }
 
 impl Broker {
     /// Starts a broker with one shard and `extra_args`.
     pub fn start(extra_args: &[&str]) -> Broker {
-        let temp = tempfile::tempdir().unwrap();
-        let data_dir = temp.path().join("data");
-        let mut broker = Broker {
-            child: None,
-            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            data_dir,
-            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
-            _temp: Some(temp),
-        };
-        broker.spawn();
-        broker
+        Self::start_at(SocketAddr::from(([127, 0, 0, 1], free_port())), extra_args)
     }
 
     /// Starts a broker on `addr` with one shard and `extra_args`; for
     /// clusters, whose members must know each other's addresses first.
     pub fn start_at(addr: SocketAddr, extra_args: &[&str]) -> Broker {
         let temp = tempfile::tempdir().unwrap();
-        let data_dir = temp.path().join("data");
-        let mut broker = Broker {
-            child: None,
-            addr,
-            metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            data_dir,
-            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
-            _temp: Some(temp),
-        };
+        let mut broker = Self::unstarted(addr, &temp.path().join("data"), extra_args);
+        broker._temp = Some(temp);
         broker.spawn();
         broker
     }
@@ -92,16 +86,30 @@ impl Broker {
     /// example on a [`crate::small_fs::SmallFs`]); the caller keeps the
     /// directory alive longer than the broker.
     pub fn start_at_dir(addr: SocketAddr, data_dir: &Path, extra_args: &[&str]) -> Broker {
-        let mut broker = Broker {
+        let mut broker = Self::unstarted(addr, data_dir, extra_args);
+        broker.spawn();
+        broker
+    }
+
+    /// A broker like [`Broker::start_at_dir`], not started yet: set its
+    /// output log first, then [`Broker::spawn`] it.
+    pub fn unstarted(addr: SocketAddr, data_dir: &Path, extra_args: &[&str]) -> Broker {
+        Broker {
             child: None,
             addr,
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
             data_dir: data_dir.to_path_buf(),
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            output_log: None,
             _temp: None,
-        };
-        broker.spawn();
-        broker
+        }
+    }
+
+    /// Appends the output of every later [`Broker::spawn`] to `log`.
+    #[must_use]
+    pub fn with_output_log(mut self, log: PathBuf) -> Broker {
+        self.output_log = Some(log);
+        self
     }
 
     /// Whether the process is running (not killed by the test).
@@ -120,7 +128,17 @@ impl Broker {
     /// Starts the process again on the same ports and data directory.
     pub fn spawn(&mut self) {
         let mut command = self.command();
-        command.stdout(Stdio::null()).stderr(Stdio::null());
+        match &self.output_log {
+            Some(log) => {
+                let output = append_to(log);
+                command
+                    .stdout(output.try_clone().expect("log file handle"))
+                    .stderr(output);
+            }
+            None => {
+                command.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
         self.child = Some(command.spawn().expect("corelogd starts"));
         self.wait_ready();
     }
@@ -155,11 +173,7 @@ impl Broker {
     /// # Errors
     /// The exit status of a broker that stopped at start-up.
     pub fn try_spawn_logged(&mut self, log: &Path) -> Result<(), std::process::ExitStatus> {
-        let output = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("broker log file opens");
+        let output = append_to(log);
         let mut command = self.command();
         command
             .stdout(output.try_clone().expect("log file handle"))

@@ -83,6 +83,9 @@ struct Args {
     /// Write the recorded history, one JSON event per line, to this file.
     #[arg(long)]
     history: Option<std::path::PathBuf>,
+    /// Copy each broker's output (all its runs) into this directory.
+    #[arg(long)]
+    broker_logs: Option<std::path::PathBuf>,
 }
 
 /// What happened to one fault.
@@ -269,6 +272,14 @@ fn main() -> ExitCode {
     };
     let history = with_no_quorum(history, &no_quorum, partitions);
     let proxy_stats = rig.proxy_stats();
+    if let Some(dir) = &args.broker_logs
+        && let Err(error) = rig.save_logs(dir)
+    {
+        eprintln!(
+            "nemesis: cannot save broker logs to {}: {error}",
+            dir.display()
+        );
+    }
     drop(rig);
 
     let report = check(&history);

@@ -4,7 +4,7 @@
 //! EIO hooks, a small filesystem under one broker, and file corruption.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use corelog_tests::corruption::{self, Damage, FileKind};
@@ -123,7 +123,10 @@ impl Rig {
                 let args = process::member_args(index, &voters, Some(&advertised), &[]);
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let addr = SocketAddr::from((broker_ips[index], ports[index]));
-                Broker::start_at_dir(addr, &data_dir, &args)
+                let mut broker = Broker::unstarted(addr, &data_dir, &args)
+                    .with_output_log(home.join("broker.log"));
+                broker.spawn();
+                broker
             })
             .collect();
         let capabilities = Capabilities {
@@ -142,6 +145,29 @@ impl Rig {
             proxy_ips,
         };
         (rig, capabilities)
+    }
+
+    /// Where broker `index`'s output goes (appended across restarts).
+    fn broker_log(&self, index: usize) -> PathBuf {
+        self.work
+            .path()
+            .join(format!("broker-{}", index + 1))
+            .join("broker.log")
+    }
+
+    /// Copies every broker's output log into `dir` as `broker-N.log`.
+    ///
+    /// # Errors
+    /// From creating `dir` or copying.
+    pub fn save_logs(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for index in 0..self.brokers.len() {
+            std::fs::copy(
+                self.broker_log(index),
+                dir.join(format!("broker-{}.log", index + 1)),
+            )?;
+        }
+        Ok(())
     }
 
     /// Addresses clients bootstrap from: the proxies.
@@ -365,7 +391,7 @@ impl Rig {
     /// `seed`), restarts it: it must repair or refuse to start; a refusal
     /// is answered by putting its pristine copy back.
     fn corrupt(&mut self, index: usize, hold: Duration, seed: u64) -> String {
-        let log = self.work.path().join(format!("broker-{}.log", index + 1));
+        let log = self.broker_log(index);
         let broker = &mut self.brokers[index];
         broker.kill();
         let mut rng = SplitMix64::new(seed);
