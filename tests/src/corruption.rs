@@ -25,6 +25,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::rng::SplitMix64;
+
 /// What a file of a broker's data directory is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FileKind {
@@ -234,26 +236,6 @@ pub fn files_of(data_dir: &Path, kind: FileKind) -> io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// A small seeded generator (SplitMix64), so that a damage is replayed
-/// exactly from its seed.
-#[derive(Clone, Debug)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
-
 /// Damages one file of `kind` under `data_dir` (chosen by `seed`) the way
 /// `how` says: `None` when there is no non-empty file of that kind.
 ///
@@ -269,7 +251,7 @@ pub fn corrupt(
     if candidates.is_empty() {
         return Ok(None);
     }
-    let mut random = SplitMix(seed);
+    let mut random = SplitMix64::new(seed);
     let path = candidates[random.below(candidates.len() as u64) as usize].clone();
     damage_file(&path, kind, how, &mut random).map(Some)
 }
@@ -279,14 +261,14 @@ pub fn corrupt(
 /// # Errors
 /// From reading, writing or truncating the file.
 pub fn corrupt_file(path: &Path, kind: FileKind, how: Damage, seed: u64) -> io::Result<Corruption> {
-    damage_file(path, kind, how, &mut SplitMix(seed))
+    damage_file(path, kind, how, &mut SplitMix64::new(seed))
 }
 
 fn damage_file(
     path: &Path,
     kind: FileKind,
     how: Damage,
-    random: &mut SplitMix,
+    random: &mut SplitMix64,
 ) -> io::Result<Corruption> {
     let mut bytes = fs::read(path)?;
     let file_len = bytes.len() as u64;
