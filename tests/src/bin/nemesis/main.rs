@@ -39,6 +39,8 @@ mod rig;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -145,6 +147,12 @@ fn main() -> ExitCode {
         args.duration, args.fault_gap, args.rate, args.partitions
     );
     println!("nemesis: seed {seed}; replay with: {replay}");
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(error) = signal_hook::flag::register(signal, Arc::clone(&interrupted)) {
+            eprintln!("nemesis: cannot handle signal {signal}: {error}");
+        }
+    }
     // The namespace first: threads and processes started afterwards share it.
     let firewall = match rig::private_network() {
         Ok(firewall) => Some(firewall),
@@ -216,7 +224,9 @@ fn main() -> ExitCode {
     let since =
         |at: Instant| u64::try_from(at.duration_since(origin).as_millis()).unwrap_or(u64::MAX);
     for fault in &schedule {
-        std::thread::sleep(Duration::from_millis(fault.gap_before_ms));
+        if !sleep_unless(&interrupted, Duration::from_millis(fault.gap_before_ms)) {
+            break;
+        }
         let hold = Duration::from_millis(fault.hold_ms);
         if Instant::now() + hold >= faults_until {
             break;
@@ -258,8 +268,20 @@ fn main() -> ExitCode {
         );
         injected.push(record);
     }
+    if interrupted.load(Ordering::Relaxed) {
+        return stop_interrupted(rig, &args, &replay);
+    }
     println!("nemesis: faults over; the workload drains and reads everything back");
-    let history = match runtime.block_on(running) {
+    let finished = runtime.block_on(async {
+        tokio::select! {
+            finished = running => Some(finished),
+            () = until_set(&interrupted) => None,
+        }
+    });
+    let Some(finished) = finished else {
+        return stop_interrupted(rig, &args, &replay);
+    };
+    let history = match finished {
         Ok(Ok(history)) => history,
         Ok(Err(error)) => {
             eprintln!("nemesis: the workload failed: {error}\nreplay with: {replay}");
@@ -323,6 +345,44 @@ fn main() -> ExitCode {
         eprintln!("nemesis: VIOLATIONS; replay with: {replay}");
         ExitCode::FAILURE
     }
+}
+
+/// Sleeps for `duration` in short steps; false (at once) if `interrupted`
+/// is set meanwhile.
+fn sleep_unless(interrupted: &AtomicBool, duration: Duration) -> bool {
+    let until = Instant::now() + duration;
+    while !interrupted.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+    false
+}
+
+/// Resolves once `flag` is set.
+async fn until_set(flag: &AtomicBool) {
+    while !flag.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// After SIGINT or SIGTERM: keeps the broker logs if asked, stops the
+/// brokers and removes the network namespace's rules and the small
+/// filesystem (dropping the rig), and checks nothing.
+fn stop_interrupted(rig: Rig, args: &Args, replay: &str) -> ExitCode {
+    eprintln!("nemesis: interrupted; stopping the brokers, no check. Replay with: {replay}");
+    if let Some(dir) = &args.broker_logs
+        && let Err(error) = rig.save_logs(dir)
+    {
+        eprintln!(
+            "nemesis: cannot save broker logs to {}: {error}",
+            dir.display()
+        );
+    }
+    drop(rig);
+    ExitCode::from(130)
 }
 
 /// Adds the no-quorum intervals, for every partition of the topic, at the
