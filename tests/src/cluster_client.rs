@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corelog_client::{ClientConfig, ProducerConfig};
+use corelog_client::{ClientConfig, Producer, ProducerConfig};
 use corelog_wire::batch::{BatchLimits, batches, decode_records};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::create_topics::{CreatableTopic, CreateTopicsRequest};
@@ -59,6 +59,24 @@ pub fn producer_config(bootstrap: Vec<String>) -> ProducerConfig {
     config.ack_timeout = Duration::from_secs(5);
     config.delivery_timeout = Duration::from_secs(25);
     config
+}
+
+/// Connects a producer, retrying retriable failures (a cluster still
+/// electing, a broker restarting) for up to `patience`.
+///
+/// # Panics
+/// When it cannot connect in time, or on a failure that is not retriable.
+pub async fn connect_producer(config: ProducerConfig, patience: Duration) -> Producer {
+    let deadline = Instant::now() + patience;
+    loop {
+        match Producer::connect(config.clone()).await {
+            Ok(producer) => return producer,
+            Err(error) if error.is_retriable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("the producer could not connect: {error}"),
+        }
+    }
 }
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -27,9 +27,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
-use corelog_client::{Admin, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord};
+use corelog_client::{Admin, ClientError, NewTopic, ProducerConfig, ProducerRecord};
 use corelog_controller::durable;
-use corelog_tests::cluster_client::{WireCluster, client_config, client_runtime, error_code};
+use corelog_tests::cluster_client::{
+    WireCluster, client_config, client_runtime, connect_producer, error_code,
+};
 use corelog_tests::corruption::{self, Corruption, Damage, FileKind};
 use corelog_tests::{Broker, start_cluster};
 use corelog_wire::error::ErrorCode;
@@ -178,15 +180,7 @@ impl Cluster {
         config.delivery_timeout = Duration::from_secs(25);
         let acked = self.rt.block_on(async move {
             let deadline = Instant::now() + DEADLINE;
-            let producer = loop {
-                match Producer::connect(config.clone()).await {
-                    Ok(producer) => break producer,
-                    Err(error) if error.is_retriable() && Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(error) => panic!("the producer could not connect: {error}"),
-                }
-            };
+            let producer = connect_producer(config, DEADLINE).await;
             let mut deliveries = Vec::new();
             for index in first..first + count {
                 for partition in 0..PARTITIONS {

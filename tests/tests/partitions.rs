@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corelog_client::{Producer, ProducerConfig, ProducerRecord};
+use corelog_client::{ProducerConfig, ProducerRecord};
 use corelog_tests::Broker;
-use corelog_tests::cluster_client::{WireCluster, client_runtime, serial};
+use corelog_tests::cluster_client::{WireCluster, client_runtime, connect_producer, serial};
 use corelog_tests::netns::{self, CLIENTS, Firewall, NetnsUnavailable};
 use corelog_tests::process::start_cluster_on;
 
@@ -181,7 +181,7 @@ impl Workload {
             let acked = acked.clone();
             let stop = stop.clone();
             async move {
-                let producer = connect_producer(config).await;
+                let producer = connect_producer(config, DEADLINE).await;
                 let mut sent = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let value = format!("{prefix}-{sent}");
@@ -227,19 +227,6 @@ impl Workload {
             .expect("the producer task did not panic");
         let acked = self.acked.lock().unwrap().clone();
         (acked, sent)
-    }
-}
-
-async fn connect_producer(config: ProducerConfig) -> Producer {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        match Producer::connect(config.clone()).await {
-            Ok(producer) => return producer,
-            Err(error) if error.is_retriable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => panic!("the producer could not connect: {error}"),
-        }
     }
 }
 

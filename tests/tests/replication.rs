@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
-use corelog_client::{Admin, ClientError, Producer, ProducerConfig, ProducerRecord};
+use corelog_client::{Admin, ClientError, Producer, ProducerRecord};
 use corelog_tests::cluster_client::{
-    Leader, PartitionLog, WireCluster, client_config, client_runtime, error_code, producer_config,
-    serial, try_ask,
+    Leader, PartitionLog, WireCluster, client_config, client_runtime, connect_producer, error_code,
+    producer_config, serial, try_ask,
 };
 use corelog_tests::wire_client::{decode_produce, produce_request};
 use corelog_tests::{Broker, Client, batch, start_cluster};
@@ -277,21 +277,6 @@ impl WireCluster for Cluster {
     }
 }
 
-/// Connects a producer (idempotent by default), retrying while the
-/// cluster cannot hand out a producer id yet.
-async fn connect_producer(config: ProducerConfig) -> Producer {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        match Producer::connect(config.clone()).await {
-            Ok(producer) => return producer,
-            Err(error) if error.is_retriable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => panic!("the producer could not connect: {error}"),
-        }
-    }
-}
-
 /// Sends `value` to partition 0 of `topic` and waits for its
 /// acknowledgement: its offset.
 async fn produce_acked(producer: &Producer, topic: &str, value: &str) -> u64 {
@@ -315,7 +300,10 @@ fn an_acknowledged_append_survives_kill_9_of_the_leader() {
     let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
     let before = rt.block_on(produce_acked(&producer, TOPIC, "before-failover"));
     let old = cluster.wait_for_leader(TOPIC, 0, None);
 
@@ -370,7 +358,10 @@ fn kill_9_of_the_leader_during_appends_loses_no_acknowledged_record() {
     let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
 
     let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
     let failed: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
@@ -496,7 +487,10 @@ fn a_frozen_leader_is_replaced_and_fenced_when_it_resumes() {
     let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
     let a = rt.block_on(produce_acked(&producer, TOPIC, "a"));
     rt.block_on(producer.close()).unwrap();
     let old = cluster.wait_for_leader(TOPIC, 0, None);
@@ -527,7 +521,10 @@ fn a_frozen_leader_is_replaced_and_fenced_when_it_resumes() {
         old.epoch
     );
     // A producer that knows only the live brokers appends on the new leader.
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
     let b = rt.block_on(produce_acked(&producer, TOPIC, "b"));
     println!(
         "SIGSTOP of leader {} to an acknowledged append on leader {}: {:?}",
@@ -619,14 +616,17 @@ fn without_a_majority_appends_are_refused_until_a_replica_returns() {
     let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
     // Gives up after 4 s: connected now, since without a quorum the
     // cluster hands out no producer ids.
     let mut impatient = producer_config(cluster.bootstrap());
     impatient.client.request_timeout = Duration::from_secs(3);
     impatient.ack_timeout = Duration::from_secs(2);
     impatient.delivery_timeout = Duration::from_secs(4);
-    let impatient = rt.block_on(connect_producer(impatient));
+    let impatient = rt.block_on(connect_producer(impatient, DEADLINE));
     let a = rt.block_on(produce_acked(&producer, TOPIC, "a"));
     let leader = cluster.wait_for_leader(TOPIC, 0, None);
     let followers: Vec<u32> = cluster
@@ -714,7 +714,10 @@ fn kill_9_of_the_controller_leader_keeps_metadata_and_appends() {
     let rt = client_runtime();
     let mut cluster = Cluster::start();
     cluster.create_topic(TOPIC);
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
     let a = rt.block_on(produce_acked(&producer, TOPIC, "a"));
     let controller = cluster.controller();
     let before = cluster
@@ -850,7 +853,10 @@ fn committed_group_offsets_survive_kill_9_of_the_coordinator() {
         }
     };
 
-    let producer = rt.block_on(connect_producer(producer_config(cluster.bootstrap())));
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
     // Offsets come from the acknowledgements: a leader may keep offsets
     // for itself (an epoch marker), so the records need not start at 0.
     let offsets: Vec<u64> = rt.block_on(async {
