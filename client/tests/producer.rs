@@ -22,8 +22,12 @@ async fn setup(partitions: u32) -> (FakeBroker, Producer) {
 }
 
 fn values(broker: &FakeBroker, partition: u32) -> Vec<(u64, String)> {
+    values_of(broker, "t", partition)
+}
+
+fn values_of(broker: &FakeBroker, topic: &str, partition: u32) -> Vec<(u64, String)> {
     broker
-        .records("t", partition)
+        .records(topic, partition)
         .into_iter()
         .map(|record| {
             let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
@@ -393,6 +397,30 @@ async fn a_retry_in_the_middle_of_a_pipeline_keeps_order_and_stores_each_batch_o
         .collect();
     assert_eq!(first_attempts, [0, 1, 2, 3, 4], "five batches pipelined");
     producer.close().await.unwrap();
+}
+
+/// A connection lost while `send` looks up the topic's metadata (a broker
+/// restarting) is retried like any other transport failure: the record has
+/// no delivery handle yet to report it on, and the caller would otherwise
+/// get `ConnectionLost`, which `send` does not promise.
+#[tokio::test]
+async fn send_retries_a_metadata_lookup_whose_connection_drops() {
+    let (broker, producer) = setup(1).await;
+    broker.create_topic("later", 1);
+    broker.drop_metadata_requests(2);
+    let delivery = tokio::time::timeout(
+        Duration::from_secs(5),
+        producer.send(ProducerRecord::new("later", "x").partition(0)),
+    )
+    .await
+    .expect("send returns")
+    .expect("send retries the lookup");
+    let delivered = tokio::time::timeout(Duration::from_secs(5), delivery)
+        .await
+        .expect("delivered in time")
+        .unwrap();
+    assert_eq!(delivered.offset.0, 0);
+    assert_eq!(values_of(&broker, "later", 0), vec![(0, "x".to_owned())]);
 }
 
 /// A broker that accepts connections but does not answer their handshake

@@ -58,7 +58,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use corelog_wire::batch::{Compression, Header, NewRecord, SchemaVersion};
@@ -73,6 +73,7 @@ pub use self::partitioner::partition_for_key;
 use crate::cluster::Cluster;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
+use crate::metadata::ClusterMetadata;
 
 /// Producer settings. [`ProducerConfig::new`] gives the defaults.
 #[derive(Clone, Debug)]
@@ -398,8 +399,32 @@ impl Producer {
     /// `UNKNOWN_TOPIC_OR_PARTITION` if the topic does not exist; connection
     /// errors.
     pub async fn prepare_topic(&self, topic: &str) -> Result<u32, ClientError> {
-        let metadata = self.inner.cluster.topic_metadata(topic).await?;
+        let metadata = self.topic_metadata(topic).await?;
         Ok(metadata.topic(topic)?.partition_count())
+    }
+
+    /// The topic's metadata, from the cache or a broker. A lookup that
+    /// fails in transport (a broker restarting, a dropped connection, a
+    /// timeout) is retried with the producer's backoff until the delivery
+    /// timeout, as a batch would be: the record has no delivery handle yet
+    /// to report such a failure on. Answers from a broker, such as
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, return at once.
+    async fn topic_metadata(&self, topic: &str) -> Result<Arc<ClusterMetadata>, ClientError> {
+        let config = &self.inner.config;
+        let deadline = Instant::now() + config.delivery_timeout;
+        let mut backoff = config.retry_backoff;
+        loop {
+            match self.inner.cluster.topic_metadata(topic).await {
+                Err(error)
+                    if is_transport_failure(&error) && Instant::now() + backoff < deadline =>
+                {
+                    tracing::debug!(topic, %error, ?backoff, "metadata lookup failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(config.retry_backoff_max);
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     /// Buffers a record, waiting for buffer space and for the topic's
@@ -408,11 +433,13 @@ impl Producer {
     /// # Errors
     /// [`ClientError::RecordTooLarge`], [`ClientError::InvalidArgument`]
     /// (a header named `schema`), [`ClientError::UnknownPartition`],
-    /// `UNKNOWN_TOPIC_OR_PARTITION`, [`ClientError::ProducerClosed`].
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, [`ClientError::ProducerClosed`]; a
+    /// transport error such as [`ClientError::ConnectionLost`] only when
+    /// the topic's metadata could not be looked up for `delivery_timeout`.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
         let (topic, partition, record) = record.into_parts();
         let size = self.check(&record)?;
-        let metadata = self.inner.cluster.topic_metadata(&topic).await?;
+        let metadata = self.topic_metadata(&topic).await?;
         let target = target(&metadata, &topic, partition, record.key.as_deref())?;
         self.inner.accumulator.reserve(size).await?;
         let topic: Arc<str> = Arc::from(topic);
@@ -554,4 +581,16 @@ pub(crate) async fn init_producer_id(cluster: &Cluster) -> Result<(i64, i16), Cl
         });
     }
     Ok((producer_id, producer_epoch))
+}
+
+/// Whether `error` is a failure to reach a broker or to hear back from it,
+/// rather than an answer.
+fn is_transport_failure(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Connect { .. }
+            | ClientError::ConnectTimeout { .. }
+            | ClientError::ConnectionLost { .. }
+            | ClientError::RequestTimeout { .. }
+    )
 }

@@ -101,6 +101,9 @@ struct Faults {
     close_on_lost_reply: bool,
     /// Answer these codes instead of appending, one per request.
     errors: VecDeque<ErrorCode>,
+    /// Close the connection instead of answering this many Metadata
+    /// requests.
+    drop_metadata: u32,
 }
 
 #[derive(Debug, Default)]
@@ -181,6 +184,12 @@ impl FakeBroker {
     /// request, without appending.
     pub fn fail_produce_with(&self, codes: &[ErrorCode]) {
         self.state.lock().unwrap().faults.errors.extend(codes);
+    }
+
+    /// The next `count` Metadata requests close their connection
+    /// unanswered, as a broker that restarts meanwhile would.
+    pub fn drop_metadata_requests(&self, count: u32) {
+        self.state.lock().unwrap().faults.drop_metadata = count;
     }
 
     /// Holds produce answers back until released.
@@ -284,6 +293,13 @@ impl FakeBroker {
         let mut first = true;
         while let Some((head, body)) = queue.recv().await {
             let api = head.header.api_key;
+            if api == ApiKey::Metadata {
+                let faults = &mut self.state.lock().unwrap().faults;
+                if faults.drop_metadata > 0 {
+                    faults.drop_metadata -= 1;
+                    break;
+                }
+            }
             let response = if first && api != ApiKey::ApiVersions {
                 Some(encode_error_response(ErrorCode::InvalidRequest).to_vec())
             } else {
