@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::metadata::topic_config::SEGMENT_BYTES_MIN;
 use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::storage::LogConfig;
 use crate::storage::retention::DEFAULT_RETENTION_MS;
@@ -419,6 +420,18 @@ impl BrokerConfig {
         if self.default_partitions == 0 {
             return invalid("default_partitions", "must be at least 1");
         }
+        // The bounds a topic's own segment.bytes must meet: a default
+        // outside them would be accepted here and then refused for every
+        // topic created.
+        if !(SEGMENT_BYTES_MIN..=u64::from(u32::MAX)).contains(&self.topic_defaults.segment_bytes) {
+            return invalid(
+                "segment_bytes",
+                &format!(
+                    "must be between {SEGMENT_BYTES_MIN} (1 MiB) and {}",
+                    u32::MAX
+                ),
+            );
+        }
         if self.topic_defaults.segment_bytes < u64::from(self.topic_defaults.max_message_bytes) {
             return invalid("segment_bytes", "must be at least max_message_bytes");
         }
@@ -576,5 +589,21 @@ mod tests {
                 .to_string()
                 .contains("shards")
         );
+        for bytes in [4096, u64::from(u32::MAX) + 1] {
+            let flags = Flags {
+                segment_bytes: Some(bytes),
+                ..Flags::default()
+            };
+            let error = BrokerConfig::resolve(&flags).unwrap_err().to_string();
+            assert!(
+                error.contains("segment_bytes: must be between 1048576"),
+                "{error}"
+            );
+        }
+        let flags = Flags {
+            segment_bytes: Some(SEGMENT_BYTES_MIN),
+            ..Flags::default()
+        };
+        assert!(BrokerConfig::resolve(&flags).is_ok());
     }
 }
