@@ -48,21 +48,12 @@ pub async fn load<D: Disk>(disk: &D, dir: &Path) -> Result<Option<ReplicaMeta>, 
 /// Writes `meta` durably and atomically.
 ///
 /// # Errors
-/// [`ReplicaError::Meta`] on a write or sync failure; the caller fences the
-/// replica (a failed fsync means the write is presumed lost).
-pub async fn store<D: Disk>(disk: &D, dir: &Path, meta: &ReplicaMeta) -> Result<(), ReplicaError> {
+/// The [`StorageError`] of a failed write or sync (not damage: a full disk,
+/// or an I/O error after which the write is presumed lost); the caller
+/// fences the replica and reports it like a fenced log.
+pub async fn store<D: Disk>(disk: &D, dir: &Path, meta: &ReplicaMeta) -> Result<(), StorageError> {
     let path = meta_path(dir);
     write_file_atomically(disk, &path, &meta.encode())
         .await
-        .map_err(|error| {
-            let failed = StorageError::io(&path, error);
-            if failed.is_no_space() {
-                // Not damage: a full disk, which travels as DISK_FULL.
-                return ReplicaError::from(failed);
-            }
-            ReplicaError::Meta {
-                path,
-                reason: failed.to_string(),
-            }
-        })
+        .map_err(|error| StorageError::io(&path, error))
 }

@@ -87,7 +87,9 @@ use event_listener::Event;
 use crate::clock::Clock;
 use crate::partition::{Partition, PartitionSpec, PartitionSummary};
 use crate::storage::disk::Disk;
-use crate::storage::{DeletedRange, PartitionLog, ReadOutcome, ShardStorage, StorageError};
+use crate::storage::{
+    DeletedRange, PartitionLog, ReadOutcome, ShardStorage, StorageError, StorageObserver,
+};
 
 pub use corelog_replication::{PartitionKey, Push, Query};
 pub use corelog_wire::message::produce::Acks;
@@ -150,6 +152,8 @@ pub struct ReplicatedPartition<D: Disk> {
     limits: BatchLimits,
     replica: RefCell<Replica>,
     transport: Rc<dyn PushTransport>,
+    /// Told when the replica's metadata cannot be written.
+    observer: Rc<dyn StorageObserver>,
     /// Held by each state-machine call that may emit durable actions, until
     /// they are carried out.
     apply: async_lock::Mutex<()>,
@@ -209,6 +213,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         // it when its log becomes durable, this shell when the high
         // watermark moves; readers long-poll on it either way.
         let high_watermark_changed = spec.partition.data_signal.clone();
+        let observer = shard.observer.clone();
         let partition = Partition::open(disk.clone(), spec.partition, shard).await?;
         let meta = meta_file::load(&disk, &dir).await?.unwrap_or_default();
         let limits = partition.batch_limits();
@@ -229,6 +234,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             limits,
             replica: RefCell::new(replica),
             transport,
+            observer,
             apply: async_lock::Mutex::new(()),
             durability_waits: Cell::new(0),
             durability_waits_done: Event::new(),
@@ -505,7 +511,14 @@ impl<D: Disk> ReplicatedPartition<D> {
         carried: &mut Carried,
     ) -> Result<(), ReplicaError> {
         match action {
-            Action::Persist(meta) => meta_file::store(&self.disk, &self.dir, &meta).await?,
+            Action::Persist(meta) => {
+                if let Err(error) = meta_file::store(&self.disk, &self.dir, &meta).await {
+                    // As for a log write: what the disk holds is unknown, so
+                    // the broker stops (exit 3) unless the disk is full.
+                    self.observer.on_fenced(&self.dir, &error);
+                    return Err(error.into());
+                }
+            }
             Action::AppendMarker { epoch } => {
                 carried.appended_end = Some(self.append_marker(epoch)?);
             }

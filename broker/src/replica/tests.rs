@@ -28,8 +28,10 @@ use glommio::{LocalExecutorBuilder, Placement};
 use super::*;
 use crate::clock::ManualClock;
 use crate::metadata::{CleanupPolicy, TopicConfig};
-use crate::storage::memory_disk::MemoryDisk;
-use crate::storage::{CacheKey, DiskSpace, LogConfig, NoObserver, RetentionPolicy, TailCache};
+use crate::storage::memory_disk::{Fault, MemoryDisk};
+use crate::storage::{
+    CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
+};
 
 type Node = ReplicatedPartition<MemoryDisk>;
 
@@ -110,8 +112,25 @@ impl PushTransport for Link {
     }
 }
 
+/// Records what fenced logs and metadata writes report.
+#[derive(Default)]
+struct FenceRecorder {
+    fenced: RefCell<Vec<String>>,
+}
+
+impl StorageObserver for FenceRecorder {
+    fn on_flush(&self, _bytes: u64, _elapsed: Duration) {}
+
+    fn on_fenced(&self, dir: &Path, error: &StorageError) {
+        self.fenced
+            .borrow_mut()
+            .push(format!("{}: {error}", dir.display()));
+    }
+}
+
 struct Cluster {
     network: Rc<Network>,
+    fences: Rc<FenceRecorder>,
     disks: BTreeMap<ReplicaId, MemoryDisk>,
     clock: Rc<ManualClock>,
     config: ReplicaConfig,
@@ -128,6 +147,7 @@ impl Cluster {
     ) -> Rc<Self> {
         let cluster = Rc::new(Cluster {
             network: Rc::new(Network::default()),
+            fences: Rc::default(),
             disks: IDS
                 .iter()
                 .map(|id| {
@@ -183,7 +203,7 @@ impl Cluster {
                 probe.free_bytes(Path::new("/data"))
             })),
             cache: TailCache::new(64 << 10),
-            observer: Rc::new(NoObserver),
+            observer: self.fences.clone(),
         };
         let limits = BatchLimits {
             batch_bytes_max: 4 << 10,
@@ -563,6 +583,32 @@ fn produce_without_a_reachable_quorum_is_not_acknowledged() {
         cluster.heal(IDS[1]);
         let end = leader.log_end();
         wait_until("the record commits", || leader.high_watermark() >= end).await;
+    });
+}
+
+/// A failed write of `replica-meta` is an I/O failure like a log's: the
+/// replica fences and the broker is told (it exits with code 3), so a
+/// leader cannot sit on its leadership with metadata it could not store.
+#[test]
+fn a_failed_metadata_write_fences_the_replica_and_is_reported() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.disks[&IDS[0]].fail_next(Fault::Write);
+        let error = cluster
+            .node(IDS[0])
+            .become_leader(LeaderEpoch(1), &IDS, cluster.now_ms.get())
+            .await
+            .expect_err("the epoch could not be stored");
+        assert_eq!(error.code(), ErrorCode::StorageError, "{error}");
+        let fences = cluster.fences.fenced.borrow().clone();
+        assert_eq!(fences.len(), 1, "{fences:?}");
+        assert!(fences[0].contains("replica-meta"), "{fences:?}");
+        let refused = cluster
+            .node(IDS[0])
+            .produce(plain(0), Acks::Quorum, LONG)
+            .await
+            .expect_err("a fenced replica takes no writes");
+        assert_ne!(refused.code(), ErrorCode::None);
     });
 }
 
