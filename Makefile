@@ -9,8 +9,9 @@ FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_top
 	heartbeat leave_group offset_commit offset_fetch list_groups describe_groups delete_groups \
 	reset_offsets write_audit audit_record group_record controller_raft broker_register \
 	broker_heartbeat metadata_fetch controller_operation replica_push replica_query
-# Fuzz targets of broker/fuzz: arbitrary frames against an in-process broker.
-BROKER_FUZZ_TARGETS = handler
+# Fuzz targets of broker/fuzz: arbitrary frames against an in-process broker, and
+# recovery of the controller log file.
+BROKER_FUZZ_TARGETS = handler controller_log
 # Crates that must stay pure: no async runtime in their dependency tree.
 PURE_CRATES = corelog-wire
 
