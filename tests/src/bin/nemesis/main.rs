@@ -294,15 +294,7 @@ fn main() -> ExitCode {
     };
     let history = with_no_quorum(history, &no_quorum, partitions);
     let proxy_stats = rig.proxy_stats();
-    if let Some(dir) = &args.broker_logs
-        && let Err(error) = rig.save_logs(dir)
-    {
-        eprintln!(
-            "nemesis: cannot save broker logs to {}: {error}",
-            dir.display()
-        );
-    }
-    drop(rig);
+    stop_rig(rig, &args);
 
     let report = check(&history);
     let mut counts: BTreeMap<FaultKind, u64> = BTreeMap::new();
@@ -368,11 +360,17 @@ async fn until_set(flag: &AtomicBool) {
     }
 }
 
-/// After SIGINT or SIGTERM: keeps the broker logs if asked, stops the
-/// brokers and removes the network namespace's rules and the small
-/// filesystem (dropping the rig), and checks nothing.
+/// After SIGINT or SIGTERM: stops the rig ([`stop_rig`]) and checks
+/// nothing.
 fn stop_interrupted(rig: Rig, args: &Args, replay: &str) -> ExitCode {
     eprintln!("nemesis: interrupted; stopping the brokers, no check. Replay with: {replay}");
+    stop_rig(rig, args);
+    ExitCode::from(130)
+}
+
+/// Copies the broker logs out if asked, then drops the rig: the brokers
+/// die, the firewall table and the small filesystem go.
+fn stop_rig(rig: Rig, args: &Args) {
     if let Some(dir) = &args.broker_logs
         && let Err(error) = rig.save_logs(dir)
     {
@@ -382,7 +380,6 @@ fn stop_interrupted(rig: Rig, args: &Args, replay: &str) -> ExitCode {
         );
     }
     drop(rig);
-    ExitCode::from(130)
 }
 
 /// Adds the no-quorum intervals, for every partition of the topic, at the
