@@ -299,14 +299,21 @@ fn exchange(addr: SocketAddr, stream: &[u8], expected: &Expected) {
     let socket = TcpStream::connect(addr).expect("connect to the broker");
     socket.set_nodelay(true).expect("nodelay");
     let mut writer = socket.try_clone().expect("clone the socket");
-    let responses = std::thread::scope(|scope| {
-        scope.spawn(move || {
-            // The broker may close first (a refused frame): a failed write
-            // is expected then, and the reader judges the outcome.
-            let _ = writer.write_all(stream);
-            let _ = writer.shutdown(Shutdown::Write);
+    let (responses, written) = std::thread::scope(|scope| {
+        let writing = scope.spawn(move || {
+            writer.write_all(stream)?;
+            writer.shutdown(Shutdown::Write)
         });
-        read_responses(&socket, expected.closes)
+        let responses = read_responses(&socket, expected.closes);
+        // The broker may close first (a refused frame): a failed write is
+        // expected then, so the reader judges the outcome and the write's
+        // result only goes into failure messages.
+        let written = match writing.join() {
+            Ok(Ok(())) => "the whole stream was written".to_owned(),
+            Ok(Err(error)) => format!("writing the stream failed: {error}"),
+            Err(_) => "the writer thread panicked".to_owned(),
+        };
+        (responses, written)
     });
     let mut got: Vec<u32> = responses.iter().map(|(id, _)| *id).collect();
     let mut want: Vec<u32> = expected.answers.iter().map(|(id, _)| *id).collect();
@@ -317,12 +324,15 @@ fn exchange(addr: SocketAddr, stream: &[u8], expected: &Expected) {
         for id in &got {
             let found = left.iter().position(|wanted| wanted == id);
             let Some(found) = found else {
-                panic!("answer {id} to no request; expected {expected:?}, got {got:?}");
+                panic!("answer {id} to no request; expected {expected:?}, got {got:?} ({written})");
             };
             left.swap_remove(found);
         }
     } else {
-        assert_eq!(got, want, "answers do not match requests ({expected:?})");
+        assert_eq!(
+            got, want,
+            "answers do not match requests ({expected:?}; {written})"
+        );
     }
     for (correlation_id, body) in &responses {
         let api_key = expected
