@@ -106,12 +106,13 @@ impl RaftLogFile {
             }
             Some(bytes) => {
                 let recovery = durable::recover(&bytes).map_err(unrecoverable)?;
+                // Recovery cut nothing the header records as synced.
                 if let Some(torn) = recovery.torn_tail {
                     tracing::warn!(
                         path = %path.display(),
                         at = torn.position,
                         bytes = torn.bytes,
-                        "controller log: cutting off a torn last append (beyond the synced length)"
+                        "controller log: cutting off a torn last append"
                     );
                 }
                 match recovery.header {
