@@ -21,6 +21,7 @@ use corelog_wire::types::{Offset, TimestampMs};
 use super::producer_state::{BATCHES_PER_PRODUCER, BatchRecord, ProducerEntry, ProducerStateTable};
 use crate::storage::StorageError;
 use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
+use crate::storage::sealed::{SealedReader, SealedWriter};
 
 const FILE_NAME: &str = "producer-state";
 const MAGIC: [u8; 4] = *b"CLPS";
@@ -38,80 +39,52 @@ pub fn snapshot_path(dir: &Path) -> PathBuf {
 /// Encodes `table` as of log offset `offset`.
 #[must_use]
 pub fn encode(table: &ProducerStateTable, offset: Offset) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(24 + table.len() * 150);
-    bytes.extend_from_slice(&MAGIC);
-    bytes.extend_from_slice(&VERSION.to_be_bytes());
-    bytes.extend_from_slice(&0u16.to_be_bytes());
-    bytes.extend_from_slice(&offset.0.to_be_bytes());
-    bytes.extend_from_slice(&(table.len() as u32).to_be_bytes());
+    let mut writer = SealedWriter::new(MAGIC, VERSION, 14 + table.len() * 150);
+    writer.zeros(2);
+    writer.u64(offset.0);
+    writer.u32(u32::try_from(table.len()).unwrap_or(u32::MAX));
     for (producer_id, entry) in table.entries() {
-        bytes.extend_from_slice(&producer_id.to_be_bytes());
-        bytes.extend_from_slice(&entry.epoch.to_be_bytes());
-        bytes.push(entry.batches.len() as u8);
-        bytes.push(0);
-        bytes.extend_from_slice(&entry.last_append.0.to_be_bytes());
+        writer.i64(*producer_id);
+        writer.i16(entry.epoch);
+        writer.u8(u8::try_from(entry.batches.len()).unwrap_or(u8::MAX));
+        writer.zeros(1);
+        writer.i64(entry.last_append.0);
         for batch in &entry.batches {
-            bytes.extend_from_slice(&batch.first_sequence.to_be_bytes());
-            bytes.extend_from_slice(&batch.last_sequence.to_be_bytes());
-            bytes.extend_from_slice(&batch.base_offset.0.to_be_bytes());
-            bytes.extend_from_slice(&batch.last_offset.0.to_be_bytes());
-            bytes.extend_from_slice(&batch.crc.to_be_bytes());
+            writer.i32(batch.first_sequence);
+            writer.i32(batch.last_sequence);
+            writer.u64(batch.base_offset.0);
+            writer.u64(batch.last_offset.0);
+            writer.u32(batch.crc);
         }
     }
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_be_bytes());
-    bytes
-}
-
-/// A reader of big-endian fields that returns `None` past the end.
-struct Fields<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Fields<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let field = self.bytes.get(self.at..self.at + N)?.try_into().ok()?;
-        self.at += N;
-        Some(field)
-    }
+    writer.seal()
 }
 
 /// Decodes a snapshot: the table and the offset it covers, or `None` if damaged.
 #[must_use]
 pub fn decode(bytes: &[u8]) -> Option<(ProducerStateTable, Offset)> {
-    if bytes.len() < 24 {
-        return None;
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
-        return None;
-    }
-    let mut fields = Fields { bytes: body, at: 0 };
-    if fields.take::<4>()? != MAGIC || u16::from_be_bytes(fields.take()?) != VERSION {
-        return None;
-    }
-    fields.take::<2>()?;
-    let offset = Offset(u64::from_be_bytes(fields.take()?));
-    let count = u32::from_be_bytes(fields.take()?);
+    let mut reader = SealedReader::open(bytes, MAGIC, VERSION)?;
+    reader.skip(2)?;
+    let offset = Offset(reader.u64()?);
+    let count = reader.u32()?;
     let mut table = ProducerStateTable::default();
     for _ in 0..count {
-        let producer_id = i64::from_be_bytes(fields.take()?);
-        let epoch = i16::from_be_bytes(fields.take()?);
-        let [batch_count] = fields.take::<1>()?;
-        fields.take::<1>()?;
-        let last_append = TimestampMs(i64::from_be_bytes(fields.take()?));
+        let producer_id = reader.i64()?;
+        let epoch = reader.i16()?;
+        let batch_count = reader.u8()?;
+        reader.skip(1)?;
+        let last_append = TimestampMs(reader.i64()?);
         if usize::from(batch_count) > BATCHES_PER_PRODUCER {
             return None;
         }
         let mut batches = VecDeque::with_capacity(usize::from(batch_count));
         for _ in 0..batch_count {
             batches.push_back(BatchRecord {
-                first_sequence: i32::from_be_bytes(fields.take()?),
-                last_sequence: i32::from_be_bytes(fields.take()?),
-                base_offset: Offset(u64::from_be_bytes(fields.take()?)),
-                last_offset: Offset(u64::from_be_bytes(fields.take()?)),
-                crc: u32::from_be_bytes(fields.take()?),
+                first_sequence: reader.i32()?,
+                last_sequence: reader.i32()?,
+                base_offset: Offset(reader.u64()?),
+                last_offset: Offset(reader.u64()?),
+                crc: reader.u32()?,
             });
         }
         table.insert(
@@ -123,7 +96,8 @@ pub fn decode(bytes: &[u8]) -> Option<(ProducerStateTable, Offset)> {
             },
         );
     }
-    (fields.at == body.len()).then_some((table, offset))
+    reader.finish()?;
+    Some((table, offset))
 }
 
 /// Loads the snapshot of `dir`, if present and intact.

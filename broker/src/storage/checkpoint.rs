@@ -21,6 +21,7 @@ use corelog_wire::types::Offset;
 
 use super::StorageError;
 use super::disk::{Disk, read_whole_file, write_file_atomically};
+use super::sealed::{SealedReader, SealedWriter};
 
 const FILE_NAME: &str = "checkpoint";
 const MAGIC: [u8; 4] = *b"CLCP";
@@ -50,15 +51,12 @@ impl Checkpoint {
     /// Encodes the checkpoint.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(BYTES);
-        bytes.extend_from_slice(&MAGIC);
-        bytes.extend_from_slice(&VERSION.to_be_bytes());
-        bytes.push(u8::from(self.clean_shutdown));
-        bytes.push(0);
-        bytes.extend_from_slice(&self.log_start_offset.0.to_be_bytes());
-        bytes.extend_from_slice(&self.recovery_point.0.to_be_bytes());
-        let crc = crc32c::crc32c(&bytes);
-        bytes.extend_from_slice(&crc.to_be_bytes());
+        let mut writer = SealedWriter::new(MAGIC, VERSION, BYTES);
+        writer.u8(u8::from(self.clean_shutdown));
+        writer.zeros(1);
+        writer.u64(self.log_start_offset.0);
+        writer.u64(self.recovery_point.0);
+        let bytes = writer.seal();
         debug_assert_eq!(bytes.len(), BYTES);
         bytes
     }
@@ -66,19 +64,16 @@ impl Checkpoint {
     /// Decodes a checkpoint, `None` if it is malformed or fails its CRC.
     #[must_use]
     pub fn decode(bytes: &[u8]) -> Option<Checkpoint> {
-        if bytes.len() != BYTES || bytes[..4] != MAGIC || bytes[4..6] != VERSION.to_be_bytes() {
-            return None;
-        }
-        let stored = u32::from_be_bytes(bytes[BYTES - 4..].try_into().ok()?);
-        if crc32c::crc32c(&bytes[..BYTES - 4]) != stored {
-            return None;
-        }
-        let u64_at = |at: usize| bytes[at..at + 8].try_into().ok().map(u64::from_be_bytes);
-        Some(Checkpoint {
-            clean_shutdown: bytes[6] == 1,
-            log_start_offset: Offset(u64_at(8)?),
-            recovery_point: Offset(u64_at(16)?),
-        })
+        let mut reader = SealedReader::open(bytes, MAGIC, VERSION)?;
+        let clean_shutdown = reader.u8()? == 1;
+        reader.skip(1)?;
+        let checkpoint = Checkpoint {
+            clean_shutdown,
+            log_start_offset: Offset(reader.u64()?),
+            recovery_point: Offset(reader.u64()?),
+        };
+        reader.finish()?;
+        Some(checkpoint)
     }
 
     /// Reads the checkpoint of `dir`: `Ok(None)` when absent or unreadable

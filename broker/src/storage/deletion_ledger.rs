@@ -22,6 +22,7 @@ use corelog_wire::types::{Offset, TimestampMs};
 
 use super::StorageError;
 use super::disk::{Disk, read_whole_file, write_file_atomically};
+use super::sealed::{SealedReader, SealedWriter};
 
 /// Deletions remembered per partition.
 pub const LEDGER_ENTRIES_MAX: usize = 1024;
@@ -166,59 +167,52 @@ impl DeletionLedger {
     /// Encodes the ledger file.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + self.entries.len() * ENTRY_BYTES + 4);
-        bytes.extend_from_slice(&MAGIC);
-        bytes.extend_from_slice(&VERSION.to_be_bytes());
-        bytes.extend_from_slice(&0u16.to_be_bytes());
-        bytes.extend_from_slice(&(self.entries.len() as u32).to_be_bytes());
+        let mut writer = SealedWriter::new(MAGIC, VERSION, 6 + self.entries.len() * ENTRY_BYTES);
+        writer.zeros(2);
+        writer.u32(u32::try_from(self.entries.len()).unwrap_or(u32::MAX));
         for entry in &self.entries {
-            bytes.extend_from_slice(&entry.start_offset.0.to_be_bytes());
-            bytes.extend_from_slice(&entry.end_offset.0.to_be_bytes());
-            bytes.extend_from_slice(&entry.bytes.to_be_bytes());
-            bytes.extend_from_slice(&entry.record_count.to_be_bytes());
-            bytes.push(entry.cause.code());
-            bytes.extend_from_slice(&[0u8; 7]);
-            bytes.extend_from_slice(&entry.deleted_at.0.to_be_bytes());
+            writer.u64(entry.start_offset.0);
+            writer.u64(entry.end_offset.0);
+            writer.u64(entry.bytes);
+            writer.u64(entry.record_count);
+            writer.u8(entry.cause.code());
+            writer.zeros(7);
+            writer.i64(entry.deleted_at.0);
         }
-        let crc = crc32c::crc32c(&bytes);
-        bytes.extend_from_slice(&crc.to_be_bytes());
-        bytes
+        writer.seal()
     }
 
     /// Decodes a ledger file; `None` if malformed or failing its CRC.
     #[must_use]
     pub fn decode(bytes: &[u8]) -> Option<DeletionLedger> {
-        if bytes.len() < HEADER_BYTES + 4
-            || bytes[..4] != MAGIC
-            || bytes[4..6] != VERSION.to_be_bytes()
-        {
+        let mut reader = SealedReader::open(bytes, MAGIC, VERSION)?;
+        reader.skip(2)?;
+        let count = usize::try_from(reader.u32()?).ok()?;
+        if count > LEDGER_ENTRIES_MAX || reader.remaining() != count * ENTRY_BYTES {
             return None;
         }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
-            return None;
-        }
-        let count = u32::from_be_bytes(body[8..12].try_into().ok()?) as usize;
-        if count > LEDGER_ENTRIES_MAX || body.len() != HEADER_BYTES + count * ENTRY_BYTES {
-            return None;
-        }
-        let u64_at =
-            |entry: &[u8], at: usize| entry[at..at + 8].try_into().ok().map(u64::from_be_bytes);
         let mut ledger = DeletionLedger::default();
-        for entry in body[HEADER_BYTES..].chunks_exact(ENTRY_BYTES) {
-            let deletion = DeletedRange {
-                start_offset: Offset(u64_at(entry, 0)?),
-                end_offset: Offset(u64_at(entry, 8)?),
-                bytes: u64_at(entry, 16)?,
-                record_count: u64_at(entry, 24)?,
-                cause: DeletionCause::from_code(entry[32])?,
-                deleted_at: TimestampMs(u64_at(entry, 40)? as i64),
-            };
-            if deletion.start_offset > deletion.end_offset {
+        for _ in 0..count {
+            let start_offset = Offset(reader.u64()?);
+            let end_offset = Offset(reader.u64()?);
+            let bytes = reader.u64()?;
+            let record_count = reader.u64()?;
+            let cause = DeletionCause::from_code(reader.u8()?)?;
+            reader.skip(7)?;
+            let deleted_at = TimestampMs(reader.i64()?);
+            if start_offset > end_offset {
                 return None;
             }
-            ledger.entries.push_back(deletion);
+            ledger.entries.push_back(DeletedRange {
+                start_offset,
+                end_offset,
+                bytes,
+                record_count,
+                cause,
+                deleted_at,
+            });
         }
+        reader.finish()?;
         Some(ledger)
     }
 

@@ -10,6 +10,7 @@
 //! - [`retention`], [`deletion_ledger`], [`checkpoint`]: what is deleted,
 //!   the record of it, and the log start persisted before any unlink.
 //! - [`tail_cache`], [`disk_space`]: per-shard resources shared by logs.
+//! - [`sealed`]: the format of a partition directory's small files.
 //! - [`disk`]: the file-system seam, with [`glommio_disk`] for production
 //!   and [`memory_disk`] for tests that crash and inject faults.
 
@@ -26,6 +27,7 @@ pub mod log;
 pub mod memory_disk;
 mod recovery;
 pub mod retention;
+pub mod sealed;
 pub mod segment;
 pub mod tail_cache;
 pub mod time_index;
