@@ -28,9 +28,9 @@ use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 pub const HOST_BYTES_MAX: usize = 255;
 /// Longest rack label.
 pub const RACK_BYTES_MAX: usize = 255;
-/// Longest topic name (as the single-node catalog).
-pub const TOPIC_NAME_BYTES_MAX: usize = 249;
-/// Most partitions one topic may have (as the single-node catalog).
+/// Longest topic name.
+pub const TOPIC_NAME_BYTES_MAX: usize = corelog_wire::topic::TOPIC_NAME_BYTES_MAX;
+/// Most partitions one topic may have.
 pub const PARTITIONS_MAX: u32 = 10_000;
 /// Most replicas of one partition: more would only slow every commit.
 pub const REPLICAS_MAX: usize = 16;
@@ -46,6 +46,9 @@ pub const PRODUCER_IDS_PER_COMMAND_MAX: u32 = 1 << 20;
 /// Largest encoded command: a topic with [`PARTITIONS_MAX`] partitions of
 /// [`REPLICAS_MAX`] replicas and full config fits.
 pub const COMMAND_BYTES_MAX: usize = 4 << 20;
+/// Most topics one [`Command::ImportTopics`] carries; the migration splits
+/// a larger catalog so that each command stays under [`COMMAND_BYTES_MAX`].
+pub const IMPORTED_TOPICS_MAX: usize = 1024;
 
 /// Format version written by this build.
 const COMMAND_VERSION: u8 = 1;
@@ -58,6 +61,7 @@ const TAG_CREATE_TOPIC: u8 = 4;
 const TAG_DELETE_TOPIC: u8 = 5;
 const TAG_SET_LEADER: u8 = 6;
 const TAG_ALLOCATE_PRODUCER_IDS: u8 = 7;
+const TAG_IMPORT_TOPICS: u8 = 8;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,8 +106,8 @@ pub enum Command {
         /// Whether it is an internal topic (`__groups`, `__audit`); only
         /// those may, and must, start with `__`.
         internal: bool,
-        /// Settings as `key=value` entries, parsed by the broker's
-        /// `TopicConfig::with_entries`.
+        /// Settings as `key=value` entries, checked against
+        /// [`crate::topic_config::TopicConfig`]'s rules.
         config: BTreeMap<String, String>,
         /// Replicas per partition, preferred leader first.
         assignments: Vec<Vec<Replica>>,
@@ -133,6 +137,40 @@ pub enum Command {
         /// How many.
         count: u32,
     },
+    /// Takes in the topics of a data directory written by a standalone
+    /// broker (before single nodes became one-voter clusters), under the
+    /// ids its catalog gave them, so that their directories, named by id,
+    /// are found again. Each partition is led by its first replica at
+    /// [`crate::state::IMPORTED_LEADER_EPOCH`], above the epoch 0 the
+    /// standalone broker stamped on every batch. A topic already present
+    /// with the same id, name and partition count is skipped, so a
+    /// migration that crashed after its import committed can propose it
+    /// again. A large catalog is imported in several commands.
+    ImportTopics {
+        /// The topics.
+        topics: Vec<ImportedTopic>,
+        /// The catalog's next topic id: ids below it may have been used.
+        next_topic_id: u64,
+        /// Producer ids below this may have been handed out.
+        producer_id_block_end: i64,
+    },
+}
+
+/// One topic of an [`Command::ImportTopics`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportedTopic {
+    /// Its id in the standalone catalog.
+    pub id: TopicId,
+    /// Its name.
+    pub name: String,
+    /// Whether it is internal (`__groups`, `__audit`).
+    pub internal: bool,
+    /// Its settings as `key=value` entries.
+    pub config: BTreeMap<String, String>,
+    /// Replicas per partition (one, on the importing broker).
+    pub partitions: Vec<Vec<Replica>>,
+    /// When it was created.
+    pub created_at_ms: i64,
 }
 
 /// What an applied command did.
@@ -188,6 +226,12 @@ pub enum Outcome {
         start: i64,
         /// One past the last id.
         end: i64,
+    },
+    /// The import applied; `imported` topics were new (the others were
+    /// there already).
+    TopicsImported {
+        /// Topics added.
+        imported: u32,
     },
 }
 
@@ -267,6 +311,27 @@ impl Command {
             Command::AllocateProducerIds { count } => {
                 writer.u8(TAG_ALLOCATE_PRODUCER_IDS);
                 writer.u32(*count);
+            }
+            Command::ImportTopics {
+                topics,
+                next_topic_id,
+                producer_id_block_end,
+            } => {
+                writer.u8(TAG_IMPORT_TOPICS);
+                writer.len(topics.len());
+                for topic in topics {
+                    writer.u64(topic.id.0);
+                    writer.str(&topic.name);
+                    writer.bool(topic.internal);
+                    write_config(writer, &topic.config);
+                    writer.len(topic.partitions.len());
+                    for replicas in &topic.partitions {
+                        write_replicas(writer, replicas);
+                    }
+                    writer.i64(topic.created_at_ms);
+                }
+                writer.u64(*next_topic_id);
+                writer.i64(*producer_id_block_end);
             }
         }
     }
@@ -360,6 +425,35 @@ impl Command {
             TAG_ALLOCATE_PRODUCER_IDS => Command::AllocateProducerIds {
                 count: reader.u32("producer id count")?,
             },
+            TAG_IMPORT_TOPICS => {
+                // A topic takes at least 27 bytes: id, name, flag, counts, time.
+                let count = reader.len("imported topics", IMPORTED_TOPICS_MAX, 27)?;
+                let mut topics = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let id = TopicId(reader.u64("topic id")?);
+                    let name = reader.str("topic name", TOPIC_NAME_BYTES_MAX)?;
+                    let internal = reader.bool("internal")?;
+                    let config = read_config(reader)?;
+                    let partition_count = reader.len("partitions", PARTITIONS_MAX as usize, 4)?;
+                    let mut partitions = Vec::with_capacity(partition_count);
+                    for _ in 0..partition_count {
+                        partitions.push(read_replicas(reader)?);
+                    }
+                    topics.push(ImportedTopic {
+                        id,
+                        name,
+                        internal,
+                        config,
+                        partitions,
+                        created_at_ms: reader.i64("created at")?,
+                    });
+                }
+                Command::ImportTopics {
+                    topics,
+                    next_topic_id: reader.u64("next topic id")?,
+                    producer_id_block_end: reader.i64("producer id block end")?,
+                }
+            }
             tag => {
                 return Err(reader.invalid_at("command tag", at, format!("unknown tag {tag}")));
             }
@@ -402,7 +496,7 @@ pub(crate) fn write_replicas(writer: &mut Writer, replicas: &[Replica]) {
     writer.len(replicas.len());
     for replica in replicas {
         writer.u64(replica.node.0);
-        writer.u16(replica.shard);
+        writer.u16(replica.shard.0);
     }
 }
 
@@ -412,7 +506,7 @@ pub(crate) fn read_replicas(reader: &mut Reader<'_>) -> Result<Vec<Replica>, Dec
     for _ in 0..count {
         replicas.push(Replica {
             node: NodeId(reader.u64("replica node")?),
-            shard: reader.u16("replica shard")? as ShardId,
+            shard: ShardId(reader.u16("replica shard")?),
         });
     }
     Ok(replicas)
@@ -448,11 +542,11 @@ mod tests {
                 assignments: vec![vec![
                     Replica {
                         node: NodeId(1),
-                        shard: 0,
+                        shard: ShardId(0),
                     },
                     Replica {
                         node: NodeId(2),
-                        shard: 1,
+                        shard: ShardId(1),
                     },
                 ]],
                 created_at_ms: 1_700_000_000_000,
@@ -467,6 +561,21 @@ mod tests {
                 epoch: LeaderEpoch(4),
             },
             Command::AllocateProducerIds { count: 1024 },
+            Command::ImportTopics {
+                topics: vec![ImportedTopic {
+                    id: TopicId(4),
+                    name: "ledger".to_owned(),
+                    internal: false,
+                    config: BTreeMap::from([("segment.bytes".to_owned(), "1048576".to_owned())]),
+                    partitions: vec![vec![Replica {
+                        node: NodeId(1),
+                        shard: ShardId(1),
+                    }]],
+                    created_at_ms: 1_796_159_008_892,
+                }],
+                next_topic_id: 5,
+                producer_id_block_end: 2048,
+            },
         ];
         for command in commands {
             assert_eq!(Command::decode(&command.encode()), Ok(command));

@@ -9,6 +9,8 @@
 //!   producer-id block end, the version = last applied Raft index), the
 //!   commands that change it, and its sealed, CRC'd encoding. Pure and
 //!   deterministic: same commands in the same order, same bytes.
+//! - [`topic_config`]: the per-topic settings and their rules, which the
+//!   state machine enforces (topic names follow `corelog_wire::topic`).
 //! - [`placement`]: where a new topic's replicas and owner shards go. The
 //!   leader runs it and proposes the result inside
 //!   [`Command::CreateTopic`]; followers never re-run it.
@@ -161,12 +163,13 @@ pub mod ready;
 pub mod snapshot;
 pub mod state;
 mod storage;
+pub mod topic_config;
 pub mod types;
 
 #[cfg(test)]
 mod testing;
 
-pub use command::{Command, Outcome};
+pub use command::{Command, ImportedTopic, Outcome};
 pub use message::MESSAGE_BYTES_MAX;
 pub use node::{ControllerConfig, ControllerNode};
 pub use placement::{PlacementError, PlacementLoad, place};
@@ -174,5 +177,8 @@ pub use ready::{
     Committed, ControllerError, ControllerReady, OutboundMessage, ProposalOutcome, ProposeError,
     Resolved, Role, StepError,
 };
-pub use state::{BrokerRecord, CommandError, MetadataState, PartitionRecord, TopicRecord};
+pub use state::{
+    BrokerRecord, CommandError, IMPORTED_LEADER_EPOCH, MetadataState, PartitionRecord, TopicRecord,
+};
+pub use topic_config::{CleanupPolicy, TopicConfig};
 pub use types::{LeaderEpoch, NodeId, ProposalId, Replica, ShardId, TopicId};

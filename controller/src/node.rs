@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use bytes::Bytes;
+use corelog_wire::rng::SplitMix64;
 use raft::eraftpb::{EntryType, Message, MessageType};
 use raft::{RawNode, SnapshotStatus, StateRole};
 
@@ -95,27 +96,9 @@ impl ControllerConfig {
     }
 }
 
-/// A small seeded generator (SplitMix64): enough for jitter, and it keeps
-/// the crate free of a random-number dependency.
-#[derive(Clone, Debug)]
-struct Jitter(u64);
-
-impl Jitter {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        if bound == 0 {
-            return 0;
-        }
-        (self.next() % bound as u64) as usize
-    }
-}
+/// Election jitter: the workspace's seeded generator, so that the same
+/// seed gives the same timeouts.
+type Jitter = SplitMix64;
 
 /// One controller node. See the module docs and [`ControllerReady`] for
 /// how the shell drives it.
@@ -212,11 +195,11 @@ impl ControllerNode {
         let handed_hard_state = storage.hard_state();
         let raw = RawNode::new(&raft_config, storage, &raft_logger())
             .map_err(|error| ControllerError::Raft(error.to_string()))?;
-        let mut jitter = Jitter(config.seed ^ config.id.0.wrapping_mul(0xA076_1D64_78BD_642F));
-        let jitter_left = jitter.below(config.election_tick);
+        let mut jitter = Jitter::new(config.seed ^ config.id.0.wrapping_mul(0xA076_1D64_78BD_642F));
+        let jitter_left = jitter.index(config.election_tick);
         let observed_term_role = (raw.raft.term, raw.raft.state);
         let observed_election_elapsed = raw.raft.election_elapsed;
-        Ok(ControllerNode {
+        let mut node = ControllerNode {
             config,
             raw,
             state,
@@ -232,7 +215,17 @@ impl ControllerNode {
             jitter_left,
             observed_term_role,
             observed_election_elapsed,
-        })
+        };
+        if node.config.peers.len() == 1 {
+            // The only voter: nobody else can win or needs to be heard, so
+            // it elects itself now rather than after an election timeout
+            // (1 to 2 s that a single node would spend unable to serve).
+            node.raw
+                .campaign()
+                .map_err(|error| ControllerError::Raft(error.to_string()))?;
+            node.observe_timers();
+        }
+        Ok(node)
     }
 
     /// A node restarting from the bytes of its log file (empty for a new
@@ -737,7 +730,7 @@ impl ControllerNode {
         if term_role != self.observed_term_role
             || raft.election_elapsed < self.observed_election_elapsed
         {
-            self.jitter_left = self.jitter.below(self.config.election_tick);
+            self.jitter_left = self.jitter.index(self.config.election_tick);
         }
         self.observed_term_role = term_role;
         self.observed_election_elapsed = raft.election_elapsed;

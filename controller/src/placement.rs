@@ -228,7 +228,7 @@ fn place_partition(
 }
 
 fn pick_shard(broker: &BrokerRecord, leader: bool, load: &PlacementLoad) -> ShardId {
-    let shards = 0..broker.shard_count;
+    let shards = (0..broker.shard_count).map(ShardId);
     let leaders = |shard| load.leaders_on_shard(broker.id, shard);
     let replicas = |shard| load.replicas_on_shard(broker.id, shard);
     let chosen = if leader {
@@ -236,7 +236,7 @@ fn pick_shard(broker: &BrokerRecord, leader: bool, load: &PlacementLoad) -> Shar
     } else {
         shards.min_by_key(|&shard| (replicas(shard), Reverse(leaders(shard)), shard))
     };
-    chosen.unwrap_or(0)
+    chosen.unwrap_or_default()
 }
 
 #[cfg(test)]

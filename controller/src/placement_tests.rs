@@ -150,7 +150,9 @@ fn placements_apply_to_the_state() {
     assert_eq!(spread((1..=3).map(|id| load.leaders_on(NodeId(id)))), 1);
     for id in 1..=3 {
         assert_eq!(load.replicas_on(NodeId(id)), 16);
-        assert!(spread((0..3).map(|shard| load.replicas_on_shard(NodeId(id), shard))) <= 1);
+        assert!(
+            spread((0..3).map(|shard| load.replicas_on_shard(NodeId(id), ShardId(shard)))) <= 1
+        );
     }
 }
 
@@ -171,14 +173,14 @@ proptest! {
             prop_assert_eq!(replicas.len(), usize::from(factor));
             let nodes: BTreeSet<NodeId> = replicas.iter().map(|replica| replica.node).collect();
             prop_assert_eq!(nodes.len(), replicas.len(), "replicas on distinct brokers");
-            prop_assert!(replicas.iter().all(|replica| replica.shard < shard_count));
+            prop_assert!(replicas.iter().all(|replica| replica.shard.0 < shard_count));
         }
         let load = load_of(&assignments);
         let ids = || (1..=broker_count).map(NodeId);
         prop_assert!(spread(ids().map(|id| load.leaders_on(id))) <= 1, "leaders per broker");
         prop_assert!(spread(ids().map(|id| load.replicas_on(id))) <= 1, "replicas per broker");
         for id in ids() {
-            let shards = || 0..shard_count;
+            let shards = || (0..shard_count).map(ShardId);
             prop_assert!(spread(shards().map(|shard| load.leaders_on_shard(id, shard))) <= 1);
             prop_assert!(spread(shards().map(|shard| load.replicas_on_shard(id, shard))) <= 1);
         }

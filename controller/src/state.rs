@@ -6,20 +6,30 @@
 //! in the same state, which the cluster tests check byte for byte through
 //! [`MetadataState::encode`].
 //!
-//! It takes over the single-node catalog's concepts: topic ids are never
-//! reused, internal topics (`__groups`, `__audit`) are created through the
-//! same command with `internal: true`, producer ids are handed out in blocks
-//! whose end is part of the state, and topic settings are kept as the
-//! `key=value` entries the broker's `TopicConfig::with_entries` parses.
+//! It is the one metadata authority of every corelog node, a single node
+//! included (a one-voter cluster): topic ids are never reused, internal
+//! topics (`__groups`, `__audit`) are created through the same command
+//! with `internal: true`, producer ids are handed out in blocks whose end
+//! is part of the state, and topic settings are kept as `key=value`
+//! entries. Topic names and settings are validated here and nowhere else
+//! ([`MetadataState::check`] runs the same rules before a proposal).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use corelog_wire::topic::{InvalidTopicName, check_topic_name};
+
 use crate::command::{
     CONFIG_ENTRIES_MAX, CONFIG_KEY_BYTES_MAX, CONFIG_VALUE_BYTES_MAX, Command, HOST_BYTES_MAX,
-    Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX, REPLICAS_MAX,
-    TOPIC_NAME_BYTES_MAX,
+    ImportedTopic, Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX,
+    REPLICAS_MAX,
 };
+use crate::topic_config::TopicConfig;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
+
+/// The leader epoch of an imported topic's partitions: a standalone
+/// broker stamped every batch with epoch 0, so its replicas lead the first
+/// epoch above it.
+pub const IMPORTED_LEADER_EPOCH: LeaderEpoch = LeaderEpoch(1);
 
 /// A registered broker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,12 +149,20 @@ pub enum CommandError {
     #[error("broker {0} is fenced")]
     BrokerFenced(NodeId),
     /// The topic name is not usable.
-    #[error("invalid topic name {name:?}: {reason}")]
-    InvalidTopicName {
-        /// The name.
+    #[error("{0}")]
+    InvalidTopicName(#[from] InvalidTopicName),
+    /// The topic is internal (`__groups`, `__audit`): the broker manages it.
+    #[error("topic {0:?} is internal: the broker manages it")]
+    InternalTopic(String),
+    /// An imported topic conflicts with one the metadata already holds.
+    #[error("cannot import topic {name:?} (id {topic_id}): {reason}")]
+    ImportConflict {
+        /// The topic.
         name: String,
-        /// What is wrong.
-        reason: &'static str,
+        /// Its id in the import.
+        topic_id: TopicId,
+        /// What it conflicts with.
+        reason: String,
     },
     /// A topic with the name exists.
     #[error("topic {0:?} already exists")]
@@ -163,13 +181,11 @@ pub enum CommandError {
         /// What is wrong.
         reason: String,
     },
-    /// A config entry is unusable.
-    #[error("invalid config entry {key:?}: {reason}")]
+    /// The topic's settings are unusable.
+    #[error("invalid topic config: {reason}")]
     InvalidConfig {
-        /// The key.
-        key: String,
-        /// What is wrong.
-        reason: &'static str,
+        /// What is wrong, naming the key.
+        reason: String,
     },
     /// The topic has no such partition.
     #[error("topic {topic_id} has no partition {partition}")]
@@ -350,17 +366,12 @@ impl MetadataState {
                 assignments,
                 created_at_ms,
             } => self.create_topic(name, *internal, config, assignments, *created_at_ms),
-            Command::DeleteTopic { topic_id } => {
-                let topic = self
-                    .topics
-                    .remove(topic_id)
-                    .ok_or(CommandError::UnknownTopic(*topic_id))?;
-                self.names.remove(&topic.name);
-                Ok(Outcome::TopicDeleted {
-                    topic_id: *topic_id,
-                    name: topic.name,
-                })
-            }
+            Command::DeleteTopic { topic_id } => self.delete_topic(*topic_id),
+            Command::ImportTopics {
+                topics,
+                next_topic_id,
+                producer_id_block_end,
+            } => self.import_topics(topics, *next_topic_id, *producer_id_block_end),
             Command::SetLeader {
                 topic_id,
                 partition,
@@ -407,7 +418,7 @@ impl MetadataState {
             }
         }
         if let Some(in_use) = self.highest_shard_used(node)
-            && in_use >= broker.shard_count
+            && in_use.0 >= broker.shard_count
         {
             return Err(CommandError::ShardsInUse {
                 node,
@@ -417,6 +428,18 @@ impl MetadataState {
         }
         let incarnation = broker.incarnation;
         self.brokers.insert(node, broker);
+        // A new process cannot continue its predecessor's leaderships: a
+        // replica never leads an epoch twice (it may have lost an unsynced
+        // tail its followers kept). Leaderless, they are elected again, as
+        // soon as a majority of each replica set answers.
+        for partition in self
+            .topics
+            .values_mut()
+            .flat_map(|topic| topic.partitions.iter_mut())
+            .filter(|partition| partition.leader == Some(node))
+        {
+            partition.leader = None;
+        }
         Ok(Outcome::BrokerRegistered { node, incarnation })
     }
 
@@ -429,6 +452,30 @@ impl MetadataState {
             .max()
     }
 
+    /// Checks a topic creation against the state, without changing it: the
+    /// rules [`MetadataState::apply`] enforces, for a leader to run before it
+    /// proposes (and for `validate_only` requests).
+    fn check_create_topic(
+        &self,
+        name: &str,
+        internal: bool,
+        config: &BTreeMap<String, String>,
+        assignments: &[Vec<Replica>],
+    ) -> Result<(), CommandError> {
+        check_topic_name(name, internal)?;
+        validate_config(config)?;
+        if self.names.contains_key(name) {
+            return Err(CommandError::TopicExists(name.to_owned()));
+        }
+        if assignments.is_empty() || assignments.len() > PARTITIONS_MAX as usize {
+            return Err(CommandError::InvalidPartitions(assignments.len()));
+        }
+        for (partition, replicas) in (0u32..).zip(assignments) {
+            self.validate_replicas(partition, replicas)?;
+        }
+        Ok(())
+    }
+
     fn create_topic(
         &mut self,
         name: &str,
@@ -437,38 +484,185 @@ impl MetadataState {
         assignments: &[Vec<Replica>],
         created_at_ms: i64,
     ) -> Result<Outcome, CommandError> {
-        validate_topic_name(name, internal)?;
-        validate_config(config)?;
-        if self.names.contains_key(name) {
-            return Err(CommandError::TopicExists(name.to_owned()));
-        }
-        if assignments.is_empty() || assignments.len() > PARTITIONS_MAX as usize {
-            return Err(CommandError::InvalidPartitions(assignments.len()));
-        }
-        let mut partitions = Vec::with_capacity(assignments.len());
-        for (partition, replicas) in (0u32..).zip(assignments) {
-            self.validate_replicas(partition, replicas)?;
-            partitions.push(PartitionRecord {
+        self.check_create_topic(name, internal, config, assignments)?;
+        let partitions = assignments
+            .iter()
+            .map(|replicas| PartitionRecord {
                 replicas: replicas.clone(),
                 leader: replicas.first().map(|replica| replica.node),
                 leader_epoch: LeaderEpoch(0),
-            });
-        }
+            })
+            .collect();
         let id = TopicId(self.next_topic_id);
         self.next_topic_id += 1;
-        self.names.insert(name.to_owned(), id);
-        self.topics.insert(
+        self.insert_topic(TopicRecord {
             id,
-            TopicRecord {
-                id,
-                name: name.to_owned(),
-                internal,
-                config: config.clone(),
-                partitions,
-                created_at_ms,
-            },
-        );
+            name: name.to_owned(),
+            internal,
+            config: config.clone(),
+            partitions,
+            created_at_ms,
+        });
         Ok(Outcome::TopicCreated { topic_id: id })
+    }
+
+    fn insert_topic(&mut self, topic: TopicRecord) {
+        self.names.insert(topic.name.clone(), topic.id);
+        self.topics.insert(topic.id, topic);
+    }
+
+    fn check_delete_topic(&self, topic_id: TopicId) -> Result<&TopicRecord, CommandError> {
+        let topic = self
+            .topics
+            .get(&topic_id)
+            .ok_or(CommandError::UnknownTopic(topic_id))?;
+        if topic.internal {
+            return Err(CommandError::InternalTopic(topic.name.clone()));
+        }
+        Ok(topic)
+    }
+
+    fn delete_topic(&mut self, topic_id: TopicId) -> Result<Outcome, CommandError> {
+        self.check_delete_topic(topic_id)?;
+        let topic = self
+            .topics
+            .remove(&topic_id)
+            .ok_or(CommandError::UnknownTopic(topic_id))?;
+        self.names.remove(&topic.name);
+        Ok(Outcome::TopicDeleted {
+            topic_id,
+            name: topic.name,
+        })
+    }
+
+    /// Checks an import: every topic either already here, identical in id,
+    /// name and partition count (an import applied before, retried after a
+    /// crash), or new and valid, with an id below the import's next id.
+    fn check_import(
+        &self,
+        topics: &[ImportedTopic],
+        next_topic_id: u64,
+        producer_id_block_end: i64,
+    ) -> Result<(), CommandError> {
+        if producer_id_block_end < 0 {
+            return Err(CommandError::InvalidProducerIdCount(0));
+        }
+        let mut seen = BTreeSet::new();
+        for topic in topics {
+            let conflict = |reason: String| CommandError::ImportConflict {
+                name: topic.name.clone(),
+                topic_id: topic.id,
+                reason,
+            };
+            if !seen.insert(topic.id) || topic.id.0 >= next_topic_id {
+                return Err(conflict(format!(
+                    "ids must be distinct and below the next topic id {next_topic_id}"
+                )));
+            }
+            match (self.topics.get(&topic.id), self.names.get(&topic.name)) {
+                (Some(existing), _) if existing.name == topic.name => {
+                    if existing.partitions.len() != topic.partitions.len() {
+                        return Err(conflict(format!(
+                            "it exists with {} partitions, the import has {}",
+                            existing.partitions.len(),
+                            topic.partitions.len()
+                        )));
+                    }
+                }
+                (Some(existing), _) => {
+                    return Err(conflict(format!(
+                        "the id belongs to topic {:?}",
+                        existing.name
+                    )));
+                }
+                (None, Some(other)) => {
+                    return Err(conflict(format!("the name belongs to topic id {other}")));
+                }
+                (None, None) if topic.id.0 < self.next_topic_id => {
+                    return Err(conflict(format!(
+                        "the id is below this cluster's next topic id {}: it may have been used",
+                        self.next_topic_id
+                    )));
+                }
+                (None, None) => {
+                    check_topic_name(&topic.name, topic.internal)?;
+                    validate_config(&topic.config)?;
+                    if topic.partitions.is_empty()
+                        || topic.partitions.len() > PARTITIONS_MAX as usize
+                    {
+                        return Err(CommandError::InvalidPartitions(topic.partitions.len()));
+                    }
+                    for (partition, replicas) in (0u32..).zip(&topic.partitions) {
+                        self.validate_replicas(partition, replicas)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes in topics a standalone broker's catalog held, under their own
+    /// ids; see [`Command::ImportTopics`].
+    fn import_topics(
+        &mut self,
+        topics: &[ImportedTopic],
+        next_topic_id: u64,
+        producer_id_block_end: i64,
+    ) -> Result<Outcome, CommandError> {
+        self.check_import(topics, next_topic_id, producer_id_block_end)?;
+        let mut imported = 0;
+        for topic in topics {
+            if self.topics.contains_key(&topic.id) {
+                continue;
+            }
+            imported += 1;
+            self.insert_topic(TopicRecord {
+                id: topic.id,
+                name: topic.name.clone(),
+                internal: topic.internal,
+                config: topic.config.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|replicas| PartitionRecord {
+                        replicas: replicas.clone(),
+                        leader: replicas.first().map(|replica| replica.node),
+                        leader_epoch: IMPORTED_LEADER_EPOCH,
+                    })
+                    .collect(),
+                created_at_ms: topic.created_at_ms,
+            });
+        }
+        self.next_topic_id = self.next_topic_id.max(next_topic_id);
+        self.producer_id_block_end = self.producer_id_block_end.max(producer_id_block_end);
+        Ok(Outcome::TopicsImported { imported })
+    }
+
+    /// Checks `command` against the state without applying it: the same
+    /// rules [`MetadataState::apply`] enforces for topic creation, deletion
+    /// and import, so that a leader refuses a bad request at once instead
+    /// of spending a log entry on it. Other commands pass (their checks
+    /// depend on the order they apply in).
+    ///
+    /// # Errors
+    /// The [`CommandError`] applying it would give.
+    pub fn check(&self, command: &Command) -> Result<(), CommandError> {
+        match command {
+            Command::CreateTopic {
+                name,
+                internal,
+                config,
+                assignments,
+                ..
+            } => self.check_create_topic(name, *internal, config, assignments),
+            Command::DeleteTopic { topic_id } => self.check_delete_topic(*topic_id).map(drop),
+            Command::ImportTopics {
+                topics,
+                next_topic_id,
+                producer_id_block_end,
+            } => self.check_import(topics, *next_topic_id, *producer_id_block_end),
+            _ => Ok(()),
+        }
     }
 
     fn validate_replicas(&self, partition: u32, replicas: &[Replica]) -> Result<(), CommandError> {
@@ -488,7 +682,7 @@ impl MetadataState {
             if broker.fenced {
                 return Err(CommandError::BrokerFenced(replica.node));
             }
-            if replica.shard >= broker.shard_count {
+            if replica.shard.0 >= broker.shard_count {
                 return invalid(format!(
                     "broker {} has {} shard(s), not shard {}",
                     replica.node, broker.shard_count, replica.shard
@@ -577,7 +771,7 @@ impl MetadataState {
             if id.0 >= self.next_topic_id {
                 return Err(format!("topic {id} is not below the next topic id"));
             }
-            validate_topic_name(&topic.name, topic.internal).map_err(|error| error.to_string())?;
+            check_topic_name(&topic.name, topic.internal).map_err(|error| error.to_string())?;
             validate_config(&topic.config).map_err(|error| error.to_string())?;
             if topic.partitions.is_empty() || topic.partitions.len() > PARTITIONS_MAX as usize {
                 return Err(format!(
@@ -606,7 +800,7 @@ impl MetadataState {
                 .brokers
                 .get(&replica.node)
                 .ok_or_else(|| format!("replica on unregistered broker {}", replica.node))?;
-            if replica.shard >= broker.shard_count {
+            if replica.shard.0 >= broker.shard_count {
                 return Err(format!("replica on missing shard {}", replica.shard));
             }
         }
@@ -645,66 +839,28 @@ fn validate_broker(broker: &BrokerRecord) -> Result<(), CommandError> {
     Ok(())
 }
 
-/// Checks a topic name: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`; names
-/// starting with `__` are exactly the internal topics. The same rules as
-/// the single-node catalog's `validate_topic_name`.
-///
-/// # Errors
-/// [`CommandError::InvalidTopicName`] with the reason.
-pub fn validate_topic_name(name: &str, internal: bool) -> Result<(), CommandError> {
-    let invalid = |reason| {
-        Err(CommandError::InvalidTopicName {
-            name: name.to_owned(),
-            reason,
-        })
-    };
-    if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
-        return invalid("must be 1 to 249 characters");
-    }
-    if name == "." || name == ".." {
-        return invalid("must not be . or ..");
-    }
-    if !name
-        .bytes()
-        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
-    {
-        return invalid("may contain only letters, digits, '.', '_' and '-'");
-    }
-    match (name.starts_with("__"), internal) {
-        (true, false) => invalid("names starting with __ are reserved for internal topics"),
-        (false, true) => invalid("internal topic names start with __"),
-        _ => Ok(()),
-    }
-}
-
+/// Checks the stored form of a topic's settings: bounded (the encoding's
+/// limits) and meaningful (every key known, every value in range).
 fn validate_config(config: &BTreeMap<String, String>) -> Result<(), CommandError> {
+    let invalid = |reason: String| Err(CommandError::InvalidConfig { reason });
     if config.len() > CONFIG_ENTRIES_MAX {
-        return Err(CommandError::InvalidConfig {
-            key: String::new(),
-            reason: "too many entries",
-        });
+        return invalid(format!("more than {CONFIG_ENTRIES_MAX} entries"));
     }
     for (key, value) in config {
-        let invalid = |reason| {
-            Err(CommandError::InvalidConfig {
-                key: key.clone(),
-                reason,
-            })
-        };
         if key.is_empty() || key.len() > CONFIG_KEY_BYTES_MAX {
-            return invalid("keys are 1 to 255 bytes");
-        }
-        if !key
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
-        {
-            return invalid("keys contain only letters, digits, '.', '_' and '-'");
+            return invalid(format!(
+                "key {key:?}: keys are 1 to {CONFIG_KEY_BYTES_MAX} bytes"
+            ));
         }
         if value.len() > CONFIG_VALUE_BYTES_MAX {
-            return invalid("values are at most 4096 bytes");
+            return invalid(format!(
+                "{key}: values are at most {CONFIG_VALUE_BYTES_MAX} bytes"
+            ));
         }
     }
-    Ok(())
+    TopicConfig::from_stored(config)
+        .map(drop)
+        .map_err(|reason| CommandError::InvalidConfig { reason })
 }
 
 #[cfg(test)]

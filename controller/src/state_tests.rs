@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::command::ImportedTopic;
 use crate::testing::{arb_applicable_command, sample_state};
 
 fn register(node: u64, incarnation: u64, shard_count: u16) -> Command {
@@ -26,10 +27,10 @@ fn create(name: &str, assignments: Vec<Vec<Replica>>) -> Command {
     }
 }
 
-fn replica(node: u64, shard: ShardId) -> Replica {
+fn replica(node: u64, shard: u16) -> Replica {
     Replica {
         node: NodeId(node),
-        shard,
+        shard: ShardId(shard),
     }
 }
 
@@ -254,7 +255,10 @@ fn shards_holding_replicas_cannot_be_removed() {
     let results = apply_all(&mut state, &[register(1, 2, 1), register(1, 3, 4)]);
     assert!(matches!(
         results[0],
-        Err(CommandError::ShardsInUse { in_use: 1, .. })
+        Err(CommandError::ShardsInUse {
+            in_use: ShardId(1),
+            ..
+        })
     ));
     assert!(results[1].is_ok());
 }
@@ -349,5 +353,178 @@ proptest! {
             let _ = state.apply(index, command);
         }
         prop_assert_eq!(MetadataState::decode(&state.encode()), Ok(state));
+    }
+}
+
+#[test]
+fn a_new_incarnation_of_a_leader_leaves_its_partitions_leaderless() {
+    let mut state = two_live_brokers();
+    let results = apply_all(
+        &mut state,
+        &[
+            create(
+                "orders",
+                vec![
+                    vec![replica(1, 0), replica(2, 0)],
+                    vec![replica(2, 0), replica(1, 0)],
+                ],
+            ),
+            register(1, 1, 2),
+        ],
+    );
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let leaders = |state: &MetadataState| -> Vec<Option<NodeId>> {
+        state.topics()[&TopicId(0)]
+            .partitions
+            .iter()
+            .map(|partition| partition.leader)
+            .collect()
+    };
+    assert_eq!(
+        leaders(&state),
+        vec![Some(NodeId(1)), Some(NodeId(2))],
+        "a retried registration of the same process changes nothing"
+    );
+    apply_all(&mut state, &[register(1, 2, 2)])[0]
+        .clone()
+        .unwrap();
+    assert_eq!(
+        leaders(&state),
+        vec![None, Some(NodeId(2))],
+        "the restarted broker cannot lead its old epochs again"
+    );
+    assert_eq!(
+        state.topics()[&TopicId(0)].partitions[0].leader_epoch,
+        LeaderEpoch(0),
+        "the epoch moves only when an election publishes a leader"
+    );
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn topic_settings_are_checked_by_the_state_machine() {
+    let mut state = two_live_brokers();
+    let bad = Command::CreateTopic {
+        name: "orders".to_owned(),
+        internal: false,
+        config: BTreeMap::from([("segment.bytes".to_owned(), "10".to_owned())]),
+        assignments: vec![vec![replica(1, 0)]],
+        created_at_ms: 0,
+    };
+    let checked = state.check(&bad);
+    assert!(
+        matches!(&checked, Err(CommandError::InvalidConfig { reason }) if reason.contains("segment.bytes")),
+        "{checked:?}"
+    );
+    let results = apply_all(&mut state, &[bad]);
+    assert_eq!(
+        results[0].clone().err(),
+        checked.err(),
+        "apply refuses with the check's reason"
+    );
+    assert!(state.topics().is_empty());
+    let unknown = Command::CreateTopic {
+        name: "orders".to_owned(),
+        internal: false,
+        config: BTreeMap::from([("colour".to_owned(), "blue".to_owned())]),
+        assignments: vec![vec![replica(1, 0)]],
+        created_at_ms: 0,
+    };
+    assert!(state.check(&unknown).is_err());
+    let bad_name = create("orders/2024", vec![vec![replica(1, 0)]]);
+    assert!(matches!(
+        state.check(&bad_name),
+        Err(CommandError::InvalidTopicName(_))
+    ));
+}
+
+#[test]
+fn internal_topics_cannot_be_deleted() {
+    let mut state = two_live_brokers();
+    apply_all(&mut state, &[create("__groups", vec![vec![replica(1, 0)]])])[0]
+        .clone()
+        .unwrap();
+    let delete = Command::DeleteTopic {
+        topic_id: TopicId(0),
+    };
+    assert!(matches!(
+        state.check(&delete),
+        Err(CommandError::InternalTopic(name)) if name == "__groups"
+    ));
+    assert!(apply_all(&mut state, &[delete])[0].is_err());
+    assert!(state.topic_by_name("__groups").is_some());
+}
+
+fn imported(id: u64, name: &str, partitions: u32) -> ImportedTopic {
+    ImportedTopic {
+        id: TopicId(id),
+        name: name.to_owned(),
+        internal: name.starts_with("__"),
+        config: BTreeMap::from([("retention.ms".to_owned(), "-1".to_owned())]),
+        partitions: (0..partitions).map(|_| vec![replica(1, 0)]).collect(),
+        created_at_ms: 1_796_159_008_892,
+    }
+}
+
+#[test]
+fn an_import_keeps_the_catalog_ids_and_can_be_applied_again() {
+    let mut state = two_live_brokers();
+    let import = Command::ImportTopics {
+        topics: vec![imported(0, "__groups", 2), imported(4, "ledger", 1)],
+        next_topic_id: 5,
+        producer_id_block_end: 2048,
+    };
+    let results = apply_all(&mut state, &[import.clone(), import]);
+    assert_eq!(results[0], Ok(Outcome::TopicsImported { imported: 2 }));
+    assert_eq!(
+        results[1],
+        Ok(Outcome::TopicsImported { imported: 0 }),
+        "a migration that crashed after its import committed proposes it again"
+    );
+    let ledger = state.topic_by_name("ledger").unwrap();
+    assert_eq!(ledger.id, TopicId(4));
+    assert_eq!(ledger.partitions[0].leader, Some(NodeId(1)));
+    assert_eq!(ledger.partitions[0].leader_epoch, IMPORTED_LEADER_EPOCH);
+    assert_eq!(state.next_topic_id(), TopicId(5));
+    assert_eq!(state.producer_id_block_end(), 2048);
+    state.check_invariants().unwrap();
+    let created = apply_all(&mut state, &[create("orders", vec![vec![replica(2, 0)]])]);
+    assert_eq!(
+        created[0],
+        Ok(Outcome::TopicCreated {
+            topic_id: TopicId(5)
+        }),
+        "new topics get ids above the imported ones"
+    );
+}
+
+#[test]
+fn an_import_that_conflicts_changes_nothing() {
+    let mut state = two_live_brokers();
+    apply_all(&mut state, &[create("orders", vec![vec![replica(1, 0)]])])[0]
+        .clone()
+        .unwrap();
+    let before = state.clone();
+    for import in [
+        // The name is taken by another id.
+        vec![imported(3, "orders", 1)],
+        // The id is taken by another name.
+        vec![imported(0, "ledger", 1)],
+        // The same topic with another partition count.
+        vec![imported(0, "orders", 2)],
+        // An id the cluster may have handed out already is not reused.
+        vec![imported(9, "ledger", 1), imported(9, "other", 1)],
+    ] {
+        let command = Command::ImportTopics {
+            topics: import,
+            next_topic_id: 10,
+            producer_id_block_end: 0,
+        };
+        assert!(state.check(&command).is_err(), "{command:?}");
+        let mut applied = state.clone();
+        assert!(applied.apply(applied.version() + 1, &command).is_err());
+        let mut expected = before.clone();
+        expected.note_applied(applied.version());
+        assert_eq!(applied, expected);
     }
 }

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use crate::command::Command;
+use crate::command::{Command, ImportedTopic};
 use crate::state::MetadataState;
-use crate::types::{LeaderEpoch, NodeId, Replica, TopicId};
+use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 
 fn arb_name() -> impl Strategy<Value = String> {
     "[a-z0-9._-]{1,40}"
@@ -20,7 +20,7 @@ fn arb_replicas() -> impl Strategy<Value = Vec<Replica>> {
     proptest::collection::vec(
         (any::<u64>(), any::<u16>()).prop_map(|(node, shard)| Replica {
             node: NodeId(node),
-            shard,
+            shard: ShardId(shard),
         }),
         0..5,
     )
@@ -81,6 +81,40 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
             }
         ),
         any::<u32>().prop_map(|count| Command::AllocateProducerIds { count }),
+        (
+            proptest::collection::vec(
+                (
+                    any::<u64>(),
+                    arb_name(),
+                    any::<bool>(),
+                    arb_config(),
+                    proptest::collection::vec(arb_replicas(), 0..4),
+                    any::<i64>()
+                )
+                    .prop_map(
+                        |(id, name, internal, config, partitions, created_at_ms)| {
+                            ImportedTopic {
+                                id: TopicId(id),
+                                name,
+                                internal,
+                                config,
+                                partitions,
+                                created_at_ms,
+                            }
+                        }
+                    ),
+                0..4
+            ),
+            any::<u64>(),
+            any::<i64>()
+        )
+            .prop_map(|(topics, next_topic_id, producer_id_block_end)| {
+                Command::ImportTopics {
+                    topics,
+                    next_topic_id,
+                    producer_id_block_end,
+                }
+            }),
     ]
 }
 
@@ -90,7 +124,7 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
     let node = (0u64..6).prop_map(NodeId);
     let replica = (1u64..6, 0u16..4).prop_map(|(node, shard)| Replica {
         node: NodeId(node),
-        shard,
+        shard: ShardId(shard),
     });
     let replicas = proptest::collection::vec(replica, 1..4);
     prop_oneof![
@@ -186,7 +220,7 @@ pub(crate) fn sample_state() -> MetadataState {
         (0..3)
             .map(|offset| Replica {
                 node: NodeId((first + offset) % 3 + 1),
-                shard: (offset % 2) as u16,
+                shard: ShardId((offset % 2) as u16),
             })
             .collect::<Vec<_>>()
     };

@@ -1,24 +1,21 @@
 //! Identities the controller hands out or refers to, as distinct types so
 //! that a broker id is never passed where a topic id was meant.
 
-use std::fmt;
+use corelog_wire::newtype;
+pub use corelog_wire::types::{LeaderEpoch, ShardId};
 
-pub use corelog_wire::types::LeaderEpoch;
-
-/// A broker, which is also its Raft peer id when it has the controller role.
-/// Never 0: Raft reserves 0 for "no node".
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeId(pub u64);
-
-/// A topic. Handed out by the controller in increasing order and never
-/// reused, so that a topic deleted and created again under the same name is
-/// a different topic to every broker and client that held the old id.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicId(pub u64);
-
-/// Index of a shard (an executor) on one broker; the broker's
-/// `metadata::ShardId` is the same type.
-pub type ShardId = u16;
+newtype!(
+    /// A broker, which is also its Raft peer id when it has the controller
+    /// role. Never 0: Raft reserves 0 for "no node".
+    NodeId(u64)
+);
+newtype!(
+    /// A topic. Handed out by the controller in increasing order and never
+    /// reused, so that a topic deleted and created again under the same
+    /// name is a different topic to every broker and client that held the
+    /// old id.
+    TopicId(u64)
+);
 
 /// One replica of a partition: the broker holding it and the shard on that
 /// broker that owns its log (DESIGN §3: exactly one owner per replica).
@@ -41,22 +38,3 @@ pub struct ProposalId {
     /// Raft log index it was appended at.
     pub index: u64,
 }
-
-macro_rules! show_id {
-    ($name:ident) => {
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({})", stringify!($name), self.0)
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
-            }
-        }
-    };
-}
-
-show_id!(NodeId);
-show_id!(TopicId);

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use corelog_controller::durable;
 use corelog_controller::{
-    Command, ControllerError, ControllerNode, LeaderEpoch, MetadataState, NodeId, Outcome,
-    PlacementLoad, ProposalOutcome, ProposeError, TopicId, place,
+    Command, ControllerConfig, ControllerError, ControllerNode, LeaderEpoch, MetadataState, NodeId,
+    Outcome, PlacementLoad, ProposalOutcome, ProposeError, TopicId, place,
 };
 use support::Cluster;
 
@@ -92,6 +92,43 @@ fn a_single_node_elects_itself_and_applies_commands() {
     let topic = node.state().topic_by_name("__groups").unwrap();
     assert_eq!(topic.partition_count(), 4);
     assert_eq!(node.state().version(), node.commit_index());
+}
+
+#[test]
+fn a_single_voter_leads_from_its_first_ready_without_waiting_for_a_timeout() {
+    for recovered in [false, true] {
+        let mut node = ControllerNode::new(
+            ControllerConfig::new(NodeId(1), vec![NodeId(1)], 7),
+            durable::RecoveredLog::default(),
+        )
+        .unwrap();
+        if recovered {
+            // A restart: the node comes back from what it persisted.
+            let ready = node.ready().unwrap().expect("a first ready");
+            let records = ready.log_records();
+            node.advance();
+            let mut file = durable::new_log_file();
+            file.extend_from_slice(&records);
+            node = ControllerNode::from_log_file(
+                ControllerConfig::new(NodeId(1), vec![NodeId(1)], 7),
+                &file,
+            )
+            .unwrap()
+            .0;
+        }
+        // No tick: an election timeout would be 1 to 2 s of a broker that
+        // cannot serve.
+        while let Some(ready) = node.ready().unwrap() {
+            assert!(ready.messages.is_empty(), "a single voter sends nothing");
+            node.advance();
+        }
+        assert!(node.is_leader(), "recovered: {recovered}");
+        assert_eq!(node.leader_id(), Some(NodeId(1)));
+        assert!(
+            node.propose(&Command::AllocateProducerIds { count: 1 })
+                .is_ok()
+        );
+    }
 }
 
 #[test]

@@ -1,27 +1,7 @@
 //! Identities the replication protocol names, as distinct types so that a
 //! replica id is never passed where a partition key was meant.
 
-use std::fmt;
-
-macro_rules! newtype {
-    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-        pub struct $name(pub $inner);
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({})", stringify!($name), self.0)
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
-            }
-        }
-    };
-}
+use corelog_wire::newtype;
 
 newtype!(
     /// A member of a partition's replica set: the broker (node) id that

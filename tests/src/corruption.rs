@@ -25,7 +25,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::rng::SplitMix64;
+use corelog_wire::rng::SplitMix64;
 
 /// What a file of a broker's data directory is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -12,7 +12,9 @@
 //! - [`proxy`]: a seeded fault proxy (delay, reorder, duplicate, drop,
 //!   corrupt, lost replies) between clients and brokers and between brokers.
 //! - [`small_fs`]: a small mounted filesystem to fill up (disk full).
-//! - [`rng`]: the seeded generator behind every random choice above.
+//!
+//! Every random choice above draws from `corelog_wire::rng::SplitMix64`,
+//! so a printed seed replays it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
@@ -22,7 +24,6 @@ pub mod netns;
 pub mod power_loss;
 pub mod process;
 pub mod proxy;
-pub mod rng;
 pub mod small_fs;
 pub mod wire_client;
 

@@ -69,7 +69,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::rng::SplitMix64;
+use corelog_wire::rng::SplitMix64;
 
 /// Largest request frame the proxy parses (the `length` field): the
 /// broker's default limit, so that an oversized request reaches the broker

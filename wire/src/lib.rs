@@ -13,9 +13,15 @@
 //!   header, before anything is allocated.
 //! - [`message`]: API request and response bodies as validated rkyv archives,
 //!   with record batches in a raw section after the archive.
+//! - [`topic`]: the topic name rule, shared by the controller and clients.
+//! - [`rng`]: the workspace's seeded generator (SplitMix64), for jitter,
+//!   the simulator and the fault rig.
+//! - [`newtype!`]: how every crate declares its identities.
 
 pub mod batch;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod rng;
+pub mod topic;
 pub mod types;

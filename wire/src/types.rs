@@ -1,23 +1,26 @@
 //! Identities and positions that travel on the wire, as distinct types so that
 //! an offset is never passed where an epoch or a sequence was meant.
 
-use std::fmt;
-
+/// Declares an identity or position as a distinct `Copy` newtype, with
+/// `Debug` as `Name(value)` and `Display` as the bare value: so that an
+/// offset is never passed where an epoch was meant. Every crate of the
+/// workspace declares its ids with it (`corelog_wire::newtype!`).
+#[macro_export]
 macro_rules! newtype {
     ($(#[$doc:meta])* $name:ident($inner:ty)) => {
         $(#[$doc])*
         #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
         pub struct $name(pub $inner);
 
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 write!(f, "{}({})", stringify!($name), self.0)
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                ::std::fmt::Display::fmt(&self.0, f)
             }
         }
     };
@@ -36,6 +39,19 @@ newtype!(
     /// Milliseconds since the Unix epoch.
     TimestampMs(i64)
 );
+newtype!(
+    /// Index of a shard (an executor) on one broker: the one owner of each
+    /// partition replica placed there (DESIGN §3).
+    ShardId(u16)
+);
+
+impl ShardId {
+    /// The shard's index into per-shard tables.
+    #[must_use]
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
 
 impl Offset {
     /// The offset `count` records after this one.

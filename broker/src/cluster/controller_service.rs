@@ -889,7 +889,8 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
             ErrorCode::UnknownTopicOrPartition
         }
         CommandError::TopicExists(_) => ErrorCode::TopicAlreadyExists,
-        CommandError::InvalidTopicName { .. } => ErrorCode::InvalidTopicName,
+        CommandError::InvalidTopicName(_) => ErrorCode::InvalidTopicName,
+        CommandError::InternalTopic(_) => ErrorCode::InternalTopic,
         CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
         CommandError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
         _ => ErrorCode::InvalidRequest,

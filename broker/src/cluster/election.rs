@@ -496,7 +496,7 @@ mod tests {
                     (1..=3)
                         .map(|node| Replica {
                             node: NodeId(node),
-                            shard: 0,
+                            shard: corelog_controller::ShardId(0),
                         })
                         .collect(),
                 ],
@@ -850,7 +850,7 @@ mod tests {
                 assignments: vec![
                     vec![Replica {
                         node: NodeId(2),
-                        shard: 0,
+                        shard: corelog_controller::ShardId(0),
                     }];
                     100
                 ],

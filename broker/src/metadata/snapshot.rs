@@ -163,7 +163,7 @@ impl MetadataSnapshot {
                         .and_then(|view| view.partitions.get(index))
                         .map_or_else(|| Arc::new(Event::new()), |view| view.data_signal.clone());
                     PartitionView {
-                        owner: local.map_or(0, |replica| replica.shard),
+                        owner: local.map_or(0, |replica| replica.shard.0),
                         data_signal,
                         replication: Some(ReplicationView {
                             replicas: partition

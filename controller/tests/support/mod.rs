@@ -17,31 +17,25 @@ use corelog_controller::{
     Command, ControllerConfig, ControllerNode, MetadataState, NodeId, ProposalId, ProposalOutcome,
     ProposeError, Resolved, Role,
 };
+use corelog_wire::rng::SplitMix64;
 
-/// SplitMix64, the same generator the node uses for jitter.
+/// The workspace's seeded generator (the one the node draws its jitter
+/// from), with chances counted in per-mille as these tests do.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Rng(SplitMix64::new(seed))
     }
 
     pub fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
+        self.0.below(bound)
     }
 
     /// True with probability `per_mille` / 1000.
     pub fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
+        self.0.below(1000) < per_mille
     }
 }
 

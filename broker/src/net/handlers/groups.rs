@@ -112,7 +112,7 @@ fn cluster_coordinator(snapshot: &MetadataSnapshot, index: u32) -> FindCoordinat
         .state
         .partition(corelog_controller::TopicId(view.record.id), index)
         .and_then(|record| record.replica_on(node))
-        .map_or(0, |replica| replica.shard);
+        .map_or(0, |replica| replica.shard.0);
     match broker {
         Some(broker) => FindCoordinatorResponse {
             error_code: ErrorCode::None.code(),

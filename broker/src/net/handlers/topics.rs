@@ -120,7 +120,7 @@ fn cluster_metadata(cluster: &ClusterView, wanted: Option<Vec<String>>) -> Metad
                                 .map(|replica| node_id(replica.node))
                                 .collect(),
                             in_sync: partition.leader.map(node_id).into_iter().collect(),
-                            owner_shard: leader_replica.map_or(0, |replica| replica.shard),
+                            owner_shard: leader_replica.map_or(0, |replica| replica.shard.0),
                         }
                     })
                     .collect(),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use corelog_tests::rng::SplitMix64;
+use corelog_wire::rng::SplitMix64;
 use serde::Serialize;
 
 /// Milliseconds uniform in `from..=to`.

@@ -14,7 +14,7 @@ use corelog_tests::proxy::{FaultProxy, Faults, ProxyStats};
 use corelog_tests::small_fs::SmallFs;
 use corelog_tests::{Broker, free_port};
 
-use corelog_tests::rng::SplitMix64;
+use corelog_wire::rng::SplitMix64;
 
 use crate::plan::FaultKind;
 
