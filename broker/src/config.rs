@@ -1,13 +1,15 @@
 //! Broker configuration: documented defaults, overridden by an optional
 //! TOML file (`--config`), overridden by command-line flags.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde::Deserialize;
 
-use crate::metadata::topic_config::SEGMENT_BYTES_MIN;
+use corelog_controller::topic_config::SEGMENT_BYTES_MIN;
+
 use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::storage::LogConfig;
 use crate::storage::retention::DEFAULT_RETENTION_MS;
@@ -34,9 +36,9 @@ pub struct BrokerConfig {
     /// Host name clients are told to connect to (Metadata).
     pub advertised_host: String,
     /// The controller voters as `id@host:port` (their client listeners).
-    /// Empty: a standalone broker, its own controller. Otherwise this
-    /// broker joins the cluster they lead, and is a voter itself if its
-    /// `node_id` is among them.
+    /// Empty: a single node, the only voter of its own cluster, which no
+    /// other broker joins. Otherwise this broker joins the cluster they
+    /// lead, and is a voter itself if its `node_id` is among them.
     pub controller_voters: Vec<ControllerVoter>,
     /// Failure domain; placement spreads a partition's replicas over racks.
     pub rack: Option<String>,
@@ -95,7 +97,7 @@ impl Default for BrokerConfig {
             shards: std::thread::available_parallelism().map_or(1, |cores| cores.get() as u16),
             pin: false,
             io_memory_bytes: 1 << 20,
-            node_id: 0,
+            node_id: 1,
             advertised_host: "127.0.0.1".to_owned(),
             controller_voters: Vec::new(),
             rack: None,
@@ -156,14 +158,14 @@ pub struct Flags {
     /// Registered I/O memory per executor in bytes [default: 1 MiB].
     #[arg(long)]
     pub io_memory_bytes: Option<usize>,
-    /// Node id [default: 0].
+    /// Node id, non-zero [default: 1].
     #[arg(long)]
     pub node_id: Option<u32>,
     /// Host advertised to clients [default: 127.0.0.1].
     #[arg(long)]
     pub advertised_host: Option<String>,
     /// Controller voters, `id@host:port,...` (1, 3 or 5) [default: none,
-    /// a standalone broker].
+    /// a single node that is its own one-voter cluster].
     #[arg(long)]
     pub controller_voters: Option<String>,
     /// Rack (failure domain) of this broker [default: none].
@@ -376,6 +378,14 @@ impl BrokerConfig {
         if let Some(bytes) = flags.max_message_bytes.or(file.max_message_bytes) {
             topic.max_message_bytes = bytes;
         }
+        // glommio opens directories relative to no descriptor, so a relative
+        // path fails every directory sync (EBADF): resolve it here, once,
+        // against the directory the broker was started in.
+        config.data_dir =
+            std::path::absolute(&config.data_dir).map_err(|error| ConfigError::Invalid {
+                name: "data_dir",
+                message: format!("cannot resolve {}: {error}", config.data_dir.display()),
+            })?;
         config.validate()?;
         Ok(config)
     }
@@ -438,10 +448,13 @@ impl BrokerConfig {
         if self.maintenance_interval_ms == 0 {
             return invalid("maintenance_interval_ms", "must be positive");
         }
+        if self.node_id == 0 {
+            return invalid(
+                "node_id",
+                "must be non-zero (0 is reserved: Raft's \"no node\")",
+            );
+        }
         if !self.controller_voters.is_empty() {
-            if self.node_id == 0 {
-                return invalid("node_id", "must be set (non-zero) in a cluster");
-            }
             let mut ids: Vec<u32> = self.controller_voters.iter().map(|v| v.id).collect();
             ids.sort_unstable();
             ids.dedup();
@@ -461,6 +474,28 @@ impl BrokerConfig {
             );
         }
         Ok(())
+    }
+}
+
+impl BrokerConfig {
+    /// Whether this broker is a single node: no `--controller-voters`, so
+    /// it is the only voter of its own cluster and no other broker joins it.
+    #[must_use]
+    pub fn is_single_node(&self) -> bool {
+        self.controller_voters.is_empty()
+    }
+
+    /// The controller voters by node id: as configured, or this broker
+    /// alone (on its own listener) for a single node.
+    #[must_use]
+    pub fn voters(&self) -> BTreeMap<u32, SocketAddr> {
+        if self.is_single_node() {
+            return BTreeMap::from([(self.node_id, self.listen)]);
+        }
+        self.controller_voters
+            .iter()
+            .map(|voter| (voter.id, voter.addr))
+            .collect()
     }
 }
 
@@ -513,6 +548,38 @@ fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_data_dir_is_resolved_against_the_working_directory() {
+        let config = BrokerConfig::resolve(&Flags::default()).unwrap();
+        assert!(
+            config.data_dir.is_absolute(),
+            "{}",
+            config.data_dir.display()
+        );
+        assert_eq!(
+            config.data_dir,
+            std::env::current_dir().unwrap().join("data")
+        );
+    }
+
+    #[test]
+    fn a_broker_without_voters_is_a_single_node_of_its_own_cluster() {
+        let config = BrokerConfig::resolve(&Flags::default()).unwrap();
+        assert_eq!(config.node_id, 1, "node id 0 is Raft's \"no node\"");
+        assert!(config.is_single_node());
+        assert_eq!(
+            config.voters(),
+            BTreeMap::from([(1, config.listen)]),
+            "its own only voter"
+        );
+        let zero = BrokerConfig::resolve(&Flags {
+            node_id: Some(0),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(zero.to_string().contains("node_id"), "{zero}");
+    }
 
     #[test]
     fn controller_voters_parse_and_are_checked() {

@@ -1,33 +1,48 @@
 //! corelog's broker, `corelogd`.
 //!
 //! The broker is the I/O shell around corelog's pure parts: it owns files,
-//! sockets and executors and drives the wire codec and (later) the
-//! replication state machines. One folder per concern:
+//! sockets and executors and drives the wire codec, the replication state
+//! machine and the controller. Every node is a cluster member: a single
+//! node is a cluster of one, its own only controller voter, and every
+//! partition is replicated (a single node's over a replica set of one), so
+//! there is one metadata authority and one write path.
 //!
-//! - [`storage`]: the partition log on disk — segments, indexes, group-commit
-//!   appends, recovery, retention, the tail cache.
-//! - [`partition`]: a partition replica — produce checks, idempotent-producer
-//!   state, reads and offset lookups.
-//! - [`metadata`]: the topic catalog, its persistence and the snapshots
-//!   shards work from.
+//! One folder per concern; the arrows run one way, `net` → `runtime` →
+//! (`group`, `replica`, `cluster`) → `partition` → `storage`:
+//!
+//! - [`net`]: listeners, connections and request handlers.
+//! - [`runtime`]: executors' shards, partition ownership and the
+//!   cross-shard channels.
 //! - [`group`]: consumer-group coordinators — membership, assignment,
 //!   durable offsets, audited resets, lag.
-//! - [`runtime`]: executors (one per core), partition ownership and the
-//!   cross-shard channels.
-//! - [`net`]: listeners, connections and request handlers.
-//! - [`metrics`]: per-shard Prometheus metrics and the `/metrics` endpoint.
-//! - [`config`]: settings from defaults, a TOML file and flags.
-//! - [`clock`]: wall-clock time as an input, so that tests control it.
+//! - [`replica`]: a partition replica — the I/O shell around the
+//!   replication state machine.
+//! - [`cluster`]: the controller role and this broker's membership.
+//! - [`partition`]: a partition's log with its produce checks and
+//!   idempotent-producer state.
+//! - [`storage`]: the partition log on disk — segments, indexes,
+//!   group-commit appends, recovery, retention, the tail cache.
+//!
+//! Beside them: [`server`] (the process: it wires `net` onto `runtime`),
+//! [`migration`] (upgrading a standalone data directory), [`metadata`]
+//! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
+//! itself in-process), [`api`] (encoded replies), [`executor`] (the
+//! runtime seam the replica shell runs on, so the simulator can run it),
+//! [`metrics`], [`config`] and [`clock`].
 
+pub mod api;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod executor;
 pub mod group;
 pub mod metadata;
 pub mod metrics;
+pub mod migration;
 pub mod net;
 pub mod partition;
 pub mod peer;
 pub mod replica;
 pub mod runtime;
+pub mod server;
 pub mod storage;

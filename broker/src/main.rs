@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use corelog_broker::config::{BrokerConfig, Flags};
-use corelog_broker::runtime::startup;
+use corelog_broker::server;
 
 /// Exit code of a broker one of whose threads panicked (a bug).
 const PANIC_EXIT_CODE: i32 = 5;
@@ -33,7 +33,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Err(error) = startup::run(config) {
+    if let Err(error) = server::run(config) {
         eprintln!("corelogd: {error}");
         std::process::exit(1);
     }

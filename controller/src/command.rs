@@ -62,6 +62,7 @@ const TAG_DELETE_TOPIC: u8 = 5;
 const TAG_SET_LEADER: u8 = 6;
 const TAG_ALLOCATE_PRODUCER_IDS: u8 = 7;
 const TAG_IMPORT_TOPICS: u8 = 8;
+const TAG_RESIGN_LEADER: u8 = 9;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +137,21 @@ pub enum Command {
     AllocateProducerIds {
         /// How many.
         count: u32,
+    },
+    /// A leader can no longer lead its epoch (its log was fenced and
+    /// reopened after a full disk): the partition becomes leaderless, and
+    /// the next election publishes a leader under a new epoch. Applies only
+    /// while `leader` still leads `epoch` there: a late resignation changes
+    /// nothing.
+    ResignLeader {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The resigning leader.
+        leader: NodeId,
+        /// The epoch it led.
+        epoch: LeaderEpoch,
     },
     /// Takes in the topics of a data directory written by a standalone
     /// broker (before single nodes became one-voter clusters), under the
@@ -227,6 +243,12 @@ pub enum Outcome {
         /// One past the last id.
         end: i64,
     },
+    /// The resignation applied; `changed` is false when the leader no
+    /// longer led that epoch.
+    LeaderResigned {
+        /// Whether the partition became leaderless.
+        changed: bool,
+    },
     /// The import applied; `imported` topics were new (the others were
     /// there already).
     TopicsImported {
@@ -311,6 +333,18 @@ impl Command {
             Command::AllocateProducerIds { count } => {
                 writer.u8(TAG_ALLOCATE_PRODUCER_IDS);
                 writer.u32(*count);
+            }
+            Command::ResignLeader {
+                topic_id,
+                partition,
+                leader,
+                epoch,
+            } => {
+                writer.u8(TAG_RESIGN_LEADER);
+                writer.u64(topic_id.0);
+                writer.u32(*partition);
+                writer.u64(leader.0);
+                writer.u32(epoch.0);
             }
             Command::ImportTopics {
                 topics,
@@ -424,6 +458,12 @@ impl Command {
             },
             TAG_ALLOCATE_PRODUCER_IDS => Command::AllocateProducerIds {
                 count: reader.u32("producer id count")?,
+            },
+            TAG_RESIGN_LEADER => Command::ResignLeader {
+                topic_id: TopicId(reader.u64("topic id")?),
+                partition: reader.u32("partition")?,
+                leader: NodeId(reader.u64("leader")?),
+                epoch: LeaderEpoch(reader.u32("leader epoch")?),
             },
             TAG_IMPORT_TOPICS => {
                 // A topic takes at least 27 bytes: id, name, flag, counts, time.
@@ -561,6 +601,12 @@ mod tests {
                 epoch: LeaderEpoch(4),
             },
             Command::AllocateProducerIds { count: 1024 },
+            Command::ResignLeader {
+                topic_id: TopicId(9),
+                partition: 3,
+                leader: NodeId(2),
+                epoch: LeaderEpoch(4),
+            },
             Command::ImportTopics {
                 topics: vec![ImportedTopic {
                     id: TopicId(4),

@@ -367,6 +367,28 @@ impl MetadataState {
                 created_at_ms,
             } => self.create_topic(name, *internal, config, assignments, *created_at_ms),
             Command::DeleteTopic { topic_id } => self.delete_topic(*topic_id),
+            Command::ResignLeader {
+                topic_id,
+                partition,
+                leader,
+                epoch,
+            } => {
+                let record = self
+                    .topics
+                    .get_mut(topic_id)
+                    .ok_or(CommandError::UnknownTopic(*topic_id))?
+                    .partitions
+                    .get_mut(*partition as usize)
+                    .ok_or(CommandError::UnknownPartition {
+                        topic_id: *topic_id,
+                        partition: *partition,
+                    })?;
+                let changed = record.leader == Some(*leader) && record.leader_epoch == *epoch;
+                if changed {
+                    record.leader = None;
+                }
+                Ok(Outcome::LeaderResigned { changed })
+            }
             Command::ImportTopics {
                 topics,
                 next_topic_id,
@@ -452,6 +474,28 @@ impl MetadataState {
             .max()
     }
 
+    /// Checks what a new topic is before where it goes: its name, its
+    /// settings, and that no topic has the name. The first part of
+    /// [`MetadataState::check`] for a creation, for a leader to run before
+    /// it computes a placement.
+    ///
+    /// # Errors
+    /// [`CommandError::InvalidTopicName`], [`CommandError::InvalidConfig`]
+    /// or [`CommandError::TopicExists`].
+    pub fn check_new_topic(
+        &self,
+        name: &str,
+        internal: bool,
+        config: &BTreeMap<String, String>,
+    ) -> Result<(), CommandError> {
+        check_topic_name(name, internal)?;
+        validate_config(config)?;
+        if self.names.contains_key(name) {
+            return Err(CommandError::TopicExists(name.to_owned()));
+        }
+        Ok(())
+    }
+
     /// Checks a topic creation against the state, without changing it: the
     /// rules [`MetadataState::apply`] enforces, for a leader to run before it
     /// proposes (and for `validate_only` requests).
@@ -462,11 +506,7 @@ impl MetadataState {
         config: &BTreeMap<String, String>,
         assignments: &[Vec<Replica>],
     ) -> Result<(), CommandError> {
-        check_topic_name(name, internal)?;
-        validate_config(config)?;
-        if self.names.contains_key(name) {
-            return Err(CommandError::TopicExists(name.to_owned()));
-        }
+        self.check_new_topic(name, internal, config)?;
         if assignments.is_empty() || assignments.len() > PARTITIONS_MAX as usize {
             return Err(CommandError::InvalidPartitions(assignments.len()));
         }

@@ -528,3 +528,34 @@ fn an_import_that_conflicts_changes_nothing() {
         assert_eq!(applied, expected);
     }
 }
+
+#[test]
+fn a_resigning_leader_leaves_its_partition_leaderless_only_in_its_epoch() {
+    let mut state = two_live_brokers();
+    apply_all(
+        &mut state,
+        &[create("orders", vec![vec![replica(1, 0), replica(2, 0)]])],
+    )[0]
+    .clone()
+    .unwrap();
+    let resign = |leader: u64, epoch: u32| Command::ResignLeader {
+        topic_id: TopicId(0),
+        partition: 0,
+        leader: NodeId(leader),
+        epoch: LeaderEpoch(epoch),
+    };
+    let results = apply_all(&mut state, &[resign(2, 0), resign(1, 1), resign(1, 0)]);
+    assert_eq!(
+        results,
+        vec![
+            Ok(Outcome::LeaderResigned { changed: false }),
+            Ok(Outcome::LeaderResigned { changed: false }),
+            Ok(Outcome::LeaderResigned { changed: true }),
+        ],
+        "another broker's or another epoch's resignation changes nothing"
+    );
+    let partition = &state.topics()[&TopicId(0)].partitions[0];
+    assert_eq!(partition.leader, None);
+    assert_eq!(partition.leader_epoch, LeaderEpoch(0));
+    state.check_invariants().unwrap();
+}

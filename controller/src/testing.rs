@@ -81,6 +81,14 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
             }
         ),
         any::<u32>().prop_map(|count| Command::AllocateProducerIds { count }),
+        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(
+            |(topic, partition, leader, epoch)| Command::ResignLeader {
+                topic_id: TopicId(topic),
+                partition,
+                leader: NodeId(leader),
+                epoch: LeaderEpoch(epoch),
+            }
+        ),
         (
             proptest::collection::vec(
                 (

@@ -24,8 +24,9 @@
 //!   from a majority, [`election::decide`] picks the greatest, ties to the
 //!   preferred replica. No majority, no leader.
 //! - **Leader** ([`Replica::become_leader`]): starts a history run at its log
-//!   end, appends a one-record epoch-start marker, then takes client
-//!   appends ([`Replica::on_local_append`]). It pushes to each follower
+//!   end, appends a one-record epoch-start marker (unless the log is empty:
+//!   no older record exists then), then takes client appends
+//!   ([`Replica::on_local_append`]). It pushes to each follower
 //!   ([`Replica::poll_sends`], [`Action::SendPush`]), pipelined up to
 //!   [`ReplicaConfig::max_inflight_records`], and counts durable ends: the
 //!   high watermark is the largest offset durable on a majority, but only
@@ -108,6 +109,7 @@ mod ids;
 mod message;
 mod meta;
 mod replica;
+pub mod wire;
 
 pub use action::Action;
 pub use error::{DecodeError, HistoryError, ReplicationError};

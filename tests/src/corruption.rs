@@ -6,7 +6,6 @@
 //!
 //! ```text
 //! <data>/controller/raft.log                   controller Raft log (+ its snapshots)
-//! <data>/metadata                              standalone node metadata
 //! <data>/topics/<name>.<id>/<p>/<base>.log     segments (the highest base is active)
 //! <data>/topics/<name>.<id>/<p>/<base>.index   sealed offset index
 //! <data>/topics/<name>.<id>/<p>/<base>.timeindex  sealed time index
@@ -48,8 +47,6 @@ pub enum FileKind {
     DeletionLedger,
     /// `controller/raft.log`: entries, hard states and metadata snapshots.
     ControllerLog,
-    /// `metadata`: a standalone node's catalog.
-    NodeMetadata,
     /// Any segment of the internal `__groups` topic (group offsets).
     GroupsSegment,
     /// Anything else (probe files, temporaries).
@@ -58,7 +55,7 @@ pub enum FileKind {
 
 impl FileKind {
     /// Every kind a test may ask to damage.
-    pub const DAMAGEABLE: [FileKind; 11] = [
+    pub const DAMAGEABLE: [FileKind; 10] = [
         FileKind::ClosedSegment,
         FileKind::ActiveSegment,
         FileKind::OffsetIndex,
@@ -68,7 +65,6 @@ impl FileKind {
         FileKind::PartitionCheckpoint,
         FileKind::DeletionLedger,
         FileKind::ControllerLog,
-        FileKind::NodeMetadata,
         FileKind::GroupsSegment,
     ];
 }
@@ -149,7 +145,6 @@ pub fn classify(data_dir: &Path, path: &Path) -> FileKind {
         .collect();
     match parts.as_slice() {
         ["controller", "raft.log"] => FileKind::ControllerLog,
-        ["metadata"] => FileKind::NodeMetadata,
         ["topics", topic_dir, _partition, name] => classify_partition_file(path, topic_dir, name),
         _ => FileKind::Other,
     }
@@ -469,8 +464,9 @@ mod tests {
         assert!(cut.offset < 64);
         assert_eq!(fs::metadata(&cut.path).unwrap().len(), cut.offset);
         assert_eq!(
-            corrupt(&data, FileKind::NodeMetadata, Damage::Truncate, 3).unwrap(),
-            None
+            corrupt(&data, FileKind::DeletionLedger, Damage::Truncate, 3).unwrap(),
+            None,
+            "no file of the kind: nothing damaged"
         );
     }
 }

@@ -60,6 +60,8 @@ pub struct Broker {
     pub metrics_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub extra_args: Vec<String>,
+    /// Environment variables of every later [`Broker::spawn`].
+    env: Vec<(String, String)>,
     /// Where [`Broker::spawn`] appends the process's output; discarded
     /// when `None`.
     output_log: Option<PathBuf>,
@@ -100,6 +102,7 @@ impl Broker {
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
             data_dir: data_dir.to_path_buf(),
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            env: Vec::new(),
             output_log: None,
             _temp: None,
         }
@@ -110,6 +113,15 @@ impl Broker {
     pub fn with_output_log(mut self, log: PathBuf) -> Broker {
         self.output_log = Some(log);
         self
+    }
+
+    /// Sets (or with `None` clears) an environment variable of every later
+    /// [`Broker::spawn`], such as a fault hook's.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(known, _)| known != key);
+        if let Some(value) = value {
+            self.env.push((key.to_owned(), value.to_owned()));
+        }
     }
 
     /// Whether the process is running (not killed by the test).
@@ -162,6 +174,7 @@ impl Broker {
             command.arg("--shards").arg("1");
         }
         self.set_fault_env(&mut command);
+        command.envs(self.env.iter().map(|(key, value)| (key, value)));
         command
     }
 

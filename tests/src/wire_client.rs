@@ -237,15 +237,20 @@ pub fn decode_fetch(body: &Body) -> FetchResult {
     }
 }
 
-/// A batch of `count` records `"{prefix}-{i}"` keyed `key`.
+/// A batch of `count` records `"{prefix}-{i}"` keyed `key`, stamped now:
+/// time retention (seven days by default) would delete older records as
+/// soon as their segment closes.
 pub fn batch(prefix: &str, key: &str, count: usize, producer: ProducerIdentity) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(0));
     let mut builder = BatchBuilder::new(Compression::None).producer(producer);
     for index in 0..count {
         builder
             .push(&NewRecord {
                 key: Some(Bytes::from(key.to_owned())),
                 value: Some(Bytes::from(format!("{prefix}-{index}"))),
-                timestamp: TimestampMs(1_700_000_000_000 + index as i64),
+                timestamp: TimestampMs(now + index as i64),
                 ..NewRecord::default()
             })
             .unwrap();
@@ -253,18 +258,23 @@ pub fn batch(prefix: &str, key: &str, count: usize, producer: ProducerIdentity) 
     builder.build().unwrap().to_vec()
 }
 
-/// Values of every record in fetched bytes.
+/// Values of every record in fetched bytes, control batches left out.
 pub fn values(records: &Bytes) -> Vec<String> {
     let limits = corelog_wire::batch::BatchLimits::default();
     let mut out = Vec::new();
     let mut position = 0;
     for found in corelog_wire::batch::batches(records, &limits) {
         let found = found.unwrap();
+        position = found.position + found.bytes.len();
+        // Control batches (a new leader's epoch-start marker) are the
+        // broker's, not records: consumers skip them.
+        if found.header.is_control() {
+            continue;
+        }
         let batch = records.slice(found.position..found.position + found.bytes.len());
         for record in corelog_wire::batch::decode_records(&batch, &limits).unwrap() {
             out.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
         }
-        position = found.position + found.bytes.len();
     }
     assert_eq!(position, records.len());
     out

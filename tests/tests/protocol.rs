@@ -126,9 +126,11 @@ fn producer_state_survives_kill_and_restart() {
         (ErrorCode::None, 0),
         "retry after restart"
     );
+    // Offset 2 is the restarted leader's epoch-start marker: a restarted
+    // replica leads a new epoch, never its old one again.
     assert_eq!(
         client.produce("payments", 0, &batch("b", "k", 1, producer(5, 0, 2))),
-        (ErrorCode::None, 2)
+        (ErrorCode::None, 3)
     );
     assert_eq!(
         values(&client.fetch("payments", 0, 0, 0).records),

@@ -10,7 +10,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use corelog_broker::config::BrokerConfig;
-use corelog_broker::runtime::startup::{self, RunningBroker};
+use corelog_broker::server::{self, RunningBroker};
 use corelog_wire::batch::{HEADER_BYTES, LOG_OVERHEAD_BYTES, compute_crc};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::{
@@ -74,7 +74,7 @@ impl Harness {
             disk_reserve_bytes: 256 << 20,
             ..BrokerConfig::default()
         };
-        let broker = startup::start(config).expect("the broker starts");
+        let broker = server::start(config).expect("the broker starts");
         Harness {
             broker: Some(broker),
             addr,

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use ahash::{AHashMap, AHashSet};
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
-    Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementLoad,
-    ProposalId, ProposalOutcome, ProposeError, Role, place,
+    Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementError,
+    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place,
 };
 use corelog_replication::QueryAnswer;
 use corelog_replication::election::decide;
@@ -41,9 +41,10 @@ use super::election::{
     AttemptOutcome, DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, Resolution, resolve,
 };
 use super::raft_log::RaftLogFile;
+use crate::clock::Clock;
+use crate::executor::wait_until;
 use crate::peer::Peers;
-use crate::replica::peer_transport::answer_from_wire;
-use crate::runtime::wait_until;
+use corelog_replication::wire::answer_from_wire;
 
 /// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
 const TICK: Duration = Duration::from_millis(100);
@@ -118,6 +119,23 @@ pub struct InternalTopicSpec {
     pub config: BTreeMap<String, String>,
 }
 
+/// A topic to create, as the controller leader is asked for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewTopic {
+    /// Its name.
+    pub name: String,
+    /// Whether it is internal (`__groups`, `__audit`); only the controller
+    /// itself creates those.
+    pub internal: bool,
+    /// Partitions.
+    pub partitions: u32,
+    /// Replicas per partition; 0 for the default (as many as there are
+    /// brokers, up to 3).
+    pub replication_factor: u16,
+    /// Settings as `key=value` entries, defaults included.
+    pub config: BTreeMap<String, String>,
+}
+
 /// The controller role of this node.
 pub struct ControllerService {
     id: NodeId,
@@ -143,6 +161,8 @@ pub struct ControllerService {
     elections: RefCell<ElectionBook>,
     halted: RefCell<Option<String>>,
     session_timeout: Duration,
+    /// Stamps topics' creation times.
+    clock: Rc<dyn Clock>,
 }
 
 impl std::fmt::Debug for ControllerService {
@@ -166,11 +186,10 @@ impl ControllerService {
         log: RaftLogFile,
         recovered: RecoveredLog,
         session_timeout: Duration,
+        clock: Rc<dyn Clock>,
     ) -> Result<Rc<ControllerService>, String> {
-        let seed = u64::from(id)
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |elapsed| elapsed.as_nanos() as u64);
+        // Each process draws other election jitter than its predecessor's.
+        let seed = u64::from(id) ^ clock.now().0.unsigned_abs().rotate_left(17);
         let config = ControllerConfig::new(
             NodeId(u64::from(id)),
             voters.keys().copied().collect(),
@@ -194,6 +213,7 @@ impl ControllerService {
             elections: RefCell::new(ElectionBook::new()),
             halted: RefCell::new(None),
             session_timeout,
+            clock,
         });
         glommio::spawn_local(service.clone().drive(log)).detach();
         glommio::spawn_local(service.clone().tick_forever()).detach();
@@ -282,10 +302,7 @@ impl ControllerService {
         };
         match outcome {
             ProposalOutcome::Applied(outcome) => Ok(outcome),
-            ProposalOutcome::Refused(error) => Err(ControllerRequestError::refused(
-                refusal_code(&error),
-                error.to_string(),
-            )),
+            ProposalOutcome::Refused(error) => Err(refused(&error)),
             ProposalOutcome::Lost | ProposalOutcome::Unknown => {
                 Err(ControllerRequestError::NotController {
                     leader: self.leader(),
@@ -409,65 +426,67 @@ impl ControllerService {
         Ok(fenced)
     }
 
-    /// Creates a topic (leader only), placing its replicas over the live
-    /// brokers; returns its id.
+    /// The creation of `topic` as this leader would propose it: placed
+    /// over the live brokers and checked against the metadata by the state
+    /// machine's own rules. Changes nothing (`validate_only` requests stop
+    /// here).
     ///
     /// # Errors
-    /// See [`ControllerService::propose`]; `INVALID_REPLICATION_FACTOR`
-    /// when there are not enough live brokers.
-    pub async fn create_topic(
-        &self,
-        name: String,
-        internal: bool,
-        partitions: u32,
-        replication_factor: u16,
-        config: BTreeMap<String, String>,
-    ) -> Result<u64, ControllerRequestError> {
+    /// `NOT_CONTROLLER`; the state machine's refusal (name, settings,
+    /// existing topic); `INVALID_REPLICATION_FACTOR` when there are not
+    /// enough live brokers.
+    pub fn plan_topic(&self, topic: &NewTopic) -> Result<Command, ControllerRequestError> {
         if !self.is_leader() {
             return Err(ControllerRequestError::NotController {
                 leader: self.leader(),
             });
         }
-        let assignments = {
-            let node = self.node.borrow();
-            let state = node.state();
-            // 0 asks for the default: three replicas where there are three
-            // brokers (C2 needs a majority of three to survive one loss).
-            let replication_factor = match replication_factor {
-                0 => u16::try_from(state.brokers().len().clamp(1, 3)).unwrap_or(3),
-                chosen => chosen,
-            };
-            if let Some(existing) = state.topic_by_name(&name) {
-                return Err(ControllerRequestError::refused(
-                    ErrorCode::TopicAlreadyExists,
-                    format!("topic {name:?} already exists (id {})", existing.id),
-                ));
-            }
-            let load = PlacementLoad::from_state(state);
-            place(
-                state.brokers().values(),
-                partitions,
-                replication_factor,
-                &load,
-            )
-            .map_err(|error| {
-                ControllerRequestError::refused(
-                    ErrorCode::InvalidReplicationFactor,
-                    error.to_string(),
-                )
-            })?
+        let node = self.node.borrow();
+        let state = node.state();
+        // 0 asks for the default: three replicas where there are three
+        // brokers (C2 needs a majority of three to survive one loss).
+        let replication_factor = match topic.replication_factor {
+            0 => u16::try_from(state.brokers().len().clamp(1, 3)).unwrap_or(3),
+            chosen => chosen,
         };
-        let created_at_ms = crate::clock::Clock::now(&crate::clock::SystemClock).0;
-        let outcome = self
-            .propose(Command::CreateTopic {
-                name,
-                internal,
-                config,
-                assignments,
-                created_at_ms,
-            })
-            .await?;
-        match outcome {
+        state
+            .check_new_topic(&topic.name, topic.internal, &topic.config)
+            .map_err(|error| refused(&error))?;
+        let assignments = place(
+            state.brokers().values(),
+            topic.partitions,
+            replication_factor,
+            &PlacementLoad::from_state(state),
+        )
+        .map_err(|error| {
+            let code = match error {
+                PlacementError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
+                PlacementError::InvalidReplicationFactor { .. } => {
+                    ErrorCode::InvalidReplicationFactor
+                }
+            };
+            ControllerRequestError::refused(code, error.to_string())
+        })?;
+        let command = Command::CreateTopic {
+            name: topic.name.clone(),
+            internal: topic.internal,
+            config: topic.config.clone(),
+            assignments,
+            created_at_ms: self.clock.now().0,
+        };
+        state.check(&command).map_err(|error| refused(&error))?;
+        Ok(command)
+    }
+
+    /// Creates a topic (leader only) as [`ControllerService::plan_topic`]
+    /// plans it; returns its id.
+    ///
+    /// # Errors
+    /// As [`ControllerService::plan_topic`] and
+    /// [`ControllerService::propose`].
+    pub async fn create_topic(&self, topic: &NewTopic) -> Result<u64, ControllerRequestError> {
+        let command = self.plan_topic(topic)?;
+        match self.propose(command).await? {
             Outcome::TopicCreated { topic_id } => Ok(topic_id.0),
             other => Err(unexpected(&other)),
         }
@@ -476,22 +495,76 @@ impl ControllerService {
     /// Deletes a topic by name (leader only).
     ///
     /// # Errors
-    /// See [`ControllerService::propose`]; `UNKNOWN_TOPIC_OR_PARTITION`.
+    /// See [`ControllerService::propose`]; `UNKNOWN_TOPIC_OR_PARTITION`;
+    /// `INTERNAL_TOPIC` for `__groups` and `__audit`.
     pub async fn delete_topic(&self, name: &str) -> Result<(), ControllerRequestError> {
-        let topic_id = self
-            .node
+        let command = {
+            let node = self.node.borrow();
+            let topic_id = node
+                .state()
+                .topic_by_name(name)
+                .map(|topic| topic.id)
+                .ok_or_else(|| {
+                    ControllerRequestError::refused(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {name:?} does not exist"),
+                    )
+                })?;
+            let command = Command::DeleteTopic { topic_id };
+            node.state()
+                .check(&command)
+                .map_err(|error| refused(&error))?;
+            command
+        };
+        self.propose(command).await?;
+        Ok(())
+    }
+
+    /// Applies a leader's resignation (leader only); returns whether the
+    /// partition became leaderless.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`].
+    pub async fn resign_leader(&self, command: Command) -> Result<bool, ControllerRequestError> {
+        match self.propose(command).await? {
+            Outcome::LeaderResigned { changed } => {
+                if changed {
+                    // Elect at once rather than at the next tick.
+                    self.work.notify(1);
+                }
+                Ok(changed)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Imports a standalone broker's topics (leader only; the migration).
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; the state machine's refusal of a
+    /// conflicting import.
+    pub async fn import_topics(&self, command: Command) -> Result<u32, ControllerRequestError> {
+        self.node
             .borrow()
             .state()
-            .topic_by_name(name)
-            .map(|topic| topic.id)
-            .ok_or_else(|| {
-                ControllerRequestError::refused(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic {name:?} does not exist"),
-                )
-            })?;
-        self.propose(Command::DeleteTopic { topic_id }).await?;
-        Ok(())
+            .check(&command)
+            .map_err(|error| refused(&error))?;
+        match self.propose(command).await? {
+            Outcome::TopicsImported { imported } => Ok(imported),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The applied metadata (a copy).
+    #[must_use]
+    pub fn state(&self) -> corelog_controller::MetadataState {
+        self.node.borrow().state().clone()
+    }
+
+    /// Woken whenever the applied metadata version moves.
+    #[must_use]
+    pub fn applied_signal(&self) -> &Event {
+        &self.applied
     }
 
     /// Reserves `count` producer ids (leader only); returns the first.
@@ -563,15 +636,14 @@ impl ControllerService {
         glommio::spawn_local(async move {
             for topic in missing {
                 let name = topic.name.clone();
-                match service
-                    .create_topic(
-                        topic.name,
-                        true,
-                        topic.partitions,
-                        u16::try_from(replication_factor).unwrap_or(3),
-                        topic.config,
-                    )
-                    .await
+                let new = NewTopic {
+                    name: topic.name,
+                    internal: true,
+                    partitions: topic.partitions,
+                    replication_factor: u16::try_from(replication_factor).unwrap_or(3),
+                    config: topic.config,
+                };
+                match service.create_topic(&new).await
                 {
                     Ok(id) => tracing::info!(topic = %name, id, replication_factor, "internal topic created"),
                     Err(error) => tracing::debug!(topic = %name, %error, "internal topic not created yet; the next tick retries"),
@@ -758,7 +830,11 @@ impl ControllerService {
             tracing::warn!(host = %target.host, port = target.port, "cannot resolve a replica's broker address");
             return None;
         };
-        match self.peers.call(addr, request, &[], QUERY_TIMEOUT).await {
+        match self
+            .peers
+            .call_node(target.replica.0, addr, request, &[], QUERY_TIMEOUT)
+            .await
+        {
             Ok(answer) => {
                 answer_from_wire(due.key(), due.new_epoch, target.replica, &answer.message)
             }
@@ -879,6 +955,11 @@ fn unexpected(outcome: &Outcome) -> ControllerRequestError {
         ErrorCode::UnknownServerError,
         format!("unexpected controller outcome {outcome:?}"),
     )
+}
+
+/// A refusal of the state machine, as the request is answered.
+fn refused(error: &corelog_controller::CommandError) -> ControllerRequestError {
+    ControllerRequestError::refused(refusal_code(error), error.to_string())
 }
 
 fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {

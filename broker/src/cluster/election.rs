@@ -55,7 +55,7 @@ pub const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 /// connections, fsyncs and memory a mass failure costs.
 pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
 
-pub use crate::replica::peer_transport::partition_key;
+pub use corelog_replication::wire::partition_key;
 
 /// A broker id as a replica id; `None` for an id beyond `u32` (broker ids
 /// come from a `u32` setting, so only a corrupt state gives one).
@@ -444,7 +444,7 @@ mod tests {
     use corelog_wire::types::Offset;
 
     use super::*;
-    use crate::replica::peer_transport::answer_from_wire;
+    use corelog_replication::wire::answer_from_wire;
 
     const TOPIC: TopicId = TopicId(0);
 

@@ -2,7 +2,9 @@
 //! controller leader, heartbeats, follows the metadata log by long-polling
 //! the controller, and publishes each new metadata version to its shards.
 //! It is also how shard 0 asks the controller for changes (topics,
-//! producer ids) on behalf of clients.
+//! producer ids) on behalf of clients. A single node is a member of its
+//! own one-voter cluster, and reaches its controller in-process
+//! (`crate::peer`'s loopback) through the same calls.
 //!
 //! Calls go to the controller leader as last known; a `NOT_CONTROLLER`
 //! answer carries the new leader's id, and an unreachable voter makes the
@@ -14,29 +16,68 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corelog_controller::MetadataState;
+use corelog_controller::{LeaderEpoch, MetadataState, NodeId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::ConfigEntry;
 use corelog_wire::message::Request;
+use corelog_wire::message::audit::AUDIT_TOPIC;
 use corelog_wire::message::broker_heartbeat::{BrokerHeartbeatRequest, BrokerHeartbeatResponse};
 use corelog_wire::message::broker_register::{BrokerRegisterRequest, BrokerRegisterResponse};
 use corelog_wire::message::controller_operation::{
     ControllerOp, ControllerOperationRequest, ControllerOperationResponse,
 };
+use corelog_wire::message::group_records::GROUPS_TOPIC;
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
 use event_listener::Event;
 use rkyv::rancor;
 
+use futures::future::LocalBoxFuture;
+
+use crate::executor::wait_until;
 use crate::metadata::MetadataSnapshot;
 use crate::partition::PartitionError;
 use crate::peer::{Answer, PeerError, Peers};
-use crate::runtime::command::{TopicOutcome, TopicToCreate};
-use crate::runtime::shard::Shard;
-use crate::runtime::wait_until;
+
+/// What the membership needs of the shard it runs on (shard 0): the
+/// cluster layer sits below the runtime, which implements this.
+pub trait MemberHost {
+    /// Whether the broker is shutting down.
+    fn is_stopping(&self) -> bool;
+    /// The snapshot the shards work from.
+    fn snapshot(&self) -> Arc<MetadataSnapshot>;
+    /// Hands `snapshot` to every shard; resolves once all applied it.
+    fn publish(&self, snapshot: Arc<MetadataSnapshot>) -> LocalBoxFuture<'_, ()>;
+    /// Records whether the controller keeps this broker fenced (a gauge).
+    fn set_fenced(&self, fenced: bool);
+}
+
+/// A request to create one topic.
+#[derive(Clone, Debug)]
+pub struct TopicToCreate {
+    /// Name.
+    pub name: String,
+    /// Partition count.
+    pub partitions: u32,
+    /// Replication factor asked for (0: the cluster's default).
+    pub replication_factor: u16,
+    /// Settings as `key=value` entries: the request's over the broker's
+    /// defaults. The controller checks them.
+    pub config: BTreeMap<String, String>,
+}
+
+/// The outcome for one topic of an admin change.
+#[derive(Clone, Debug)]
+pub struct TopicOutcome {
+    /// The topic.
+    pub name: String,
+    /// `Ok` or the error with its code.
+    pub result: Result<(), PartitionError>,
+}
 
 /// Deadline of one controller call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -51,6 +92,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 const LEADER_WAIT: Duration = Duration::from_secs(5);
 /// How long a topic change waits to show up in this broker's metadata.
 const PROPAGATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Producer ids reserved from the controller at a time: one metadata change
+/// serves this many `InitProducerId` requests (ids of a block not handed
+/// out before a restart are never used).
+const PRODUCER_ID_BLOCK: u32 = 1024;
 
 /// The answer fields every controller response shares.
 trait ControllerAnswer {
@@ -125,6 +170,13 @@ pub struct ClusterMember {
     registered: Cell<bool>,
     /// Woken when a new metadata version is published to the shards.
     published: Event,
+    /// A single node (no `--controller-voters`): it serves clients only
+    /// once its own partitions are led here (see [`ClusterMember::serves`]).
+    single_node: bool,
+    /// Producer ids of the current block not handed out yet.
+    producer_ids: RefCell<Range<i64>>,
+    /// Held while a new block is reserved.
+    allocating: async_lock::Mutex<()>,
 }
 
 impl std::fmt::Debug for ClusterMember {
@@ -145,6 +197,7 @@ impl ClusterMember {
         voters: BTreeMap<u32, SocketAddr>,
         registration: BrokerRegisterRequest,
         heartbeat_interval: Duration,
+        single_node: bool,
     ) -> Rc<ClusterMember> {
         Rc::new(ClusterMember {
             node_id,
@@ -158,14 +211,17 @@ impl ClusterMember {
             fenced: Cell::new(true),
             registered: Cell::new(false),
             published: Event::new(),
+            single_node,
+            producer_ids: RefCell::new(0..0),
+            allocating: async_lock::Mutex::new(()),
         })
     }
 
     /// Starts registration, heartbeats and metadata following on the
     /// current executor (shard 0).
-    pub fn run(self: &Rc<Self>, shard: Rc<Shard>) {
-        glommio::spawn_local(self.clone().keep_registered(shard.clone())).detach();
-        glommio::spawn_local(self.clone().follow_metadata(shard)).detach();
+    pub fn run(self: &Rc<Self>, host: Rc<dyn MemberHost>) {
+        glommio::spawn_local(self.clone().keep_registered(host.clone())).detach();
+        glommio::spawn_local(self.clone().follow_metadata(host)).detach();
     }
 
     /// The newest metadata this broker knows.
@@ -229,7 +285,11 @@ impl ClusterMember {
                     self.leader_hint.set(None);
                     continue;
                 };
-                match self.peers.call(addr, request, &[], timeout).await {
+                match self
+                    .peers
+                    .call_node(target, addr, request, &[], timeout)
+                    .await
+                {
                     Ok(answer) => {
                         let code = answer.message.error_code();
                         if code == ErrorCode::NotController.code() {
@@ -290,8 +350,8 @@ impl ClusterMember {
         self.next_voter.set(self.next_voter.get().wrapping_add(1));
     }
 
-    async fn keep_registered(self: Rc<Self>, shard: Rc<Shard>) {
-        while !shard.is_stopping() {
+    async fn keep_registered(self: Rc<Self>, host: Rc<dyn MemberHost>) {
+        while !host.is_stopping() {
             if !self.registered.get() {
                 match self.call(&self.registration).await {
                     Ok(_) => {
@@ -316,10 +376,7 @@ impl ClusterMember {
             };
             match self.call(&heartbeat).await {
                 Ok(answer) => {
-                    shard
-                        .metrics
-                        .broker_fenced
-                        .set(i64::from(answer.message.fenced));
+                    host.set_fenced(answer.message.fenced);
                     if self.fenced.replace(answer.message.fenced) != answer.message.fenced {
                         tracing::info!(
                             fenced = answer.message.fenced,
@@ -341,8 +398,8 @@ impl ClusterMember {
         }
     }
 
-    async fn follow_metadata(self: Rc<Self>, shard: Rc<Shard>) {
-        while !shard.is_stopping() {
+    async fn follow_metadata(self: Rc<Self>, host: Rc<dyn MemberHost>) {
+        while !host.is_stopping() {
             let known = self.state.borrow().version();
             let request = MetadataFetchRequest {
                 node_id: self.node_id,
@@ -375,18 +432,42 @@ impl ClusterMember {
                 continue;
             }
             let state = Arc::new(state);
-            *self.state.borrow_mut() = state.clone();
-            let previous = shard.snapshot();
-            let snapshot = MetadataSnapshot::for_cluster(
-                state,
+            let previous = host.snapshot();
+            let serving = !self.single_node || self.serves(&state);
+            let snapshot = MetadataSnapshot::from_state(
+                state.clone(),
                 self.leader_hint.get(),
                 self.node_id,
                 &previous,
-                &shard.config.topic_defaults,
+                serving,
             );
-            shard.broadcast(Arc::new(snapshot)).await;
+            host.publish(Arc::new(snapshot)).await;
+            // Known only once every shard applied it: a topic change waiting
+            // for this version (and a heartbeat reporting it) means served.
+            *self.state.borrow_mut() = state;
             self.published.notify(usize::MAX);
         }
+    }
+
+    /// Whether a single node can serve clients from `state`: this process
+    /// is registered and unfenced, the internal topics exist, and every
+    /// partition with a replica here is led here (a restart left them
+    /// leaderless until the controller elected this broker again).
+    fn serves(&self, state: &MetadataState) -> bool {
+        let node = NodeId(u64::from(self.node_id));
+        let registered = state.brokers().get(&node).is_some_and(|broker| {
+            !broker.fenced && broker.incarnation == self.registration.incarnation
+        });
+        registered
+            && [GROUPS_TOPIC, AUDIT_TOPIC]
+                .iter()
+                .all(|name| state.topic_by_name(name).is_some())
+            && state
+                .topics()
+                .values()
+                .flat_map(|topic| &topic.partitions)
+                .filter(|partition| partition.replica_on(node).is_some())
+                .all(|partition| partition.leader == Some(node))
     }
 
     /// Waits until published metadata satisfies `done`, or the timeout.
@@ -396,7 +477,7 @@ impl ClusterMember {
     }
 
     /// Creates topics through the controller and waits until this broker
-    /// sees them.
+    /// sees them (with `validate_only`, only asks the controller to check).
     pub async fn create_topics(
         &self,
         topics: Vec<TopicToCreate>,
@@ -404,11 +485,7 @@ impl ClusterMember {
     ) -> Vec<TopicOutcome> {
         let mut outcomes = Vec::with_capacity(topics.len());
         for topic in topics {
-            let result = if validate_only {
-                Ok(())
-            } else {
-                self.create_topic(&topic).await
-            };
+            let result = self.create_topic(&topic, validate_only).await;
             outcomes.push(TopicOutcome {
                 name: topic.name,
                 result,
@@ -417,7 +494,11 @@ impl ClusterMember {
         outcomes
     }
 
-    async fn create_topic(&self, topic: &TopicToCreate) -> Result<(), PartitionError> {
+    async fn create_topic(
+        &self,
+        topic: &TopicToCreate,
+        validate_only: bool,
+    ) -> Result<(), PartitionError> {
         let request = ControllerOperationRequest {
             op: ControllerOp::CreateTopic {
                 name: topic.name.clone(),
@@ -425,13 +506,19 @@ impl ClusterMember {
                 replication_factor: topic.replication_factor,
                 configs: topic
                     .config
-                    .entries()
-                    .into_iter()
-                    .map(|(key, value)| ConfigEntry { key, value })
+                    .iter()
+                    .map(|(key, value)| ConfigEntry {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
                     .collect(),
+                validate_only,
             },
         };
         let answer = self.call(&request).await?;
+        if validate_only {
+            return Ok(());
+        }
         let topic_id = u64::try_from(answer.message.value).unwrap_or(0);
         let name = topic.name.clone();
         if self
@@ -484,8 +571,32 @@ impl ClusterMember {
         outcomes
     }
 
-    /// A new producer id from the controller, or the next epoch of an
-    /// existing one.
+    /// Tells the controller that this broker can no longer lead partition
+    /// `partition` of topic `topic_id` in `epoch` (its log was fenced and
+    /// reopened): the partition is elected again under a new epoch.
+    ///
+    /// # Errors
+    /// When the controller cannot be reached or refuses.
+    pub async fn resign_leadership(
+        &self,
+        topic_id: u64,
+        partition: u32,
+        epoch: LeaderEpoch,
+    ) -> Result<(), PartitionError> {
+        let request = ControllerOperationRequest {
+            op: ControllerOp::ResignLeadership {
+                topic_id,
+                partition,
+                node_id: self.node_id,
+                epoch: epoch.0,
+            },
+        };
+        self.call(&request).await?;
+        Ok(())
+    }
+
+    /// A new producer id from the controller's blocks, or the next epoch of
+    /// an existing one.
     ///
     /// # Errors
     /// When the controller cannot be reached or refuses.
@@ -503,10 +614,18 @@ impl ClusterMember {
             })?;
             return Ok((producer_id, epoch));
         }
+        let _allocating = self.allocating.lock().await;
+        if let Some(id) = self.producer_ids.borrow_mut().next() {
+            return Ok((id, 0));
+        }
         let request = ControllerOperationRequest {
-            op: ControllerOp::AllocateProducerIds { count: 1 },
+            op: ControllerOp::AllocateProducerIds {
+                count: PRODUCER_ID_BLOCK,
+            },
         };
-        let answer = self.call(&request).await?;
-        Ok((answer.message.value, 0))
+        let start = self.call(&request).await?.message.value;
+        let end = start.saturating_add(i64::from(PRODUCER_ID_BLOCK));
+        *self.producer_ids.borrow_mut() = start.saturating_add(1)..end;
+        Ok((start, 0))
     }
 }

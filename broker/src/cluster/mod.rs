@@ -1,4 +1,5 @@
-//! Cluster mode (`--controller-voters`): the controller role and this
+//! The cluster every broker belongs to, a single node included (a cluster
+//! of one, its only controller voter): the controller role and this
 //! broker's membership.
 //!
 //! - [`raft_log`]: the controller's Raft log file (bytes only; the format
@@ -13,26 +14,29 @@
 //! - [`membership`]: every broker, on shard 0: registers, heartbeats,
 //!   follows the metadata log and publishes each version to its shards;
 //!   forwards topic changes and producer-id requests to the controller.
+//! - [`api`]: the controller APIs as shard 0 serves them.
 //!
 //! Inter-broker requests reach shard 0 whatever shard accepted the
-//! connection: other shards forward them (`ShardCommand::Cluster`).
+//! connection: other shards forward them (`ShardCommand::Cluster`); those a
+//! broker sends itself are served in-process (`crate::peer`).
 //!
-//! The data path of replicated partitions is not here: shards open the
-//! replicas the published metadata places on them and follow its
-//! leadership (`crate::runtime::replicas`), and the replica itself is
+//! The data path is not here: shards open the replicas the published
+//! metadata places on them and follow its leadership
+//! (`crate::runtime::replicas`), and the replica itself is
 //! `crate::replica::ReplicatedPartition`.
 
+pub mod api;
 pub mod controller_service;
 pub mod election;
 pub mod membership;
 pub mod raft_log;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::rc::Rc;
 
-pub use controller_service::{ControllerRequestError, ControllerService, InternalTopicSpec};
-pub use membership::ClusterMember;
+pub use controller_service::{
+    ControllerRequestError, ControllerService, InternalTopicSpec, NewTopic,
+};
+pub use membership::{ClusterMember, MemberHost};
 
 /// Shard 0's cluster parts.
 #[derive(Debug, Clone)]
@@ -41,10 +45,4 @@ pub struct ClusterRole {
     pub controller: Option<Rc<ControllerService>>,
     /// This broker's membership.
     pub member: Rc<ClusterMember>,
-}
-
-/// The voters by id, from the configuration.
-#[must_use]
-pub fn voter_map(voters: &[crate::config::ControllerVoter]) -> BTreeMap<u32, SocketAddr> {
-    voters.iter().map(|voter| (voter.id, voter.addr)).collect()
 }

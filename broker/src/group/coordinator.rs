@@ -781,19 +781,48 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
+    use corelog_replication::{Push, PushAck, ReplicaConfig, ReplicaId};
     use corelog_wire::batch::BatchLimits;
     use corelog_wire::message::offset_commit::{OffsetCommitPartition, OffsetCommitTopic};
+    use corelog_wire::types::LeaderEpoch;
+    use futures::future::LocalBoxFuture;
+    use glommio::{LocalExecutorBuilder, Placement};
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::metadata::{CleanupPolicy, TopicConfig};
-    use crate::partition::{Partition, PartitionSpec};
+    use crate::executor::GlommioExecutor;
+    use crate::metadata::TopicConfig;
+    use crate::partition::PartitionSpec;
+    use crate::replica::{
+        PartitionKey, PushTransport, ReplicaSpec, ReplicatedPartition, TransportError,
+    };
+    use crate::runtime::groups::ReplicatedGroupLog;
     use crate::storage::memory_disk::MemoryDisk;
     use crate::storage::{
         CacheKey, DiskSpace, LogConfig, NoObserver, RetentionPolicy, ShardStorage, TailCache,
     };
 
-    async fn open(disk: &MemoryDisk) -> Rc<Partition<MemoryDisk>> {
+    /// A replica set of one has no follower to push to.
+    struct NoFollowers;
+
+    impl PushTransport for NoFollowers {
+        fn send_push(
+            &self,
+            to: ReplicaId,
+            _push: Push,
+        ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
+            Box::pin(async move {
+                Err(TransportError::Unreachable {
+                    to,
+                    reason: "no followers".to_owned(),
+                })
+            })
+        }
+    }
+
+    /// The `__groups` partition as a single node runs it: a replica set of
+    /// one, led here, in `epoch`.
+    async fn open(disk: &MemoryDisk, epoch: u32) -> Rc<ReplicatedGroupLog<MemoryDisk>> {
         let shard = ShardStorage {
             clock: Rc::new(ManualClock::new(TimestampMs(1_000))),
             space: Rc::new(DiskSpace::new(0, || Ok(u64::MAX))),
@@ -804,34 +833,51 @@ mod tests {
             batch_bytes_max: 64 << 10,
             decompressed_bytes_max: 1 << 20,
         };
-        let spec = PartitionSpec {
-            topic: "__groups",
-            index: 0,
-            dir: Path::new("/data/__groups/0"),
-            config: TopicConfig {
-                retention_ms: None,
-                retention_bytes: None,
-                segment_bytes: 64 << 10,
-                segment_ms: 1 << 40,
-                max_message_bytes: 64 << 10,
-                cleanup_policy: CleanupPolicy::Delete,
-            },
-            broker_log: LogConfig {
-                segment_bytes: 64 << 10,
-                segment_ms: 1 << 40,
-                retention: RetentionPolicy {
+        let spec = ReplicaSpec {
+            id: ReplicaId(1),
+            key: PartitionKey(1),
+            config: ReplicaConfig::default(),
+            partition: PartitionSpec {
+                topic: "__groups",
+                index: 0,
+                dir: Path::new("/data/__groups/0"),
+                config: TopicConfig {
                     retention_ms: None,
-                    retention_bytes: None,
+                    segment_bytes: 64 << 10,
+                    segment_ms: 1 << 40,
+                    max_message_bytes: 64 << 10,
+                    ..TopicConfig::DEFAULT
                 },
-                index_interval_bytes: 4096,
-                flush_bytes_max: 64 << 10,
-                batch_limits: limits,
+                broker_log: LogConfig {
+                    segment_bytes: 64 << 10,
+                    segment_ms: 1 << 40,
+                    retention: RetentionPolicy {
+                        retention_ms: None,
+                        retention_bytes: None,
+                    },
+                    index_interval_bytes: 4096,
+                    flush_bytes_max: 64 << 10,
+                    batch_limits: limits,
+                },
+                cache_key: CacheKey(0),
+                data_signal: Arc::new(Event::new()),
+                producer_state_retention_ms: 1 << 40,
             },
-            cache_key: CacheKey(0),
-            data_signal: Arc::new(Event::new()),
-            producer_state_retention_ms: 1 << 40,
         };
-        Rc::new(Partition::open(disk.clone(), spec, shard).await.unwrap())
+        let replica = ReplicatedPartition::open(
+            disk.clone(),
+            spec,
+            shard,
+            Rc::new(NoFollowers),
+            Rc::new(GlommioExecutor),
+        )
+        .await
+        .unwrap();
+        replica
+            .become_leader(LeaderEpoch(epoch), &[ReplicaId(1)])
+            .await
+            .unwrap();
+        Rc::new(ReplicatedGroupLog(replica))
     }
 
     fn commit_request(group: &str, partition: u32, next_offset: u64) -> OffsetCommitRequest {
@@ -859,9 +905,13 @@ mod tests {
 
     #[test]
     fn compaction_by_snapshot_bounds_the_log_and_replays_to_the_same_state() {
-        futures::executor::block_on(async {
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor starts");
+        executor.run(async {
             let disk = MemoryDisk::new(512, 1 << 40);
-            let log = open(&disk).await;
+            let log = open(&disk, 0).await;
             let coordinator = GroupCoordinator::load(0, log.clone(), TimestampMs(0))
                 .await
                 .unwrap();
@@ -893,10 +943,11 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(reloaded.committed(), before);
-            // And a crash changes nothing.
+            // And a crash changes nothing: the replica comes back and leads
+            // the next epoch.
             drop((coordinator, reloaded, log));
             disk.crash();
-            let log = open(&disk).await;
+            let log = open(&disk, 1).await;
             let recovered = GroupCoordinator::load(0, log, TimestampMs(5_000))
                 .await
                 .unwrap();

@@ -7,19 +7,17 @@
 //! need an index lookup per query. Age is exact: the timestamp of the first
 //! unconsumed record, read from the log.
 
-use std::rc::Rc;
-
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::message::describe_groups::PartitionLag;
 use corelog_wire::types::{Offset, TimestampMs};
 
+use super::host::GroupHost;
 use crate::partition::OffsetQuery;
-use crate::runtime::shard::Shard;
 
 /// Lag of one partition for a group whose next offset is `committed`
 /// (`None`: nothing committed; measured from the log start).
 pub async fn partition_lag(
-    shard: &Rc<Shard>,
+    host: &dyn GroupHost,
     topic: &str,
     partition: u32,
     committed: Option<(u64, Option<String>)>,
@@ -39,16 +37,11 @@ pub async fn partition_lag(
         oldest_unconsumed_age_ms: -1,
         retention_left_ms: -1,
     };
-    let (id, owner) = match shard.locate(topic, partition) {
-        Ok(found) => found,
-        Err(_) => {
-            // Led by another broker (cluster mode): its bounds from the
-            // leader; bytes and age would need reads there, left unknown.
-            return remote_lag(shard, lag, committed).await;
-        }
-    };
-    let Ok(summary) = shard.describe(id, owner).await else {
-        return lag;
+    let summary = match host.local_summary(topic, partition).await {
+        Ok(summary) => summary,
+        // Led by another broker: its bounds from the leader; bytes and age
+        // would need reads there, left unknown.
+        Err(_) => return remote_lag(host, lag, committed).await,
     };
     lag.log_start_offset = summary.log_start.0;
     lag.high_watermark = summary.high_watermark.0;
@@ -61,7 +54,7 @@ pub async fn partition_lag(
     if lag.lag_records == 0 {
         return lag;
     }
-    if let Ok(read) = shard.read(id, owner, Offset(position), 1).await {
+    if let Ok(read) = host.local_read(topic, partition, Offset(position), 1).await {
         let limits = BatchLimits::default();
         let first = read.chunks.first().and_then(|chunk| {
             let found = batch::batches(chunk, &limits).next()?.ok()?;
@@ -75,7 +68,7 @@ pub async fn partition_lag(
         if let Some(timestamp) = first {
             let age = now.0.saturating_sub(timestamp.0).max(0);
             lag.oldest_unconsumed_age_ms = age;
-            let retention = shard
+            let retention = host
                 .snapshot()
                 .topics
                 .get(topic)
@@ -90,11 +83,11 @@ pub async fn partition_lag(
 
 /// Lag in records of a partition another broker leads.
 async fn remote_lag(
-    shard: &Rc<Shard>,
+    host: &dyn GroupHost,
     mut lag: PartitionLag,
     committed: Option<(u64, Option<String>)>,
 ) -> PartitionLag {
-    let bound = |query| shard.offset_anywhere(&lag.topic, lag.partition, query);
+    let bound = |query| host.offset(&lag.topic, lag.partition, query);
     let (Ok(Some((log_start, _))), Ok(Some((high_watermark, _)))) = (
         bound(OffsetQuery::Earliest).await,
         bound(OffsetQuery::Latest).await,

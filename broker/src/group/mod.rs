@@ -5,21 +5,24 @@
 //! - [`state`]: one group's membership and offsets as a state machine (pure).
 //! - [`coordinator`]: the groups of one `__groups` partition, persisted
 //!   there and rebuilt by replaying it.
-//! - [`log`]: the partition a coordinator persists to, standalone or
-//!   replicated.
+//! - [`log`]: the replicated `__groups` partition a coordinator persists to.
+//! - [`host`]: what a coordinator needs from the broker it runs on.
+//! - [`requests`]: group requests and answers as they travel between shards.
 //! - [`records`]: how group state is written to and replayed from `__groups`.
 //! - [`service`]: group requests on the coordinator's shard, audited resets
 //!   and skips (`__audit`), periodic expiry.
 //! - [`lag`]: lag in records, bytes and time, and retention left.
 //!
 //! The coordinator of group `g` is the owner of `__groups` partition
-//! `xxh3_64(g) % N` (in cluster mode: its leader's replica); requests
-//! reaching another shard are forwarded to it.
+//! `xxh3_64(g) % N`'s leader replica; requests reaching another shard are
+//! forwarded to it.
 
 pub mod assignor;
 pub mod coordinator;
+pub mod host;
 pub mod lag;
 pub mod log;
 pub mod records;
+pub mod requests;
 pub mod service;
 pub mod state;

@@ -1,6 +1,6 @@
 //! Group requests on the coordinator's shard: the glue between the wire
-//! messages, the coordinator, and the other shards (high watermarks, the
-//! `__audit` topic, lag lookups).
+//! messages, the coordinator, and the rest of the broker, reached through
+//! [`GroupHost`] (high watermarks, the `__audit` topic, lag lookups).
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -18,14 +18,13 @@ use corelog_wire::message::write_audit::{AuditAction, WriteAuditRequest, WriteAu
 use corelog_wire::types::{Offset, TimestampMs};
 
 use super::coordinator::{GroupCoordinator, TopicView, audit_batch};
+use super::host::{GroupHost, Host};
 use super::lag::partition_lag;
 use super::records;
+use super::requests::{GroupRequest, GroupResponse};
 use super::state::JoinRequest;
-use crate::clock::{Clock, SystemClock};
 use crate::metadata::MetadataSnapshot;
 use crate::partition::{OffsetQuery, PartitionError};
-use crate::runtime::command::{GroupRequest, GroupResponse};
-use crate::runtime::shard::Shard;
 
 pub use corelog_wire::message::audit::AUDIT_TOPIC;
 pub use corelog_wire::message::group_records::GROUPS_TOPIC;
@@ -39,10 +38,6 @@ impl TopicView for MetadataSnapshot {
     }
 }
 
-fn now() -> TimestampMs {
-    SystemClock.now()
-}
-
 /// The `__groups` partition that coordinates `group`: `xxh3_64(group) % N`.
 #[must_use]
 pub fn groups_partition_for(group: &str, partitions: u32) -> u32 {
@@ -51,15 +46,16 @@ pub fn groups_partition_for(group: &str, partitions: u32) -> u32 {
 
 /// Serves one group request on the coordinator's shard.
 pub async fn serve(
-    shard: &Rc<Shard>,
+    host: &Host,
     coordinator: &Rc<Coordinator>,
     request: GroupRequest,
 ) -> GroupResponse {
+    let now = || host.now();
     match request {
         GroupRequest::Join {
             request,
             client_host,
-        } => GroupResponse::Join(join(shard, coordinator, request, client_host).await),
+        } => GroupResponse::Join(join(host, coordinator, request, client_host).await),
         GroupRequest::Heartbeat(request) => {
             let result = coordinator.heartbeat(
                 &request.group,
@@ -82,17 +78,15 @@ pub async fn serve(
             })
         }
         GroupRequest::Commit(request) => {
-            let lookup_shard = shard.clone();
+            let lookup = host.clone();
             let high_watermark = move |topic: &str, partition: u32| {
-                let shard = lookup_shard.clone();
+                let host = lookup.clone();
                 let topic = topic.to_owned();
                 let future: futures::future::LocalBoxFuture<
                     'static,
                     Result<Offset, PartitionError>,
                 > = Box::pin(async move {
-                    let found = shard
-                        .offset_anywhere(&topic, partition, OffsetQuery::Latest)
-                        .await?;
+                    let found = host.offset(&topic, partition, OffsetQuery::Latest).await?;
                     Ok(found.map_or(Offset(0), |(offset, _)| offset))
                 });
                 future
@@ -101,20 +95,20 @@ pub async fn serve(
         }
         GroupRequest::Fetch(request) => GroupResponse::Fetch(coordinator.fetch_offsets(&request)),
         GroupRequest::Describe(group) => {
-            GroupResponse::Describe(describe(shard, coordinator, &group).await)
+            GroupResponse::Describe(describe(host, coordinator, &group).await)
         }
         GroupRequest::Delete(group) => {
             GroupResponse::Delete(coordinator.delete(&group, now()).await.err())
         }
         GroupRequest::Reset(request) => {
-            GroupResponse::Reset(reset(shard, coordinator, request).await)
+            GroupResponse::Reset(reset(host, coordinator, request).await)
         }
-        GroupRequest::Audit(request) => GroupResponse::Audit(write_audit(shard, request).await),
+        GroupRequest::Audit(request) => GroupResponse::Audit(write_audit(host, request).await),
     }
 }
 
 async fn join(
-    shard: &Rc<Shard>,
+    host: &Host,
     coordinator: &Rc<Coordinator>,
     request: JoinGroupRequest,
     client_host: String,
@@ -138,7 +132,7 @@ async fn join(
     }
     // Bounded above too: the largest rebalance timeout among a group's
     // members is how long every later join waits for it (C9).
-    let timeout_max_ms = shard.config.group_timeout_max_ms;
+    let timeout_max_ms = host.group_timeout_max_ms();
     let timeouts = 1_000..=timeout_max_ms;
     if !timeouts.contains(&request.session_timeout_ms)
         || !timeouts.contains(&request.rebalance_timeout_ms)
@@ -151,7 +145,7 @@ async fn join(
         );
     }
     let topics: BTreeSet<String> = request.topics.iter().cloned().collect();
-    let snapshot = shard.snapshot();
+    let snapshot = host.snapshot();
     if let Some(unknown) = topics
         .iter()
         .find(|topic| !snapshot.topics.contains_key(*topic))
@@ -171,7 +165,7 @@ async fn join(
         rebalance_timeout_ms: request.rebalance_timeout_ms,
     };
     match coordinator
-        .join(&request.group, join_request, &*snapshot, now())
+        .join(&request.group, join_request, &*snapshot, host.now())
         .await
     {
         Ok(joined) => JoinGroupResponse {
@@ -187,11 +181,7 @@ async fn join(
     }
 }
 
-async fn describe(
-    shard: &Rc<Shard>,
-    coordinator: &Rc<Coordinator>,
-    name: &str,
-) -> GroupDescription {
+async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> GroupDescription {
     let Some(group) = coordinator.group(name) else {
         return GroupDescription {
             group: name.to_owned(),
@@ -203,7 +193,7 @@ async fn describe(
             partitions: Vec::new(),
         };
     };
-    let now = now();
+    let now = host.now();
     let mut partitions: BTreeSet<(String, u32)> = group.offsets.keys().cloned().collect();
     partitions.extend(group.assignment.values().flatten().cloned());
     let mut lags = Vec::with_capacity(partitions.len());
@@ -212,7 +202,7 @@ async fn describe(
             .offsets
             .get(&(topic.clone(), partition))
             .map(|committed| (committed.next_offset, committed.metadata.clone()));
-        lags.push(partition_lag(shard, &topic, partition, committed, now).await);
+        lags.push(partition_lag(&**host, &topic, partition, committed, now).await);
     }
     GroupDescription {
         group: group.name.clone(),
@@ -235,28 +225,14 @@ async fn describe(
     }
 }
 
-/// How long an internal append (audit records) may wait for its quorum.
-const INTERNAL_PRODUCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Appends an audit record to `__audit` and returns its offset.
-async fn append_audit(shard: &Rc<Shard>, record: &AuditRecord) -> Result<Offset, PartitionError> {
-    let (id, owner) = shard.locate(AUDIT_TOPIC, 0)?;
-    let batch = audit_batch(&record.group, record.encode(), now());
-    let produced = shard
-        .produce(
-            id,
-            owner,
-            batch,
-            std::time::Instant::now(),
-            crate::replica::Acks::Quorum,
-            INTERNAL_PRODUCE_TIMEOUT,
-        )
-        .await?;
-    Ok(produced.base_offset)
+async fn append_audit(host: &Host, record: &AuditRecord) -> Result<Offset, PartitionError> {
+    host.append_audit(audit_batch(&record.group, record.encode(), host.now()))
+        .await
 }
 
 async fn reset(
-    shard: &Rc<Shard>,
+    host: &Host,
     coordinator: &Rc<Coordinator>,
     request: ResetOffsetsRequest,
 ) -> ResetOffsetsResponse {
@@ -275,7 +251,7 @@ async fn reset(
     if let Err(error) = coordinator.check_empty(&request.group) {
         return refused(error);
     }
-    let snapshot = shard.snapshot();
+    let snapshot = host.snapshot();
     let Some(view) = snapshot.topics.get(&request.topic) else {
         return refused(PartitionError::new(
             ErrorCode::UnknownTopicOrPartition,
@@ -294,7 +270,7 @@ async fn reset(
             .as_ref()
             .and_then(|group| group.offsets.get(&(request.topic.clone(), partition)))
             .map_or(-1, |committed| committed.next_offset as i64);
-        match reset_target(shard, &request.topic, partition, request.to).await {
+        match reset_target(&**host, &request.topic, partition, request.to).await {
             Ok(after) => {
                 changes.push((request.topic.clone(), partition, after.0));
                 outcome.push(ResetPartition {
@@ -332,7 +308,7 @@ async fn reset(
         },
         principal: request.principal.clone(),
         reason: request.reason.clone(),
-        at_ms: now().0,
+        at_ms: host.now().0,
         before: outcome
             .iter()
             .map(|entry| (entry.partition, entry.before))
@@ -347,12 +323,12 @@ async fn reset(
         error: None,
     };
     // The audit record first: a change nobody can account for never happens.
-    let audit_offset = match append_audit(shard, &record).await {
+    let audit_offset = match append_audit(host, &record).await {
         Ok(offset) => offset,
         Err(error) => return refused(error),
     };
     if let Err(error) = coordinator
-        .set_offsets(&request.group, &changes, now())
+        .set_offsets(&request.group, &changes, host.now())
         .await
     {
         return refused(error);
@@ -366,13 +342,13 @@ async fn reset(
 }
 
 async fn reset_target(
-    shard: &Rc<Shard>,
+    host: &dyn GroupHost,
     topic: &str,
     partition: u32,
     to: ResetTarget,
 ) -> Result<Offset, PartitionError> {
     let bound = |query| async move {
-        let found = shard.offset_anywhere(topic, partition, query).await?;
+        let found = host.offset(topic, partition, query).await?;
         Ok::<Offset, PartitionError>(found.map_or(Offset(0), |(offset, _)| offset))
     };
     let log_start = bound(OffsetQuery::Earliest).await?;
@@ -390,15 +366,15 @@ async fn reset_target(
             ),
         )),
         ResetTarget::Timestamp(time) => {
-            let found = shard
-                .offset_anywhere(topic, partition, OffsetQuery::Timestamp(TimestampMs(time)))
+            let found = host
+                .offset(topic, partition, OffsetQuery::Timestamp(TimestampMs(time)))
                 .await?;
             Ok(found.map_or(high_watermark, |(offset, _)| offset))
         }
     }
 }
 
-async fn write_audit(shard: &Rc<Shard>, request: WriteAuditRequest) -> WriteAuditResponse {
+async fn write_audit(host: &Host, request: WriteAuditRequest) -> WriteAuditResponse {
     if request.reason.trim().is_empty() {
         return WriteAuditResponse {
             error_code: ErrorCode::AuditReasonRequired.code(),
@@ -417,7 +393,7 @@ async fn write_audit(shard: &Rc<Shard>, request: WriteAuditRequest) -> WriteAudi
         partition: Some(request.partition),
         principal: request.principal,
         reason: request.reason,
-        at_ms: now().0,
+        at_ms: host.now().0,
         before: Vec::new(),
         after: Vec::new(),
         offset: Some(request.offset),
@@ -425,7 +401,7 @@ async fn write_audit(shard: &Rc<Shard>, request: WriteAuditRequest) -> WriteAudi
         dead_letter_offset: u64::try_from(request.dead_letter_offset).ok(),
         error: None,
     };
-    match append_audit(shard, &record).await {
+    match append_audit(host, &record).await {
         Ok(offset) => WriteAuditResponse {
             error_code: ErrorCode::None.code(),
             error_message: None,
@@ -441,13 +417,13 @@ async fn write_audit(shard: &Rc<Shard>, request: WriteAuditRequest) -> WriteAudi
 
 /// Periodic work of a coordinator: expire silent members, complete overdue
 /// rebalances, and (every few ticks) refresh the lag metrics.
-pub async fn tick(shard: &Rc<Shard>, coordinator: &Rc<Coordinator>) {
-    let now = now();
+pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
+    let now = host.now();
     coordinator.expire(now).await;
     if let Err(error) = coordinator.compact_if_due(now).await {
         tracing::error!(partition = coordinator.partition_index, %error, "cannot compact __groups");
     }
-    let snapshot = shard.snapshot();
+    let snapshot = host.snapshot();
     for group in coordinator.overdue(now) {
         coordinator.try_complete(&group, &*snapshot, now).await;
     }
@@ -456,14 +432,14 @@ pub async fn tick(shard: &Rc<Shard>, coordinator: &Rc<Coordinator>) {
         for (group, offsets) in coordinator.committed() {
             for ((topic, partition), committed) in offsets {
                 let lag = partition_lag(
-                    shard,
+                    &**host,
                     &topic,
                     partition,
                     Some((committed.next_offset, None)),
                     now,
                 )
                 .await;
-                shard.metrics.group_lag(&group, &lag);
+                host.observe_lag(&group, &lag);
             }
         }
     }

@@ -1,33 +1,46 @@
-//! The immutable view of metadata every shard works from. Shard 0 builds a
-//! new snapshot after each catalog change and sends it to every shard;
-//! shards never share mutable metadata.
+//! The immutable view of metadata every shard works from. Shard 0 follows
+//! the controller's metadata log, builds a snapshot of each new version and
+//! sends it to every shard; shards never share mutable metadata.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use corelog_controller::{MetadataState, NodeId, TopicConfig};
 use corelog_wire::types::LeaderEpoch;
 use event_listener::Event;
 
-use super::catalog::{Catalog, TopicRecord};
-use super::topic_config::TopicConfig;
+pub use corelog_wire::types::ShardId;
 
-/// Index of a shard (an executor) on this node.
-pub type ShardId = u16;
+/// One topic, as shards use it: its settings parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// Never reused, so a re-created topic is distinguishable (its
+    /// directory is named by it).
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Partition count.
+    pub partitions: u32,
+    /// Settings.
+    pub config: TopicConfig,
+    /// Creation time.
+    pub created_at_ms: i64,
+}
 
 /// One partition as shards see it.
 #[derive(Debug)]
 pub struct PartitionView {
-    /// The shard that owns the partition's log.
+    /// The shard that owns this broker's replica (shard 0 when the broker
+    /// holds none).
     pub owner: ShardId,
     /// Notified by the owner whenever the partition's committed end moves;
     /// long-polling fetches on any shard listen to it.
     pub data_signal: Arc<Event>,
-    /// Cluster mode: the replica set and leadership the controller
-    /// published. `None` on a standalone broker.
-    pub replication: Option<ReplicationView>,
+    /// The replica set and leadership the controller published.
+    pub replication: ReplicationView,
 }
 
-/// A replicated partition as the controller published it.
+/// A partition's replica set and leadership, as the controller published it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicationView {
     /// Replica brokers, preferred leader first.
@@ -43,106 +56,84 @@ pub struct ReplicationView {
 /// One topic as shards see it.
 #[derive(Debug)]
 pub struct TopicView {
-    /// The catalog record.
+    /// The topic.
     pub record: TopicRecord,
     /// Partitions by index.
     pub partitions: Vec<PartitionView>,
 }
 
 /// Everything a shard needs to know about topics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MetadataSnapshot {
-    /// The catalog version this snapshot shows.
+    /// The controller's metadata version this snapshot shows.
     pub version: u64,
     /// Executors on this node.
     pub shard_count: u16,
     /// Topics by name.
     pub topics: BTreeMap<String, Arc<TopicView>>,
-    /// Cluster mode: the controller's metadata this snapshot was built from.
-    pub cluster: Option<ClusterView>,
+    /// The controller's metadata this snapshot was built from.
+    pub cluster: ClusterView,
+    /// Whether the broker serves clients from this snapshot on. Shards
+    /// accept connections only from the first snapshot that says so: in a
+    /// cluster at once (peers reach the controller through the same
+    /// listener), on a single node once its own partitions are led here.
+    pub serving: bool,
 }
 
-/// The cluster metadata behind a cluster-mode snapshot.
+/// The cluster metadata behind a snapshot.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
     /// The controller's applied state.
-    pub state: Arc<corelog_controller::MetadataState>,
+    pub state: Arc<MetadataState>,
     /// The controller leader as last heard.
     pub controller: Option<u32>,
     /// This broker.
     pub node_id: u32,
 }
 
-/// The shard that owns partition `partition` of topic `topic_id`: spread
-/// round-robin, offset by the topic id so that small topics do not all
-/// start on shard 0.
+/// A broker id as the wire carries it (ids come from a `u32` setting, so
+/// only a corrupt state holds a larger one).
 #[must_use]
-pub fn owner_shard(topic_id: u64, partition: u32, shard_count: u16) -> ShardId {
-    assert!(shard_count > 0);
-    ((topic_id + u64::from(partition)) % u64::from(shard_count)) as ShardId
+pub fn broker_id(node: NodeId) -> u32 {
+    u32::try_from(node.0).unwrap_or(u32::MAX)
 }
 
 impl MetadataSnapshot {
-    /// A snapshot of `catalog`, reusing the views (and their signals) of
-    /// topics that `previous` already had.
+    /// The snapshot before any metadata arrived: no topics.
     #[must_use]
-    pub fn build(
-        catalog: &Catalog,
-        shard_count: u16,
-        previous: &MetadataSnapshot,
-    ) -> MetadataSnapshot {
-        let topics = catalog
-            .topics
-            .iter()
-            .map(|(name, record)| {
-                let reused = previous
-                    .topics
-                    .get(name)
-                    .filter(|view| view.record == *record && previous.shard_count == shard_count)
-                    .cloned();
-                let view = reused.unwrap_or_else(|| {
-                    Arc::new(TopicView {
-                        record: record.clone(),
-                        partitions: (0..record.partitions)
-                            .map(|partition| PartitionView {
-                                owner: owner_shard(record.id, partition, shard_count),
-                                data_signal: Arc::new(Event::new()),
-                                replication: None,
-                            })
-                            .collect(),
-                    })
-                });
-                (name.clone(), view)
-            })
-            .collect();
+    pub fn empty(shard_count: u16, node_id: u32, serving: bool) -> MetadataSnapshot {
         MetadataSnapshot {
-            version: catalog.version,
+            version: 0,
             shard_count,
-            topics,
-            cluster: None,
+            topics: BTreeMap::new(),
+            cluster: ClusterView {
+                state: Arc::new(MetadataState::default()),
+                controller: None,
+                node_id,
+            },
+            serving,
         }
     }
 
-    /// A cluster-mode snapshot of the controller's `state`: every topic,
-    /// each partition with its replica set and leadership, owned (when this
-    /// broker holds a replica) by the shard the placement gave it. Data
-    /// signals carry over from `previous`, so long-polls survive leadership
-    /// changes. A topic whose settings do not parse over `topic_defaults`
-    /// is left out (and logged): serving it with other settings would be
-    /// worse than not serving it.
+    /// A snapshot of the controller's `state`: every topic, each partition
+    /// with its replica set and leadership, owned (when this broker holds a
+    /// replica) by the shard the placement gave it. Data signals carry
+    /// over from `previous`, so long-polls survive leadership changes. A
+    /// topic whose settings do not parse is left out (and logged): serving
+    /// it with other settings would be worse than not serving it, and the
+    /// controller's state machine admits none.
     #[must_use]
-    pub fn for_cluster(
-        state: Arc<corelog_controller::MetadataState>,
+    pub fn from_state(
+        state: Arc<MetadataState>,
         controller: Option<u32>,
         node_id: u32,
         previous: &MetadataSnapshot,
-        topic_defaults: &TopicConfig,
+        serving: bool,
     ) -> MetadataSnapshot {
-        let node = corelog_controller::NodeId(u64::from(node_id));
-        let as_u32 = |node: corelog_controller::NodeId| u32::try_from(node.0).unwrap_or(u32::MAX);
+        let node = NodeId(u64::from(node_id));
         let mut topics = BTreeMap::new();
         for topic in state.topics().values() {
-            let config = match TopicConfig::with_entries(topic_defaults, topic.config_entries()) {
+            let config = match TopicConfig::from_stored(&topic.config) {
                 Ok(config) => config,
                 Err(error) => {
                     tracing::error!(topic = %topic.name, %error, "topic settings do not parse; not serving the topic");
@@ -163,18 +154,18 @@ impl MetadataSnapshot {
                         .and_then(|view| view.partitions.get(index))
                         .map_or_else(|| Arc::new(Event::new()), |view| view.data_signal.clone());
                     PartitionView {
-                        owner: local.map_or(0, |replica| replica.shard.0),
+                        owner: local.map_or(ShardId(0), |replica| replica.shard),
                         data_signal,
-                        replication: Some(ReplicationView {
+                        replication: ReplicationView {
                             replicas: partition
                                 .replicas
                                 .iter()
-                                .map(|replica| as_u32(replica.node))
+                                .map(|replica| broker_id(replica.node))
                                 .collect(),
-                            leader: partition.leader.map(as_u32),
+                            leader: partition.leader.map(broker_id),
                             epoch: partition.leader_epoch,
                             local: local.is_some(),
-                        }),
+                        },
                     }
                 })
                 .collect();
@@ -194,11 +185,12 @@ impl MetadataSnapshot {
             version: state.version(),
             shard_count: previous.shard_count,
             topics,
-            cluster: Some(ClusterView {
+            cluster: ClusterView {
                 state,
                 controller,
                 node_id,
-            }),
+            },
+            serving: serving || previous.serving,
         }
     }
 
@@ -231,14 +223,76 @@ impl MetadataSnapshot {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use corelog_controller::{Command, Replica, TopicId};
+
     use super::*;
 
+    fn state(leader_registered_again: bool) -> MetadataState {
+        let mut state = MetadataState::default();
+        let mut index = 0;
+        let mut apply = |state: &mut MetadataState, command: Command| {
+            index += 1;
+            state.apply(index, &command).unwrap();
+        };
+        let register = |incarnation| Command::RegisterBroker {
+            node: NodeId(1),
+            host: "127.0.0.1".to_owned(),
+            port: 7100,
+            rack: None,
+            shard_count: 2,
+            incarnation,
+        };
+        apply(&mut state, register(1));
+        apply(
+            &mut state,
+            Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 1,
+            },
+        );
+        apply(
+            &mut state,
+            Command::CreateTopic {
+                name: "orders".to_owned(),
+                internal: false,
+                config: BTreeMap::from([("retention.ms".to_owned(), "60000".to_owned())]),
+                assignments: vec![vec![Replica {
+                    node: NodeId(1),
+                    shard: ShardId(1),
+                }]],
+                created_at_ms: 7,
+            },
+        );
+        if leader_registered_again {
+            apply(&mut state, register(2));
+        }
+        state
+    }
+
     #[test]
-    fn partitions_spread_over_shards() {
-        let owners: Vec<ShardId> = (0..4)
-            .map(|partition| owner_shard(5, partition, 2))
-            .collect();
-        assert_eq!(owners, vec![1, 0, 1, 0]);
-        assert!((0..100).all(|partition| owner_shard(9, partition, 3) < 3));
+    fn a_snapshot_shows_placement_leadership_and_parsed_settings() {
+        let empty = MetadataSnapshot::empty(2, 1, false);
+        let snapshot =
+            MetadataSnapshot::from_state(Arc::new(state(false)), Some(1), 1, &empty, false);
+        let (view, partition) = snapshot.partition("orders", 0).unwrap();
+        assert_eq!(view.record.id, TopicId(0).0);
+        assert_eq!(view.record.config.retention_ms, Some(60_000));
+        assert_eq!(partition.owner, ShardId(1));
+        assert_eq!(partition.replication.leader, Some(1));
+        assert!(partition.replication.local);
+        assert!(!snapshot.serving);
+
+        let later =
+            MetadataSnapshot::from_state(Arc::new(state(true)), Some(1), 1, &snapshot, true);
+        let (_, again) = later.partition("orders", 0).unwrap();
+        assert_eq!(again.replication.leader, None);
+        assert!(
+            Arc::ptr_eq(&partition.data_signal, &again.data_signal),
+            "long-polls survive a leadership change"
+        );
+        let after = MetadataSnapshot::from_state(Arc::new(state(true)), Some(1), 1, &later, false);
+        assert!(after.serving, "once serving, a broker stays serving");
     }
 }

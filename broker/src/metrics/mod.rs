@@ -58,6 +58,7 @@ pub struct BrokerMetrics {
     append_latency: HistogramFamily<ShardLabel>,
     fsync_latency: HistogramFamily<ShardLabel>,
     flushed_bytes: Family<ShardLabel, Counter>,
+    logs_fenced: Family<ShardLabel, Counter>,
     records_in: Family<ShardLabel, Counter>,
     bytes_in: Family<ShardLabel, Counter>,
     records_out: Family<ShardLabel, Counter>,
@@ -95,6 +96,7 @@ impl BrokerMetrics {
             append_latency,
             fsync_latency,
             flushed_bytes: Family::default(),
+            logs_fenced: Family::default(),
             records_in: Family::default(),
             bytes_in: Family::default(),
             records_out: Family::default(),
@@ -131,6 +133,11 @@ impl BrokerMetrics {
             "flushed_bytes",
             "Bytes of batches made durable",
             metrics.flushed_bytes.clone(),
+        );
+        registry.register(
+            "logs_fenced",
+            "Partition logs (or replica metadata) fenced after a failed write or fdatasync",
+            metrics.logs_fenced.clone(),
         );
         registry.register("records_in", "Records appended", metrics.records_in.clone());
         registry.register(
@@ -205,7 +212,7 @@ impl BrokerMetrics {
         );
         registry.register(
             "broker_fenced",
-            "Cluster mode, shard 0: 1 while the controller keeps this broker fenced (or it is not registered yet), 0 once unfenced",
+            "Shard 0: 1 while the controller keeps this broker fenced (or it is not registered yet), 0 once unfenced",
             metrics.broker_fenced.clone(),
         );
         Arc::new(BrokerMetrics {
@@ -224,6 +231,7 @@ impl BrokerMetrics {
             append_latency: self.append_latency.get_or_create_owned(&label),
             fsync_latency: self.fsync_latency.get_or_create_owned(&label),
             flushed_bytes: self.flushed_bytes.get_or_create_owned(&label),
+            logs_fenced: self.logs_fenced.get_or_create_owned(&label),
             records_in: self.records_in.get_or_create_owned(&label),
             bytes_in: self.bytes_in.get_or_create_owned(&label),
             records_out: self.records_out.get_or_create_owned(&label),
@@ -263,6 +271,8 @@ pub struct ShardMetrics {
     pub fsync_latency: Histogram,
     /// Bytes made durable.
     pub flushed_bytes: Counter,
+    /// Logs fenced after a failed write or fdatasync.
+    pub logs_fenced: Counter,
     /// Records appended.
     pub records_in: Counter,
     /// Bytes appended.
@@ -289,7 +299,7 @@ pub struct ShardMetrics {
     pub replica_lag_records: Gauge,
     /// Replicated partitions led.
     pub replica_leader_partitions: Gauge,
-    /// Cluster mode, shard 0: whether the controller fences this broker.
+    /// Shard 0: whether the controller fences this broker.
     pub broker_fenced: Gauge,
 }
 
@@ -354,8 +364,8 @@ impl StorageObserver for ShardMetrics {
         self.flushed_bytes.inc_by(bytes);
     }
 
-    fn on_fenced(&self, dir: &std::path::Path, error: &crate::storage::StorageError) {
-        crate::runtime::fatal::on_log_fenced(dir, error);
+    fn on_fenced(&self, _dir: &std::path::Path, _error: &crate::storage::StorageError) {
+        self.logs_fenced.inc();
     }
 }
 

@@ -31,8 +31,8 @@ use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use rkyv::util::AlignedVec;
 
-use super::Reply;
-use super::handlers;
+use super::handlers::{self, Origin};
+use crate::api::Reply;
 use crate::runtime::shard::Shard;
 
 /// Responses smaller than this are copied into one buffer and written with
@@ -252,7 +252,7 @@ async fn handle(
     peer: Option<std::net::SocketAddr>,
 ) -> Reply {
     shard.metrics.request(header.api_key.name());
-    handlers::dispatch(shard, header.api_key, body, received, peer)
+    handlers::dispatch(shard, header.api_key, body, received, Origin::Network(peer))
         .await
         .unwrap_or_else(|code| {
             shard.metrics.error(code);

@@ -22,6 +22,7 @@ use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 use event_listener::Event;
 
 use crate::metadata::TopicConfig;
+use crate::metadata::topic_config::log_config;
 use crate::storage::disk::Disk;
 use crate::storage::{
     AppendOutcome, CacheKey, DeletedRange, LogConfig, PartitionLog, ReadOutcome, ShardStorage,
@@ -31,9 +32,6 @@ use producer_state::{BatchRecord, ProducerStateTable, SequenceCheck, SequenceErr
 
 /// Take a producer-state snapshot after this many bytes appended.
 const SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
-/// Leader epoch stamped on batches by a single-node broker; replication
-/// assigns real epochs.
-const SINGLE_NODE_EPOCH: LeaderEpoch = LeaderEpoch(0);
 
 /// A failed partition operation, as it travels between shards and to clients.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -257,7 +255,7 @@ impl<D: Disk> Partition<D> {
         spec: PartitionSpec<'_>,
         shard: ShardStorage,
     ) -> Result<Self, StorageError> {
-        let log_config = spec.config.log_config(&spec.broker_log);
+        let log_config = log_config(&spec.config, &spec.broker_log);
         let log = PartitionLog::open_with_signal(
             disk.clone(),
             spec.dir,
@@ -285,7 +283,7 @@ impl<D: Disk> Partition<D> {
 
     async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
         let loaded = producer_snapshot::load(&self.disk, self.log.dir()).await?;
-        let log_end = self.log.log_end();
+        let log_end = self.log.durable_end();
         let (mut table, mut position) = match loaded {
             Some((table, offset)) if offset <= log_end => (table, offset.max(self.log.log_start())),
             _ => (ProducerStateTable::default(), self.log.log_start()),
@@ -317,55 +315,17 @@ impl<D: Disk> Partition<D> {
         Ok(())
     }
 
-    /// Validates and appends one producer batch, resolving once it is durable.
-    ///
-    /// Everything up to the offset assignment is synchronous, so batches of
-    /// one partition are ordered as this is called: an idempotent producer's
-    /// pipelined batches stay in sequence.
+    /// Checks a producer batch and its producer sequence, stamps `epoch`,
+    /// assigns offsets and records the producer's state, without waiting
+    /// for durability: everything up to the offset assignment is
+    /// synchronous, so batches of one partition are ordered as this is
+    /// called and an idempotent producer's pipelined batches stay in
+    /// sequence. The replica calls this and then waits for its own
+    /// acknowledgement condition (its high watermark).
     ///
     /// # Errors
     /// A [`PartitionError`] with the wire code: malformed or oversized batch,
     /// sequence or epoch refusal, disk full, storage failure.
-    pub async fn produce(&self, batch: BytesMut) -> Result<Produced, PartitionError> {
-        match self.start_produce(batch, SINGLE_NODE_EPOCH)? {
-            ProduceStart::Duplicate {
-                original,
-                record_count,
-            } => {
-                // The original may still be on its way to disk: answer once it is there.
-                self.log.wait_durable(original.last_offset.plus(1)).await?;
-                Ok(Produced {
-                    base_offset: original.base_offset,
-                    log_append_time: self.shard.clock.now(),
-                    log_start: self.log.log_start(),
-                    record_count,
-                    duplicate: true,
-                })
-            }
-            ProduceStart::Appended {
-                outcome: appended,
-                record_count,
-            } => {
-                self.log.wait_durable(appended.last_offset.plus(1)).await?;
-                Ok(Produced {
-                    base_offset: appended.base_offset,
-                    log_append_time: appended.log_append_time,
-                    log_start: self.log.log_start(),
-                    record_count,
-                    duplicate: false,
-                })
-            }
-        }
-    }
-
-    /// The synchronous half of [`Partition::produce`]: checks the batch and
-    /// its producer sequence, stamps `epoch`, assigns offsets and records
-    /// the producer's state, without waiting for durability. A replicated
-    /// partition calls this and then waits for its own acknowledgement
-    /// condition (its high watermark).
-    ///
-    /// # Errors
-    /// As [`Partition::produce`], except that durability is not awaited.
     pub(crate) fn start_produce(
         &self,
         batch: BytesMut,
@@ -524,7 +484,7 @@ impl<D: Disk> Partition<D> {
     ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
         match query {
             OffsetQuery::Earliest => Ok(Some((self.log.log_start(), TimestampMs(-1)))),
-            OffsetQuery::Latest => Ok(Some((self.log.log_end(), TimestampMs(-1)))),
+            OffsetQuery::Latest => Ok(Some((self.log.durable_end(), TimestampMs(-1)))),
             OffsetQuery::Timestamp(target) => Ok(self.log.offset_for_timestamp(target).await?),
         }
     }
@@ -534,7 +494,7 @@ impl<D: Disk> Partition<D> {
     pub fn summary(&self) -> PartitionSummary {
         PartitionSummary {
             log_start: self.log.log_start(),
-            high_watermark: self.log.log_end(),
+            high_watermark: self.log.durable_end(),
             log_end: self.log.next_offset(),
             size_bytes: self.log.size_bytes(),
             segment_count: u32::try_from(self.log.segment_count()).unwrap_or(u32::MAX),

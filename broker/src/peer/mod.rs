@@ -8,6 +8,11 @@
 //! that IP too ([`bind_outbound_to`]), so that a firewall (the partition
 //! tests' nftables rules, a production ACL) can tell one broker's traffic
 //! from another's and from clients' on a shared host.
+//!
+//! A call addressed to this broker itself ([`Peers::call_node`] with its
+//! own node id: its controller, its replicas' election queries) is served
+//! in-process by the same handlers a network request reaches
+//! ([`serve_locally`]), so a single node never talks to itself over TCP.
 
 mod connection;
 
@@ -18,16 +23,51 @@ use std::time::Duration;
 
 use ahash::AHashMap;
 use bytes::Bytes;
+use corelog_wire::frame::ApiKey;
 use corelog_wire::message::{MessageError, Request};
+use futures::future::{Either, LocalBoxFuture, select};
 use rkyv::rancor;
+use rkyv::util::AlignedVec;
 
 pub use connection::PeerConnection;
+
+use crate::api::Reply;
 
 thread_local! {
     /// The source address of this executor's peer connections. Per thread
     /// rather than per process: each shard executor is one thread of one
     /// broker, while an in-process harness may run several brokers.
     static OUTBOUND_SOURCE: Cell<Option<IpAddr>> = const { Cell::new(None) };
+    /// This executor's broker, for calls addressed to itself.
+    static LOOPBACK: RefCell<Option<Loopback>> = const { RefCell::new(None) };
+}
+
+/// Serves a request addressed to this broker, in-process: the broker's own
+/// request dispatch, given the encoded body as a connection would read it.
+pub trait LocalService {
+    /// The encoded response to `api_key` with request `body`.
+    fn serve(&self, api_key: ApiKey, body: Vec<u8>) -> LocalBoxFuture<'static, Reply>;
+}
+
+#[derive(Clone)]
+struct Loopback {
+    node_id: u32,
+    service: Rc<dyn LocalService>,
+}
+
+/// Makes calls to `node_id` (this broker) on the calling executor thread go
+/// to `service` instead of the network. Called once per shard at start-up.
+pub fn serve_locally(node_id: u32, service: Rc<dyn LocalService>) {
+    LOOPBACK.with(|cell| *cell.borrow_mut() = Some(Loopback { node_id, service }));
+}
+
+fn loopback_for(node_id: u32) -> Option<Rc<dyn LocalService>> {
+    LOOPBACK.with(|cell| {
+        cell.borrow()
+            .as_ref()
+            .filter(|loopback| loopback.node_id == node_id)
+            .map(|loopback| loopback.service.clone())
+    })
 }
 
 /// Makes the peer connections opened on the calling (executor) thread
@@ -186,6 +226,47 @@ impl Peers {
             self.connections.borrow_mut().remove(&addr);
         }
         let response = result?;
+        decode::<T>(addr, &response)
+    }
+
+    /// [`call`](Self::call) to broker `node` at `addr`: in-process when
+    /// `node` is this broker (see [`serve_locally`]), else over the network.
+    ///
+    /// # Errors
+    /// [`PeerError`] when the peer is unreachable, slow, or answers badly.
+    pub async fn call_node<T>(
+        &self,
+        node: u32,
+        addr: SocketAddr,
+        request: &T,
+        raw: &[u8],
+        timeout: Duration,
+    ) -> Result<Answer<T::Response>, PeerError>
+    where
+        T: Request,
+        <T::Response as rkyv::Archive>::Archived:
+            rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rancor::Error>>,
+    {
+        let Some(service) = loopback_for(node) else {
+            return self.call(addr, request, raw, timeout).await;
+        };
+        let body = corelog_wire::message::encode_request(request, raw).map_err(|error| {
+            PeerError::Protocol {
+                addr,
+                reason: error.to_string(),
+            }
+        })?;
+        let served = service.serve(T::API_KEY, body);
+        let deadline = Box::pin(glommio::timer::sleep(timeout));
+        let reply = match select(served, deadline).await {
+            Either::Left((reply, _)) => reply,
+            Either::Right(_) => return Err(PeerError::Timeout { addr, timeout }),
+        };
+        let mut response = AlignedVec::<16>::with_capacity(reply.len());
+        response.extend_from_slice(&reply.head);
+        for part in &reply.raw {
+            response.extend_from_slice(part);
+        }
         decode::<T>(addr, &response)
     }
 

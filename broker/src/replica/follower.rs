@@ -23,10 +23,9 @@ impl<D: Disk> ReplicatedPartition<D> {
         self: &Rc<Self>,
         epoch: LeaderEpoch,
         leader: ReplicaId,
-        now_ms: u64,
     ) -> Result<(), ReplicaError> {
         self.check_usable()?;
-        self.observe_time(now_ms);
+        let now_ms = self.now_ms();
         let _apply = self.apply.lock().await;
         let before = self.high_watermark();
         let actions = self
@@ -56,7 +55,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         let apply = self.apply.lock().await;
         self.check_usable()?;
         let before = self.high_watermark();
-        let now_ms = self.now_ms.get();
+        let now_ms = self.now_ms();
         let actions = self.replica.borrow_mut().on_push(push, now_ms)?;
         let carried = self.carry_out(actions, before).await?;
         if let Some(ack) = carried.ack {

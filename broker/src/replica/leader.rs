@@ -30,10 +30,9 @@ impl<D: Disk> ReplicatedPartition<D> {
         self: &Rc<Self>,
         epoch: LeaderEpoch,
         replicas: &[ReplicaId],
-        now_ms: u64,
     ) -> Result<(), ReplicaError> {
         self.check_usable()?;
-        self.observe_time(now_ms);
+        let now_ms = self.now_ms();
         let marker_end = {
             let _apply = self.apply.lock().await;
             let before = self.high_watermark();
@@ -78,7 +77,7 @@ impl<D: Disk> ReplicatedPartition<D> {
     ) -> Result<Produced, ReplicaError> {
         let acks_before = self.acks_received.borrow().clone();
         let work = pin!(self.produce_until_acked(batch, acks));
-        let deadline = pin!(glommio::timer::sleep(timeout));
+        let deadline = pin!(self.executor.sleep(timeout));
         match select(work, deadline).await {
             Either::Left((result, _)) => result,
             Either::Right(_) => Err(self.timed_out(timeout, &acks_before)),
@@ -205,11 +204,10 @@ impl<D: Disk> ReplicatedPartition<D> {
         }
     }
 
-    /// Timers: the caller's clock reading, in milliseconds (monotonic
-    /// preferred; it only needs to move forward). A leader sends what is
-    /// due (new batches, resends, heartbeats); other roles do nothing.
-    pub fn tick(self: &Rc<Self>, now_ms: u64) {
-        self.observe_time(now_ms);
+    /// Timers: a leader sends what is due by now (new batches, resends,
+    /// heartbeats); other roles do nothing. The shard calls it every few
+    /// milliseconds.
+    pub fn tick(self: &Rc<Self>) {
         if matches!(self.role(), RoleView::Leader { .. }) {
             self.wake_pump();
         }
@@ -222,7 +220,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             Pump::Idle => {
                 self.pump.set(Pump::Running);
                 let this = Rc::clone(self);
-                glommio::spawn_local(async move { this.run_pump().await }).detach();
+                crate::executor::spawn(&*self.executor, async move { this.run_pump().await });
             }
             Pump::Running | Pump::Again => self.pump.set(Pump::Again),
         }
@@ -235,7 +233,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             if self.check_usable().is_err() {
                 return;
             }
-            let actions = self.replica.borrow_mut().poll_sends(self.now_ms.get());
+            let actions = self.replica.borrow_mut().poll_sends(self.now_ms());
             for action in actions {
                 match action {
                     Action::SendPush {
@@ -271,11 +269,10 @@ impl<D: Disk> ReplicatedPartition<D> {
         }
         self.replica.borrow_mut().on_push_sent(to, push.end());
         let this = Rc::clone(self);
-        glommio::spawn_local(async move {
+        crate::executor::spawn(&*self.executor, async move {
             let result = this.transport.send_push(to, push).await;
             this.on_push_answer(to, result);
-        })
-        .detach();
+        });
     }
 
     fn leads(&self, epoch: LeaderEpoch) -> bool {
@@ -328,7 +325,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             *self.acks_received.borrow_mut().entry(to).or_default() += 1;
         }
         let before = self.high_watermark();
-        let now_ms = self.now_ms.get();
+        let now_ms = self.now_ms();
         let actions = match self.replica.borrow_mut().on_push_ack(&ack, now_ms) {
             Ok(actions) => actions,
             Err(error) => {

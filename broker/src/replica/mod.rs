@@ -5,13 +5,20 @@
 //! and the idempotent-producer table), the state machine, and the durable
 //! replica metadata file ([`meta_file`]). It lives on one shard (`!Send`);
 //! its leader side sends pushes through a [`PushTransport`], and its follower
-//! side answers [`Push`]es and [`Query`]s handed to it by the caller.
+//! side answers [`Push`]es and [`Query`]s handed to it by the caller. Its
+//! tasks, timeouts and clock come from an [`Executor`]: the shard's glommio
+//! one in the broker, the simulator's deterministic one in `sim/`, which
+//! runs this very code against a simulated disk, network and clock.
+//!
+//! Every partition of a broker is one of these, a single node's too: a
+//! replica set of one commits what its own log made durable.
 //!
 //! - `leader.rs`: taking an epoch (the marker), produce and its
 //!   acknowledgement conditions, the push pump, acknowledgements.
 //! - `follower.rs`: following, pushes, election queries.
 //! - `batches.rs`: stored bytes as replication batches, push
 //!   checks, the epoch-start marker.
+//! - `leadership.rs`: which role change published metadata asks for.
 //! - [`peer_transport`]: pushes over the inter-broker RPC, and the wire
 //!   forms of pushes, queries and their answers.
 //!
@@ -62,6 +69,7 @@ mod batches;
 mod error;
 mod follower;
 mod leader;
+mod leadership;
 pub mod meta_file;
 pub mod peer_transport;
 mod transport;
@@ -85,6 +93,7 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 use event_listener::Event;
 
 use crate::clock::Clock;
+use crate::executor::Executor;
 use crate::partition::{Partition, PartitionSpec, PartitionSummary};
 use crate::storage::disk::Disk;
 use crate::storage::{
@@ -94,6 +103,7 @@ use crate::storage::{
 pub use corelog_replication::{PartitionKey, Push, Query};
 pub use corelog_wire::message::produce::Acks;
 pub use error::ReplicaError;
+pub use leadership::{RoleChange, role_change};
 pub use transport::{PushTransport, TransportError};
 
 /// Where and how to open a replica.
@@ -152,6 +162,12 @@ pub struct ReplicatedPartition<D: Disk> {
     limits: BatchLimits,
     replica: RefCell<Replica>,
     transport: Rc<dyn PushTransport>,
+    /// Spawns the push pump and the pushes, times produces out, and
+    /// gives the state machine its time.
+    executor: Rc<dyn Executor>,
+    /// The executor's time at open: the state machine counts milliseconds
+    /// from it.
+    origin: std::time::Instant,
     /// Told when the replica's metadata cannot be written.
     observer: Rc<dyn StorageObserver>,
     /// Held by each state-machine call that may emit durable actions, until
@@ -164,8 +180,6 @@ pub struct ReplicatedPartition<D: Disk> {
     /// Notified when the high watermark moves, leadership ends, or the
     /// replica is fenced.
     high_watermark_changed: Arc<Event>,
-    /// The latest time the caller gave, in its milliseconds.
-    now_ms: Cell<u64>,
     ended_term: Cell<Option<EndedTerm>>,
     pump: Cell<Pump>,
     /// The replica set of the current leadership.
@@ -206,6 +220,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         spec: ReplicaSpec<'_>,
         shard: ShardStorage,
         transport: Rc<dyn PushTransport>,
+        executor: Rc<dyn Executor>,
     ) -> Result<Rc<Self>, ReplicaError> {
         let dir = spec.partition.dir.to_path_buf();
         let clock = shard.clock.clone();
@@ -220,7 +235,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         let log = partition.log();
         let recovered = RecoveredLog {
             log_start: log.log_start(),
-            log_end: log.log_end(),
+            log_end: log.durable_end(),
             last_epoch: last_epoch(log, &limits).await?,
         };
         let (replica, actions) = Replica::recover(spec.id, spec.key, spec.config, meta, recovered)?;
@@ -234,12 +249,13 @@ impl<D: Disk> ReplicatedPartition<D> {
             limits,
             replica: RefCell::new(replica),
             transport,
+            origin: executor.now(),
+            executor,
             observer,
             apply: async_lock::Mutex::new(()),
             durability_waits: Cell::new(0),
             durability_waits_done: Event::new(),
             high_watermark_changed,
-            now_ms: Cell::new(0),
             ended_term: Cell::new(None),
             pump: Cell::new(Pump::Idle),
             replicas: RefCell::new(Vec::new()),
@@ -286,8 +302,8 @@ impl<D: Disk> ReplicatedPartition<D> {
 
     /// Offset after the last durable record (committed or not).
     #[must_use]
-    pub fn log_end(&self) -> Offset {
-        self.partition.log().log_end()
+    pub fn durable_end(&self) -> Offset {
+        self.partition.log().durable_end()
     }
 
     /// The durable metadata as last persisted (or about to be).
@@ -335,7 +351,7 @@ impl<D: Disk> ReplicatedPartition<D> {
 
     /// Reads committed batches from `from`, at most `max_bytes` (at least
     /// one batch), never at or above the high watermark. The outcome's
-    /// `log_end` is the high watermark.
+    /// `readable_end` is the high watermark.
     ///
     /// # Errors
     /// `OFFSET_OUT_OF_RANGE` below the log start or above the high
@@ -347,13 +363,13 @@ impl<D: Disk> ReplicatedPartition<D> {
             return Err(StorageError::OffsetOutOfRange {
                 requested: from,
                 log_start: log.log_start(),
-                log_end: high_watermark,
+                readable_end: high_watermark,
                 deleted: Vec::new(),
             }
             .into());
         }
         let mut outcome = log.read(from, max_bytes, Some(high_watermark)).await?;
-        outcome.log_end = high_watermark;
+        outcome.readable_end = high_watermark;
         Ok(outcome)
     }
 
@@ -454,9 +470,11 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(self.partition.close().await?)
     }
 
-    /// Takes the caller's time: the state machine's timers run on it.
-    fn observe_time(&self, now_ms: u64) {
-        self.now_ms.set(self.now_ms.get().max(now_ms));
+    /// Milliseconds on the executor's clock since the replica opened: the
+    /// state machine's timers run on it.
+    fn now_ms(&self) -> u64 {
+        let elapsed = self.executor.now().saturating_duration_since(self.origin);
+        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
     }
 
     fn check_usable(&self) -> Result<(), ReplicaError> {
@@ -596,7 +614,7 @@ impl<D: Disk> ReplicatedPartition<D> {
     async fn report_durable(&self) -> Result<Option<PushAck>, ReplicaError> {
         let _apply = self.apply.lock().await;
         self.check_usable()?;
-        let durable = self.partition.log().log_end();
+        let durable = self.partition.log().durable_end();
         let before = self.high_watermark();
         let actions = {
             let mut replica = self.replica.borrow_mut();
@@ -632,7 +650,7 @@ async fn last_epoch<D: Disk>(
     log: &PartitionLog<D>,
     limits: &BatchLimits,
 ) -> Result<Option<LeaderEpoch>, ReplicaError> {
-    let (log_start, log_end) = (log.log_start(), log.log_end());
+    let (log_start, log_end) = (log.log_start(), log.durable_end());
     if log_start == log_end {
         return Ok(None);
     }

@@ -1,7 +1,9 @@
 //! Replication over the inter-broker RPC: [`PeerPushTransport`] carries a
 //! leader's pushes to followers as `ReplicaPush` requests, and the
-//! conversions here turn the wire messages into the state machine's types
-//! and back (on the sending and on the receiving broker).
+//! conversions here turn pushes and their acknowledgements into wire
+//! messages and back (on the sending and on the receiving broker). The
+//! election queries' conversions, which the controller shares, are
+//! `corelog_replication::wire`'s.
 //!
 //! A push's batches travel in the request's raw section exactly as the
 //! leader stored them; the receiver splits them again from their headers,
@@ -12,28 +14,19 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use corelog_replication::{Push, PushAck, PushResult, Query, QueryAnswer, QueryResult, ReplicaId};
+use corelog_replication::{Push, PushAck, PushResult, ReplicaId};
 use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::replica_push::{
     PushResult as WirePushResult, ReplicaPushRequest, ReplicaPushResponse,
 };
-use corelog_wire::message::replica_query::{
-    QueryResult as WireQueryResult, ReplicaQueryRequest, ReplicaQueryResponse,
-};
 use corelog_wire::types::{LeaderEpoch, Offset};
 use futures::future::LocalBoxFuture;
 
-use super::{PartitionKey, PushTransport, ReplicaError, TransportError, batches};
-use crate::peer::Peers;
+use corelog_replication::wire::partition_key;
 
-/// The replication key of partition `partition` of topic `topic_id`: the
-/// topic id in the high 32 bits, the partition in the low ones. Topic ids
-/// are allocated sequentially by the controller, far below 2^32.
-#[must_use]
-pub fn partition_key(topic_id: u64, partition: u32) -> PartitionKey {
-    PartitionKey((topic_id << 32) | u64::from(partition))
-}
+use super::{PushTransport, ReplicaError, TransportError, batches};
+use crate::peer::Peers;
 
 /// How long a push may go unanswered before the transport gives up (the
 /// state machine resends on its own timeout meanwhile). Covers a follower's
@@ -223,90 +216,9 @@ fn ack_from_wire(
     })
 }
 
-/// A received `ReplicaQuery` as the state machine's [`Query`].
-#[must_use]
-pub fn query_from_wire(request: &ReplicaQueryRequest) -> Query {
-    Query {
-        partition: partition_key(request.topic_id, request.partition),
-        new_epoch: LeaderEpoch(request.new_epoch),
-    }
-}
-
-/// A replica's answer to an election query.
-#[must_use]
-pub fn answer_to_wire(answer: &QueryAnswer) -> ReplicaQueryResponse {
-    let result = match answer.result {
-        QueryResult::State {
-            last_epoch,
-            log_end,
-        } => WireQueryResult::State {
-            last_epoch: last_epoch.map(|epoch| epoch.0),
-            log_end: log_end.0,
-        },
-        QueryResult::Fenced { fenced_epoch } => WireQueryResult::Fenced {
-            fenced_epoch: fenced_epoch.0,
-        },
-    };
-    ReplicaQueryResponse {
-        error_code: ErrorCode::None.code(),
-        error_message: None,
-        result,
-    }
-}
-
-/// A replica's wire answer as the election counts it; `None` for an answer
-/// that does not count (an error code, or "not a replica").
-#[must_use]
-pub fn answer_from_wire(
-    key: PartitionKey,
-    epoch: LeaderEpoch,
-    from: ReplicaId,
-    response: &ReplicaQueryResponse,
-) -> Option<QueryAnswer> {
-    if response.error_code != ErrorCode::None.code() {
-        return None;
-    }
-    let result = match response.result {
-        WireQueryResult::State {
-            last_epoch,
-            log_end,
-        } => QueryResult::State {
-            last_epoch: last_epoch.map(LeaderEpoch),
-            log_end: Offset(log_end),
-        },
-        WireQueryResult::Fenced { fenced_epoch } => QueryResult::Fenced {
-            fenced_epoch: LeaderEpoch(fenced_epoch),
-        },
-        WireQueryResult::NotReplica => return None,
-    };
-    Some(QueryAnswer {
-        partition: key,
-        epoch,
-        from,
-        result,
-    })
-}
-
-/// A refused election query.
-#[must_use]
-pub fn query_refusal(code: ErrorCode, message: String) -> ReplicaQueryResponse {
-    ReplicaQueryResponse {
-        error_code: code.code(),
-        error_message: Some(message),
-        result: WireQueryResult::NotReplica,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partition_keys_are_distinct_per_topic_and_partition() {
-        assert_ne!(partition_key(1, 0), partition_key(0, 1));
-        assert_eq!(partition_key(3, 7).0 >> 32, 3);
-        assert_eq!(partition_key(3, 7).0 & 0xffff_ffff, 7);
-    }
 
     #[test]
     fn acks_cross_the_wire_unchanged() {

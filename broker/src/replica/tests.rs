@@ -27,6 +27,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::executor::GlommioExecutor;
 use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::storage::memory_disk::{Fault, MemoryDisk};
 use crate::storage::{
@@ -136,7 +137,6 @@ struct Cluster {
     config: ReplicaConfig,
     segment_bytes: u64,
     retention_bytes: Option<u64>,
-    now_ms: Cell<u64>,
 }
 
 impl Cluster {
@@ -162,7 +162,6 @@ impl Cluster {
             config,
             segment_bytes,
             retention_bytes,
-            now_ms: Cell::new(0),
         });
         for id in IDS {
             cluster.open(id).await;
@@ -171,8 +170,6 @@ impl Cluster {
         glommio::spawn_local(async move {
             loop {
                 glommio::timer::sleep(Duration::from_millis(2)).await;
-                let now = ticker.now_ms.get() + 2;
-                ticker.now_ms.set(now);
                 let nodes: Vec<Rc<Node>> = ticker
                     .network
                     .nodes
@@ -181,7 +178,7 @@ impl Cluster {
                     .map(|(_, node)| node.clone())
                     .collect();
                 for node in nodes {
-                    node.tick(now);
+                    node.tick();
                 }
             }
         })
@@ -248,7 +245,7 @@ impl Cluster {
             incarnation,
             network: self.network.clone(),
         });
-        let node = ReplicatedPartition::open(disk, spec, shard, link)
+        let node = ReplicatedPartition::open(disk, spec, shard, link, Rc::new(GlommioExecutor))
             .await
             .expect("replica opens");
         self.network
@@ -281,15 +278,14 @@ impl Cluster {
     /// Publishes `leader` for `epoch`: the leader leads, every other
     /// reachable replica follows.
     async fn publish(&self, leader: ReplicaId, epoch: LeaderEpoch) {
-        let now = self.now_ms.get();
         self.node(leader)
-            .become_leader(epoch, &IDS, now)
+            .become_leader(epoch, &IDS)
             .await
             .expect("becomes leader");
         for id in IDS.into_iter().filter(|id| *id != leader) {
             if !self.network.down.borrow().contains(&id) {
                 self.node(id)
-                    .become_follower(epoch, leader, now)
+                    .become_follower(epoch, leader)
                     .await
                     .expect("becomes follower");
             }
@@ -362,7 +358,7 @@ async fn log_bytes(node: &Node) -> Vec<u8> {
     let log = node.partition().log();
     let mut bytes = Vec::new();
     let mut position = log.log_start();
-    while position < log.log_end() {
+    while position < log.durable_end() {
         let read = log.read(position, 64 << 10, None).await.unwrap();
         assert!(read.next_offset > position, "no progress at {position}");
         for chunk in &read.chunks {
@@ -388,7 +384,8 @@ async fn committed(node: &Node, from: Offset) -> Vec<Batch> {
 
 fn caught_up(cluster: &Cluster, leader: ReplicaId, follower: ReplicaId) -> bool {
     let (leader, follower) = (cluster.node(leader), cluster.node(follower));
-    follower.log_end() == leader.log_end() && follower.high_watermark() == leader.high_watermark()
+    follower.durable_end() == leader.durable_end()
+        && follower.high_watermark() == leader.high_watermark()
 }
 
 #[test]
@@ -405,7 +402,7 @@ fn quorum_produce_resolves_only_once_a_majority_is_durable() {
             let end = produced.base_offset.plus(3);
             let durable = IDS
                 .iter()
-                .filter(|id| cluster.node(**id).log_end() >= end)
+                .filter(|id| cluster.node(**id).durable_end() >= end)
                 .count();
             assert!(
                 durable >= 2,
@@ -413,18 +410,19 @@ fn quorum_produce_resolves_only_once_a_majority_is_durable() {
             );
             assert!(leader.high_watermark() >= end);
         }
-        // Offset 0 is the epoch-start marker, a control batch of epoch 1.
+        // The log was empty, so epoch 1 needed no marker: offset 0 is the
+        // first client batch.
         let first = committed(&leader, Offset(0)).await;
         assert_eq!(
             (first[0].base, first[0].last, first[0].epoch),
-            (Offset(0), Offset(0), LeaderEpoch(1))
+            (Offset(0), Offset(2), LeaderEpoch(1))
         );
         assert!(
-            batch::validate(&first[0].bytes, &BatchLimits::default())
+            !batch::validate(&first[0].bytes, &BatchLimits::default())
                 .unwrap()
                 .is_control()
         );
-        assert_eq!(first.len(), 31);
+        assert_eq!(first.len(), 30);
         for id in &IDS[1..] {
             wait_until("followers catch up", || caught_up(&cluster, IDS[0], *id)).await;
         }
@@ -454,7 +452,7 @@ fn follower_that_was_down_catches_up_from_far_behind() {
                 .unwrap();
         }
         assert!(
-            cluster.node(IDS[2]).log_end() <= Offset(1),
+            cluster.node(IDS[2]).durable_end() <= Offset(1),
             "the cut-off replica got records"
         );
         cluster.heal(IDS[2]);
@@ -485,7 +483,7 @@ fn divergent_tail_of_a_fenced_leader_is_truncated() {
         for tag in 100..103 {
             old.produce(plain(tag), Acks::Leader, LONG).await.unwrap();
         }
-        let divergent_end = old.log_end();
+        let divergent_end = old.durable_end();
         assert!(divergent_end > committed_end);
         let leader = cluster.elect(LeaderEpoch(2)).await;
         assert_ne!(leader, IDS[0]);
@@ -542,7 +540,7 @@ fn follower_below_the_leaders_log_start_is_reset() {
         while leader.maintain().await.unwrap().is_some() {}
         let lagging = cluster.node(IDS[2]);
         assert!(
-            leader.log_start() > lagging.log_end(),
+            leader.log_start() > lagging.durable_end(),
             "retention deleted too little"
         );
         assert!(leader.log_start() <= leader.high_watermark());
@@ -578,10 +576,10 @@ fn produce_without_a_reachable_quorum_is_not_acknowledged() {
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::NotEnoughReplicas, "{error}");
         assert_eq!(leader.high_watermark(), high_watermark);
-        assert!(leader.log_end() > high_watermark, "appended locally");
+        assert!(leader.durable_end() > high_watermark, "appended locally");
         // Once a follower is back, the appended record commits.
         cluster.heal(IDS[1]);
-        let end = leader.log_end();
+        let end = leader.durable_end();
         wait_until("the record commits", || leader.high_watermark() >= end).await;
     });
 }
@@ -596,7 +594,7 @@ fn a_failed_metadata_write_fences_the_replica_and_is_reported() {
         cluster.disks[&IDS[0]].fail_next(Fault::Write);
         let error = cluster
             .node(IDS[0])
-            .become_leader(LeaderEpoch(1), &IDS, cluster.now_ms.get())
+            .become_leader(LeaderEpoch(1), &IDS)
             .await
             .expect_err("the epoch could not be stored");
         assert_eq!(error.code(), ErrorCode::StorageError, "{error}");
@@ -620,13 +618,16 @@ fn stepping_down_fails_pending_produces_with_not_leader() {
         let leader = cluster.node(IDS[0]);
         cluster.cut(IDS[1]);
         cluster.cut(IDS[2]);
-        let before = leader.log_end();
+        let before = leader.durable_end();
         let producing = leader.clone();
         let pending =
             glommio::spawn_local(
                 async move { producing.produce(plain(1), Acks::Quorum, LONG).await },
             );
-        wait_until("the batch is durable locally", || leader.log_end() > before).await;
+        wait_until("the batch is durable locally", || {
+            leader.durable_end() > before
+        })
+        .await;
         let query = Query {
             partition: KEY,
             new_epoch: LeaderEpoch(2),
@@ -729,7 +730,7 @@ fn crash_of_every_replica_keeps_every_acknowledged_record() {
         }
         let winner = cluster.elect(LeaderEpoch(2)).await;
         let new = cluster.node(winner);
-        let end = new.log_end();
+        let end = new.durable_end();
         wait_until("the new leader commits its log", || {
             new.high_watermark() >= end
         })
@@ -806,7 +807,7 @@ fn reads_stop_at_the_high_watermark() {
         let high_watermark = leader.high_watermark();
         assert_eq!(high_watermark, produced.base_offset);
         let read = leader.read(high_watermark, 64 << 10).await.unwrap();
-        assert!(read.chunks.is_empty() && read.log_end == high_watermark);
+        assert!(read.chunks.is_empty() && read.readable_end == high_watermark);
         let beyond = leader
             .read(high_watermark.plus(1), 64 << 10)
             .await

@@ -12,8 +12,10 @@ use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResp
 use corelog_wire::types::{Offset, TimestampMs};
 use futures::channel::oneshot;
 
+use crate::api::Reply;
+pub use crate::cluster::membership::{TopicOutcome, TopicToCreate};
+use crate::group::requests::{GroupRequest, GroupResponse};
 use crate::metadata::MetadataSnapshot;
-use crate::metadata::topic_config::TopicConfig;
 use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced};
 use crate::storage::ReadOutcome;
 
@@ -30,81 +32,6 @@ pub struct PartitionId {
 /// Reply of a partition operation.
 pub type PartitionReply<T> = oneshot::Sender<Result<T, PartitionError>>;
 
-/// A request to create one topic.
-#[derive(Clone, Debug)]
-pub struct TopicToCreate {
-    /// Name.
-    pub name: String,
-    /// Partition count.
-    pub partitions: u32,
-    /// Replication factor asked for.
-    pub replication_factor: u16,
-    /// Settings, already merged with the defaults and validated.
-    pub config: TopicConfig,
-}
-
-/// The outcome for one topic of an admin change.
-#[derive(Clone, Debug)]
-pub struct TopicOutcome {
-    /// The topic.
-    pub name: String,
-    /// `Ok` or the error with its code.
-    pub result: Result<(), PartitionError>,
-}
-
-/// A consumer-group request, forwarded to the coordinator's shard.
-#[derive(Debug)]
-pub enum GroupRequest {
-    /// JoinGroup, with the client's address.
-    Join {
-        /// The request.
-        request: corelog_wire::message::join_group::JoinGroupRequest,
-        /// Where the member connects from.
-        client_host: String,
-    },
-    /// Heartbeat.
-    Heartbeat(corelog_wire::message::heartbeat::HeartbeatRequest),
-    /// LeaveGroup.
-    Leave(corelog_wire::message::leave_group::LeaveGroupRequest),
-    /// OffsetCommit.
-    Commit(corelog_wire::message::offset_commit::OffsetCommitRequest),
-    /// OffsetFetch.
-    Fetch(corelog_wire::message::offset_fetch::OffsetFetchRequest),
-    /// DescribeGroups, one group.
-    Describe(String),
-    /// DeleteGroups, one group.
-    Delete(String),
-    /// ResetOffsets.
-    Reset(corelog_wire::message::reset_offsets::ResetOffsetsRequest),
-    /// WriteAudit.
-    Audit(corelog_wire::message::write_audit::WriteAuditRequest),
-}
-
-/// The answer to a [`GroupRequest`].
-#[derive(Debug)]
-pub enum GroupResponse {
-    /// JoinGroup.
-    Join(corelog_wire::message::join_group::JoinGroupResponse),
-    /// Heartbeat.
-    Heartbeat(corelog_wire::message::heartbeat::HeartbeatResponse),
-    /// LeaveGroup.
-    Leave(corelog_wire::message::leave_group::LeaveGroupResponse),
-    /// OffsetCommit.
-    Commit(corelog_wire::message::offset_commit::OffsetCommitResponse),
-    /// OffsetFetch.
-    Fetch(corelog_wire::message::offset_fetch::OffsetFetchResponse),
-    /// DescribeGroups, one group.
-    Describe(corelog_wire::message::describe_groups::GroupDescription),
-    /// DeleteGroups, one group: the error, if any.
-    Delete(Option<PartitionError>),
-    /// ResetOffsets.
-    Reset(corelog_wire::message::reset_offsets::ResetOffsetsResponse),
-    /// WriteAudit.
-    Audit(corelog_wire::message::write_audit::WriteAuditResponse),
-    /// The coordinator is not available (not loaded, or its shard stopped).
-    Unavailable(PartitionError),
-}
-
 /// What a shard can be asked to do.
 #[derive(Debug)]
 pub enum ShardCommand {
@@ -116,10 +43,9 @@ pub enum ShardCommand {
         batch: BytesMut,
         /// When the broker received it, for the latency metric.
         received: std::time::Instant,
-        /// When to answer (replicated partitions; a standalone broker
-        /// answers once the batch is durable locally either way).
+        /// When to answer.
         acks: Acks,
-        /// How long a replicated produce may wait for its acknowledgement.
+        /// How long the produce may wait for its acknowledgement.
         timeout: std::time::Duration,
         /// Where to answer.
         reply: PartitionReply<Produced>,
@@ -151,8 +77,9 @@ pub enum ShardCommand {
         /// Where to answer.
         reply: PartitionReply<PartitionSummary>,
     },
-    /// Adopt a new metadata snapshot: open partitions newly owned, close and
-    /// delete partitions of deleted topics.
+    /// Adopt a new metadata snapshot: open replicas newly placed here,
+    /// follow the published leadership, close and delete replicas of
+    /// deleted topics.
     ApplySnapshot {
         /// The snapshot.
         snapshot: Arc<MetadataSnapshot>,
@@ -184,6 +111,15 @@ pub enum ShardCommand {
         /// Where to answer.
         reply: oneshot::Sender<Result<(i64, i16), PartitionError>>,
     },
+    /// To shard 0: this broker can no longer lead `partition` in `epoch`.
+    ResignLeadership {
+        /// The partition.
+        partition: PartitionId,
+        /// The epoch it led.
+        epoch: corelog_wire::types::LeaderEpoch,
+        /// Where to answer.
+        reply: PartitionReply<()>,
+    },
     /// A group request for the coordinator of `__groups` partition `partition_index`.
     Group {
         /// The `__groups` partition.
@@ -198,16 +134,16 @@ pub enum ShardCommand {
         /// Where to answer: (group, state, members, generation).
         reply: oneshot::Sender<Vec<(String, &'static str, u32, i32)>>,
     },
-    /// To shard 0: a controller API request (cluster mode).
+    /// To shard 0: a controller API request.
     Cluster {
         /// Which API.
         api_key: corelog_wire::frame::ApiKey,
         /// The request body as received.
         body: Vec<u8>,
         /// Where to answer.
-        reply: oneshot::Sender<Result<crate::net::Reply, ErrorCode>>,
+        reply: oneshot::Sender<Result<Reply, ErrorCode>>,
     },
-    /// A leader's push to an owned replica (cluster mode).
+    /// A leader's push to an owned replica.
     ReplicaPush {
         /// Where.
         partition: PartitionId,
@@ -218,7 +154,7 @@ pub enum ShardCommand {
         /// Where to answer.
         reply: oneshot::Sender<ReplicaPushResponse>,
     },
-    /// The controller's election query to an owned replica (cluster mode).
+    /// The controller's election query to an owned replica.
     ReplicaQuery {
         /// Where.
         partition: PartitionId,

@@ -11,8 +11,25 @@ use std::path::Path;
 use corelog_wire::error::ErrorCode;
 
 use crate::cluster::raft_log::RaftLogError;
+use crate::metrics::ShardMetrics;
 use crate::replica::ReplicaError;
-use crate::storage::StorageError;
+use crate::storage::{StorageError, StorageObserver};
+
+/// The storage observer of a broker's shard: the metrics count, then the
+/// runtime decides whether the process survives ([`on_log_fenced`]).
+#[derive(Debug)]
+pub struct ExitOnFence(pub ShardMetrics);
+
+impl StorageObserver for ExitOnFence {
+    fn on_flush(&self, bytes: u64, elapsed: std::time::Duration) {
+        self.0.on_flush(bytes, elapsed);
+    }
+
+    fn on_fenced(&self, dir: &Path, error: &StorageError) {
+        self.0.on_fenced(dir, error);
+        on_log_fenced(dir, error);
+    }
+}
 
 /// A partition log's write or fdatasync failed for a reason other than a
 /// full disk.

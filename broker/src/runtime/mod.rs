@@ -1,41 +1,27 @@
 //! The thread-per-core runtime: one glommio executor per shard, partition
-//! ownership, the cross-shard command channels, the single-node metadata
-//! authority, start-up and graceful shutdown.
+//! ownership, the cross-shard command channels.
 //!
-//! - [`shard`]: a shard's state and the routing of partition operations.
+//! - [`shard`]: a shard's state and life (inbox, readiness, shutdown).
+//! - [`routing`]: partition operations on their owning shard and leader.
+//! - [`topics`]: topic changes, producer ids and metadata snapshots.
+//! - [`replicas`]: the replicas placed on a shard, their roles and the
+//!   replication APIs.
+//! - [`groups`]: group coordinators, and the shard as their host.
+//! - [`maintenance`], [`reopen`]: housekeeping, and reopening logs fenced by
+//!   a full disk once space is back.
 //! - [`command`]: what shards send each other (owned, `Send` data only).
-//! - [`replicas`]: cluster mode's replicated partitions on a shard.
-//! - [`reopen`]: reopening logs fenced by a full disk once space is back.
-//! - [`authority`]: shard 0's topic catalog and producer-id allocator.
-//! - [`startup`]: starting the executors, signals, stopping.
 //! - [`fatal`]: failures that end the process, with their exit codes.
+//!
+//! Starting and stopping the executors is `crate::server`'s.
 
-pub mod authority;
 pub mod command;
 pub mod fatal;
+pub mod groups;
+pub mod maintenance;
 pub mod reopen;
 pub mod replicas;
+pub mod routing;
 pub mod shard;
-pub mod startup;
+pub mod topics;
 
-use std::time::Instant;
-
-use event_listener::Event;
-
-/// Waits until `done` holds or `deadline` passes; returns whether `done`
-/// held. `event` must be notified whenever `done` may have become true:
-/// the listener is taken before each check, so no notification is lost.
-pub async fn wait_until(event: &Event, deadline: Instant, done: impl Fn() -> bool) -> bool {
-    loop {
-        let listener = event.listen();
-        if done() {
-            return true;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return false;
-        }
-        let timeout = glommio::timer::sleep(deadline - now);
-        futures::future::select(listener, Box::pin(timeout)).await;
-    }
-}
+pub use crate::executor::wait_until;

@@ -1,6 +1,6 @@
-//! Recovery from a full disk without a restart: a partition log (or
-//! replica) fenced because a write or sync met `ENOSPC` is reopened once
-//! free space is back above the reserve.
+//! Recovery from a full disk without a restart: a replica (or its log)
+//! fenced because a write or sync met `ENOSPC` is reopened once free space
+//! is back above the reserve.
 //!
 //! A failed fdatasync is never retried: the data it covered is presumed
 //! lost, so the fenced log is dropped unacknowledged, and reopening runs
@@ -10,15 +10,18 @@
 //! truncate-and-push protocol.
 //!
 //! Reopening is the maintenance loop's job ([`Shard::run_maintenance`]): it
-//! removes the fenced partitions from the shard's maps and applies the
-//! current metadata snapshot again, which opens what is missing exactly as
-//! at start-up. Not reopened: a replica that leads, as it led its epoch
-//! already and cannot lead it again; the controller has to elect another
-//! leader (see the README's operations notes).
+//! removes the fenced replicas from the shard's map and applies the current
+//! metadata snapshot again, which opens what is missing exactly as at
+//! start-up. A reopened replica that led cannot lead that epoch again (it
+//! may have lost a tail its followers kept), so the broker resigns the
+//! leadership and the controller elects the partition again under a new
+//! epoch; on a single node, that elects this replica again.
+
+use corelog_replication::RoleView;
+use corelog_wire::types::LeaderEpoch;
 
 use super::command::PartitionId;
 use super::shard::Shard;
-use corelog_replication::RoleView;
 
 /// Free bytes above the reserve before a log fenced by a full disk is
 /// reopened: room for a new segment's files, its checkpoint and some
@@ -26,26 +29,24 @@ use corelog_replication::RoleView;
 pub const REOPEN_MARGIN_BYTES: u64 = 1 << 20;
 
 impl Shard {
-    /// Reopens the partitions and replicas fenced by a full disk, if space
-    /// is back. Returns how many were reopened.
+    /// Reopens the replicas fenced by a full disk, if space is back, and
+    /// resigns the leaderships of those that led. Returns how many were
+    /// reopened.
     pub(super) async fn reopen_after_disk_full(&self) -> usize {
-        let partitions: Vec<PartitionId> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter(|(_, partition)| partition.log().fenced_no_space())
-            .map(|(id, _)| *id)
-            .collect();
-        let replicas: Vec<PartitionId> = self
+        let fenced: Vec<(PartitionId, Option<LeaderEpoch>)> = self
             .replicas
             .borrow()
             .iter()
-            .filter(|(_, replica)| {
-                replica.fenced_no_space() && !matches!(replica.role(), RoleView::Leader { .. })
+            .filter(|(_, replica)| replica.fenced_no_space())
+            .map(|(id, replica)| {
+                let led = match replica.role() {
+                    RoleView::Leader { epoch, .. } => Some(epoch),
+                    RoleView::Follower { .. } | RoleView::Offline => None,
+                };
+                (*id, led)
             })
-            .map(|(id, _)| *id)
             .collect();
-        if partitions.is_empty() && replicas.is_empty() {
+        if fenced.is_empty() {
             return 0;
         }
         if !self
@@ -54,21 +55,17 @@ impl Shard {
             .has_room_above_reserve(REOPEN_MARGIN_BYTES)
         {
             tracing::debug!(
-                fenced = partitions.len() + replicas.len(),
+                fenced = fenced.len(),
                 free_bytes = self.storage.space.free_bytes(),
-                "partitions fenced by a full disk wait for free space"
+                "replicas fenced by a full disk wait for free space"
             );
             return 0;
         }
-        for id in &partitions {
-            self.partitions.borrow_mut().remove(id);
-        }
-        for id in &replicas {
+        for (id, _) in &fenced {
             self.replicas.borrow_mut().remove(id);
         }
         tracing::info!(
-            partitions = partitions.len(),
-            replicas = replicas.len(),
+            replicas = fenced.len(),
             free_bytes = self.storage.space.free_bytes(),
             "disk space is back: reopening logs fenced by a full disk"
         );
@@ -76,6 +73,26 @@ impl Shard {
         // snapshot again opens (recovers) what is now missing, and sets
         // each replica's role from the published leadership.
         self.apply_snapshot(self.snapshot()).await;
-        partitions.len() + replicas.len()
+        for (id, led) in &fenced {
+            let Some(epoch) = led else {
+                continue;
+            };
+            match self.resign_leadership(*id, *epoch).await {
+                Ok(()) => tracing::info!(
+                    topic_id = id.topic_id,
+                    partition = id.partition,
+                    epoch = epoch.0,
+                    "resigned a leadership a full disk interrupted; the controller elects again"
+                ),
+                // The next session change (or a restart) moves it anyway.
+                Err(error) => tracing::warn!(
+                    topic_id = id.topic_id,
+                    partition = id.partition,
+                    %error,
+                    "cannot resign a leadership a full disk interrupted"
+                ),
+            }
+        }
+        fenced.len()
     }
 }

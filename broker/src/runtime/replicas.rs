@@ -1,79 +1,80 @@
-//! A shard's replicated partitions (cluster mode): opening the replicas the
-//! controller placed on this shard, following the leadership it publishes,
-//! answering leaders' pushes and the controller's election queries, and the
-//! timer that drives leaders' pushes.
+//! A shard's replicas: opening the ones the controller placed on this
+//! shard, following the leadership it publishes, answering leaders' pushes
+//! and the controller's election queries, the timer that drives leaders'
+//! pushes, and closing replicas of deleted topics.
 //!
 //! Leadership comes only from published metadata: a replica leads an epoch
 //! when a snapshot names this broker leader in that epoch, and follows the
-//! named leader otherwise. Each snapshot's role changes run on their own
-//! task per partition; an older snapshot's change arriving late is refused
-//! by the state machine (its epoch is below the fence), so order between
-//! snapshots needs no coordination here.
+//! named leader otherwise ([`crate::replica::role_change`] decides which
+//! change a snapshot asks for). Each snapshot's role changes run on their
+//! own task per partition; an older snapshot's change arriving late is
+//! refused by the state machine (its epoch is below the fence), so order
+//! between snapshots needs no coordination here.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use corelog_replication::{ReplicaConfig, ReplicaId, RoleView};
+use corelog_replication::wire as replication_wire;
+use corelog_replication::{ReplicaConfig, ReplicaId};
 use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
-use corelog_wire::message::list_offsets::{
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
-};
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
-use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use event_listener::Event;
 use futures::channel::oneshot;
 
 use super::command::{PartitionId, ShardCommand};
 use super::fatal;
-use super::shard::{Shard, topic_dir};
-use super::wait_until;
-use crate::group::log::ReplicatedGroupLog;
+use super::shard::{Replica, Shard};
 use crate::group::service::GROUPS_TOPIC;
-use crate::metadata::MetadataSnapshot;
 use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
-use crate::partition::{OffsetQuery, PartitionError, PartitionSpec};
-use crate::replica::peer_transport::{self, PeerPushTransport, ResolveBroker};
-use crate::replica::{ReplicaSpec, ReplicatedPartition};
+use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
+use crate::partition::PartitionSpec;
+use crate::replica::peer_transport::{self, PeerPushTransport};
+use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, role_change};
 use crate::storage::CacheKey;
-use crate::storage::glommio_disk::GlommioDisk;
+use crate::storage::disk::Disk;
 
 /// How often leaders are given the time (pushes due, resends, heartbeats)
 /// and replication gauges are sampled.
 const REPLICATION_TICK: Duration = Duration::from_millis(20);
 
-/// How often a new `__groups` leader waiting for its quorum rechecks that
-/// it still leads.
-const COORDINATOR_LOAD_CHECK: Duration = Duration::from_secs(1);
+/// The role changes one snapshot started, for a caller that waits for them.
+#[derive(Debug, Default)]
+pub(super) struct RoleChanges {
+    pending: Rc<Cell<usize>>,
+    /// Notified as each one ends.
+    pub(super) done: Rc<Event>,
+}
 
-/// How long a lookup on another broker may take.
-const REMOTE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
-
-type Replica = Rc<ReplicatedPartition<GlommioDisk>>;
-
-impl Shard {
-    /// Milliseconds since the shard started: the replication timers' clock.
-    fn replication_now_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+impl RoleChanges {
+    /// Role changes still running.
+    pub(super) fn pending(&self) -> usize {
+        self.pending.get()
     }
 
+    /// Whether every one ended.
+    pub(super) fn all_done(&self) -> bool {
+        self.pending.get() == 0
+    }
+}
+
+impl Shard {
     /// Opens the replicas `snapshot` places on this shard and starts
     /// following the published leadership of each. Returns the partitions
-    /// this shard should host.
+    /// this shard should host and the role changes started.
     pub(super) async fn apply_replicas(
         &self,
         snapshot: &MetadataSnapshot,
-    ) -> BTreeSet<PartitionId> {
+    ) -> (BTreeSet<PartitionId>, RoleChanges) {
         let mut wanted = BTreeSet::new();
+        let changes = RoleChanges::default();
         for (name, view) in &snapshot.topics {
             for (index, partition) in view.partitions.iter().enumerate() {
-                let Some(replication) = &partition.replication else {
-                    continue;
-                };
-                if !replication.local || partition.owner != self.id {
+                if !partition.replication.local || partition.owner != self.id {
                     continue;
                 }
                 let index = index as u32;
@@ -90,10 +91,10 @@ impl Shard {
                         None => continue,
                     },
                 };
-                self.follow_leadership(name, index, &replica, replication);
+                self.follow_leadership(name, index, &replica, &partition.replication, &changes);
             }
         }
-        wanted
+        (wanted, changes)
     }
 
     /// Opens (recovering) this shard's replica of partition `id` of topic
@@ -110,7 +111,7 @@ impl Shard {
         let dir = topic_dir(&self.config.data_dir, name, view.record.id).join(index.to_string());
         let spec = ReplicaSpec {
             id: ReplicaId(self.config.node_id),
-            key: peer_transport::partition_key(view.record.id, index),
+            key: replication_wire::partition_key(view.record.id, index),
             config: ReplicaConfig::default(),
             partition: PartitionSpec {
                 topic: name,
@@ -129,9 +130,15 @@ impl Shard {
             view.record.id,
             index,
         ));
-        match ReplicatedPartition::open(self.disk.clone(), spec, self.storage.clone(), transport)
-            .await
-        {
+        let opened = ReplicatedPartition::open(
+            self.disk.clone(),
+            spec,
+            self.storage.clone(),
+            transport,
+            self.executor.clone(),
+        )
+        .await;
+        match opened {
             Ok(opened) => {
                 self.failed.borrow_mut().remove(&id);
                 self.replicas.borrow_mut().insert(id, opened.clone());
@@ -150,146 +157,60 @@ impl Shard {
     }
 
     /// Starts the role change `replication` asks of `replica`, if any, on
-    /// its own task.
+    /// its own task, counted in `changes`.
     fn follow_leadership(
         &self,
         topic: &str,
         index: u32,
         replica: &Replica,
         replication: &ReplicationView,
+        changes: &RoleChanges,
     ) {
         let me = self.config.node_id;
-        let epoch = replication.epoch;
-        let current = replica.role();
-        let wanted_leader = replication.leader;
-        let already = match (current, wanted_leader) {
-            (RoleView::Leader { epoch: led, .. }, Some(leader)) => led == epoch && leader == me,
-            (
-                RoleView::Follower {
-                    epoch: followed,
-                    leader,
-                },
-                Some(wanted),
-            ) => followed == epoch && leader.0 == wanted,
-            (_, None) => true,
-            _ => false,
-        };
-        if already {
+        let Some(change) = role_change(replica.role(), replication, me) else {
             return;
-        }
-        let replica = replica.clone();
-        let replicas: Vec<ReplicaId> = replication
-            .replicas
-            .iter()
-            .copied()
-            .map(ReplicaId)
-            .collect();
-        let now_ms = self.replication_now_ms();
-        let topic = topic.to_owned();
+        };
         let groups = topic == GROUPS_TOPIC;
-        if groups && wanted_leader != Some(me) {
+        if groups && !matches!(change, RoleChange::Lead { .. }) {
             // The coordinator lives on the leader only.
             self.coordinators.borrow_mut().remove(&index);
         }
+        let replica = replica.clone();
+        let topic = topic.to_owned();
         let shard = self.me.clone();
+        let pending = changes.pending.clone();
+        let done = changes.done.clone();
+        pending.set(pending.get() + 1);
         glommio::spawn_local(async move {
-            let result = match wanted_leader {
-                Some(leader) if leader == me => replica.become_leader(epoch, &replicas, now_ms).await,
-                Some(leader) => replica.become_follower(epoch, ReplicaId(leader), now_ms).await,
-                None => Ok(()),
+            let result = match &change {
+                RoleChange::Lead { epoch, replicas } => replica.become_leader(*epoch, replicas).await,
+                RoleChange::Follow { epoch, leader } => {
+                    replica.become_follower(*epoch, *leader).await
+                }
             };
             match result {
-                Ok(()) => tracing::info!(%topic, partition = index, epoch = epoch.0, leader = ?wanted_leader, "replica role follows metadata"),
+                Ok(()) => {
+                    tracing::info!(%topic, partition = index, ?change, "replica role follows metadata");
+                    // A `__groups` leader's change is done once its
+                    // coordinator serves.
+                    if groups
+                        && let RoleChange::Lead { epoch, .. } = change
+                        && let Some(shard) = shard.upgrade()
+                    {
+                        shard.load_coordinator(index, replica, epoch).await;
+                    }
+                }
                 // A later snapshot (or query) already moved past this epoch,
                 // or this replica led the epoch before a restart: the
                 // controller elects again; nothing to do here.
                 Err(error) => {
-                    tracing::debug!(%topic, partition = index, epoch = epoch.0, %error, "role change refused");
-                    return;
+                    tracing::debug!(%topic, partition = index, ?change, %error, "role change refused");
                 }
             }
-            if groups
-                && wanted_leader == Some(me)
-                && let Some(shard) = shard.upgrade()
-            {
-                shard.load_coordinator(index, replica, epoch).await;
-            }
+            pending.set(pending.get() - 1);
+            done.notify(usize::MAX);
         })
         .detach();
-    }
-
-    /// A new leader of a `__groups` partition: once everything the log
-    /// holds is committed (the high watermark passed this epoch's start
-    /// marker, so every earlier epoch's records are committed too), replays
-    /// it into a coordinator. Gives up when the leadership ends first.
-    async fn load_coordinator(&self, index: u32, replica: Replica, epoch: LeaderEpoch) {
-        let leads = |replica: &Replica| matches!(replica.role(), RoleView::Leader { epoch: led, .. } if led == epoch);
-        let end = replica.log_end();
-        let signal = replica.high_watermark_signal();
-        loop {
-            if !leads(&replica) || self.is_stopping() {
-                return;
-            }
-            let deadline = Instant::now() + COORDINATOR_LOAD_CHECK;
-            if wait_until(&signal, deadline, || replica.high_watermark() >= end).await {
-                break;
-            }
-            tracing::info!(
-                partition = index,
-                epoch = epoch.0,
-                "__groups leader waits for its quorum before loading groups"
-            );
-        }
-        if leads(&replica) {
-            self.start_coordinator(index, Rc::new(ReplicatedGroupLog(replica)))
-                .await;
-        }
-    }
-
-    /// Refuses group requests on a `__groups` replica that is not leading
-    /// (it stepped down before the metadata said so): its coordinator's
-    /// view may be stale.
-    pub(super) fn check_coordinator_leads(&self, index: u32) -> Result<(), PartitionError> {
-        let snapshot = self.snapshot();
-        let Some((view, _)) = snapshot.partition(GROUPS_TOPIC, index) else {
-            return Ok(());
-        };
-        let id = PartitionId {
-            topic_id: view.record.id,
-            partition: index,
-        };
-        match self.replicas.borrow().get(&id) {
-            Some(replica)
-                if !matches!(
-                    replica.role(),
-                    RoleView::Leader {
-                        accepting_writes: true,
-                        ..
-                    }
-                ) =>
-            {
-                Err(PartitionError::new(
-                    ErrorCode::NotCoordinator,
-                    "this broker no longer leads the group's __groups partition; find the coordinator again",
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Looks a broker's address up in the current metadata, for pushes.
-    fn broker_resolver(&self) -> ResolveBroker {
-        let me = self.me.clone();
-        Rc::new(move |replica: ReplicaId| {
-            let shard = me.upgrade()?;
-            let snapshot = shard.snapshot();
-            let cluster = snapshot.cluster.as_ref()?;
-            let broker = cluster
-                .state
-                .brokers()
-                .get(&corelog_controller::NodeId(u64::from(replica.0)))?;
-            resolve_address(&broker.host, broker.port)
-        })
     }
 
     /// Closes the replicas this shard should no longer host (their topic
@@ -310,7 +231,7 @@ impl Shard {
                 tracing::warn!(topic = partition.topic(), partition = partition.index(), %error, "closing a deleted replica failed");
             }
             let dir = partition.dir();
-            if let Err(error) = std::fs::remove_dir_all(&dir) {
+            if let Err(error) = self.disk.remove_dir_all(&dir).await {
                 tracing::warn!(dir = %dir.display(), %error, "cannot remove a deleted replica's directory");
             }
         }
@@ -351,7 +272,7 @@ impl Shard {
     pub async fn replica_query(&self, request: ReplicaQueryRequest) -> ReplicaQueryResponse {
         let (partition, owner) = match self.replica_owner(request.topic_id, request.partition) {
             Ok(found) => found,
-            Err(message) => return peer_transport::query_refusal(ErrorCode::NotLeader, message),
+            Err(message) => return replication_wire::query_refusal(ErrorCode::NotLeader, message),
         };
         if owner == self.id {
             return self.local_replica_query(partition, &request).await;
@@ -363,10 +284,10 @@ impl Shard {
             reply,
         };
         if let Err(error) = self.send_now(owner, command) {
-            return peer_transport::query_refusal(error.code, error.message);
+            return replication_wire::query_refusal(error.code, error.message);
         }
         answer.await.unwrap_or_else(|_| {
-            peer_transport::query_refusal(
+            replication_wire::query_refusal(
                 ErrorCode::LeaderNotAvailable,
                 "the owning shard stopped".to_owned(),
             )
@@ -375,7 +296,11 @@ impl Shard {
 
     /// Where this broker's replica of `(topic_id, partition)` lives, or why
     /// there is none.
-    fn replica_owner(&self, topic_id: u64, partition: u32) -> Result<(PartitionId, u16), String> {
+    fn replica_owner(
+        &self,
+        topic_id: u64,
+        partition: u32,
+    ) -> Result<(PartitionId, ShardId), String> {
         let snapshot = self.snapshot();
         let (_, view) = snapshot
             .partition_by_id(topic_id, partition)
@@ -385,18 +310,18 @@ impl Shard {
                     snapshot.version
                 )
             })?;
-        match &view.replication {
-            Some(replication) if replication.local => Ok((
-                PartitionId {
-                    topic_id,
-                    partition,
-                },
-                view.owner,
-            )),
-            _ => Err(format!(
+        if !view.replication.local {
+            return Err(format!(
                 "this broker holds no replica of partition {partition} of topic id {topic_id}"
-            )),
+            ));
         }
+        Ok((
+            PartitionId {
+                topic_id,
+                partition,
+            },
+            view.owner,
+        ))
     }
 
     /// Answers a push on the replica's own shard.
@@ -430,90 +355,18 @@ impl Shard {
         request: &ReplicaQueryRequest,
     ) -> ReplicaQueryResponse {
         let Some(replica) = self.replicas.borrow().get(&partition).cloned() else {
-            return peer_transport::query_refusal(
+            return replication_wire::query_refusal(
                 ErrorCode::LeaderNotAvailable,
                 "the replica is not open yet; retry".to_owned(),
             );
         };
         match replica
-            .handle_query(peer_transport::query_from_wire(request))
+            .handle_query(replication_wire::query_from_wire(request))
             .await
         {
-            Ok(answer) => peer_transport::answer_to_wire(&answer),
-            Err(error) => peer_transport::query_refusal(error.code(), error.to_string()),
+            Ok(answer) => replication_wire::answer_to_wire(&answer),
+            Err(error) => replication_wire::query_refusal(error.code(), error.to_string()),
         }
-    }
-
-    /// Looks an offset up in a partition wherever it is led: here through
-    /// its owning shard, or (cluster mode, led by another broker) by asking
-    /// the leader with `ListOffsets`. Group coordinators use it to bound
-    /// commits and resets by partitions they do not lead.
-    ///
-    /// # Errors
-    /// The partition's error, or `NOT_LEADER` / `LEADER_NOT_AVAILABLE` when
-    /// the leader cannot be asked.
-    pub async fn offset_anywhere(
-        &self,
-        topic: &str,
-        partition: u32,
-        query: OffsetQuery,
-    ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
-        let leader = match self.locate(topic, partition) {
-            Ok((id, owner)) => return self.list_offset(id, owner, query).await,
-            Err(error) if error.code == ErrorCode::NotLeader => self
-                .snapshot()
-                .partition(topic, partition)
-                .and_then(|(_, view)| view.replication.as_ref()?.leader)
-                .ok_or(error)?,
-            Err(error) => return Err(error),
-        };
-        let addr = (self.broker_resolver())(ReplicaId(leader)).ok_or_else(|| {
-            PartitionError::new(
-                ErrorCode::LeaderNotAvailable,
-                format!("the leader of {topic}/{partition}, broker {leader}, has no known address"),
-            )
-        })?;
-        let spec = match query {
-            OffsetQuery::Earliest => OffsetSpec::Earliest,
-            OffsetQuery::Latest => OffsetSpec::Latest,
-            OffsetQuery::Timestamp(time) => OffsetSpec::Timestamp(time.0),
-        };
-        let request = ListOffsetsRequest {
-            topics: vec![ListOffsetsTopic {
-                name: topic.to_owned(),
-                partitions: vec![ListOffsetsPartition { partition, spec }],
-            }],
-        };
-        let answer = self
-            .brokers
-            .call(addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
-            .await
-            .map_err(|error| {
-                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
-            })?;
-        let found = answer
-            .message
-            .topics
-            .into_iter()
-            .flat_map(|topic| topic.partitions)
-            .find(|found| found.partition == partition)
-            .ok_or_else(|| {
-                PartitionError::new(
-                    ErrorCode::UnknownServerError,
-                    format!("broker {leader} did not answer for {topic}/{partition}"),
-                )
-            })?;
-        if found.error_code != ErrorCode::None.code() {
-            let code =
-                ErrorCode::from_code(found.error_code).unwrap_or(ErrorCode::UnknownServerError);
-            return Err(PartitionError::new(
-                code,
-                format!("broker {leader} answered {code} for {topic}/{partition}"),
-            ));
-        }
-        Ok(u64::try_from(found.offset)
-            .ok()
-            .map(|offset| (Offset(offset), TimestampMs(found.timestamp))))
     }
 
     /// Gives every replica the time (leaders push what is due) and samples
@@ -521,12 +374,11 @@ impl Shard {
     pub async fn run_replication_timers(self: Rc<Self>) {
         while !self.is_stopping() {
             glommio::timer::sleep(REPLICATION_TICK).await;
-            let now_ms = self.replication_now_ms();
             let replicas: Vec<Replica> = self.replicas.borrow().values().cloned().collect();
             let mut lag = 0u64;
             let mut leading = 0i64;
             for replica in &replicas {
-                replica.tick(now_ms);
+                replica.tick();
                 if let Some(behind) = replica.follower_lag() {
                     lag = lag.saturating_add(behind);
                     leading += 1;
@@ -573,13 +425,4 @@ impl Shard {
 /// The tail-cache key of a partition.
 pub(super) fn cache_key(id: PartitionId) -> CacheKey {
     CacheKey((id.topic_id << 20) | u64::from(id.partition))
-}
-
-/// A broker's advertised host and port as a socket address: parsed when
-/// the host is an address, resolved otherwise.
-fn resolve_address(host: &str, port: u16) -> Option<SocketAddr> {
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return Some(SocketAddr::new(ip, port));
-    }
-    (host, port).to_socket_addrs().ok()?.next()
 }

@@ -56,6 +56,14 @@ pub trait Disk: Clone + 'static {
     /// The filesystem's error.
     async fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
 
+    /// Removes `dir` and everything under it (a deleted topic's
+    /// partitions). Like a removal, not durable until [`Disk::sync_dir`] of
+    /// its parent returns.
+    ///
+    /// # Errors
+    /// The filesystem's error.
+    async fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
+
     /// Names of the files in `dir`.
     ///
     /// # Errors

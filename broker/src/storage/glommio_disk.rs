@@ -101,6 +101,14 @@ impl Disk for GlommioDisk {
         std::fs::create_dir_all(dir)
     }
 
+    async fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        // Thousands of unlinks: on glommio's blocking pool, not the reactor.
+        let dir = dir.to_path_buf();
+        glommio::executor()
+            .spawn_blocking(move || std::fs::remove_dir_all(dir))
+            .await
+    }
+
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(dir)? {

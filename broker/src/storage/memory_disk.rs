@@ -321,6 +321,26 @@ impl Disk for MemoryDisk {
         Ok(())
     }
 
+    async fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.maybe_yield().await;
+        let mut state = self.state.borrow_mut();
+        if !state.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        let removed: Vec<(PathBuf, u64)> = state
+            .names
+            .iter()
+            .filter(|(path, _)| path.starts_with(dir))
+            .map(|(path, inode)| (path.clone(), *inode))
+            .collect();
+        for (path, inode) in removed {
+            state.names.remove(&path);
+            state.release_if_unreferenced(inode);
+        }
+        state.dirs.retain(|known| !known.starts_with(dir));
+        Ok(())
+    }
+
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         let state = self.state.borrow();
         if !state.dirs.contains(dir) {

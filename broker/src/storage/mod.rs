@@ -134,7 +134,7 @@ pub trait StorageObserver {
     fn on_flush(&self, bytes: u64, elapsed: std::time::Duration);
 
     /// A partition log in `dir` fenced itself after `error` (once per log).
-    /// The broker's observer exits the process unless the disk is full.
+    /// The broker's metrics count it; its runtime exits unless the disk is full.
     fn on_fenced(&self, _dir: &Path, _error: &StorageError) {}
 }
 
@@ -159,14 +159,14 @@ impl std::fmt::Debug for ShardStorage {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
     /// The offset is below the log start or past the log end.
-    #[error("offset {requested} is outside the log ({log_start}..{log_end})")]
+    #[error("offset {requested} is outside the log ({log_start}..{readable_end})")]
     OffsetOutOfRange {
         /// The offset asked for.
         requested: Offset,
         /// First offset the log holds.
         log_start: Offset,
-        /// Offset after the last durable record.
-        log_end: Offset,
+        /// Offset after the last record readers may see.
+        readable_end: Offset,
         /// What was deleted between the requested offset and the log start,
         /// and why.
         deleted: Vec<DeletedRange>,

@@ -18,7 +18,8 @@ impl Replica {
     ///
     /// Raises the fence to `epoch`, records `epoch` as led, starts a history
     /// run at the log end (`Persist`), and asks for the epoch-start marker
-    /// (`AppendMarker`). Writes are accepted once the marker is appended.
+    /// (`AppendMarker`). Writes are accepted once the marker is appended, or
+    /// at once on an empty log, which needs none.
     /// Repeating the call for the epoch already led is a no-op (metadata is
     /// redelivered).
     ///
@@ -93,15 +94,21 @@ impl Replica {
                 (*replica, progress)
             })
             .collect();
+        // An empty log needs no marker: no older epoch's record exists that
+        // counting could commit (Raft fig. 8), so writes start at once, and
+        // a new partition's first record is at offset 0.
+        let empty = self.log_start == self.log_end;
         self.role = Role::Leader(LeaderState {
             epoch,
             replicas,
             epoch_start: self.log_end,
-            marker_appended: false,
+            marker_appended: empty,
             followers,
         });
         actions.push(self.persist());
-        actions.push(Action::AppendMarker { epoch });
+        if !empty {
+            actions.push(Action::AppendMarker { epoch });
+        }
         self.check_invariants();
         Ok(actions)
     }

@@ -176,6 +176,37 @@ fn become_leader_persists_the_promise_before_asking_for_the_marker() {
 }
 
 #[test]
+fn a_leader_of_an_empty_log_takes_writes_at_once_and_commits_them_by_majority() {
+    let mut a = replica(A, &[], 0, 0);
+    let actions = a.become_leader(e(1), &[A, B, C], 0).unwrap();
+    assert!(
+        matches!(actions[..], [Action::Persist(_)]),
+        "no marker: no older record exists that counting could commit: {actions:?}"
+    );
+    assert!(a.accepting_writes());
+    a.on_local_append(BatchMeta {
+        base: o(0),
+        last: o(2),
+        epoch: e(1),
+    });
+    assert!(high_watermarks(&a.on_local_durable(o(3))).is_empty());
+    assert_eq!(
+        high_watermarks(&a.on_push_ack(&ok(B, 1, 3), 1).unwrap()),
+        vec![o(3)],
+        "the first record sits at offset 0 and commits on a majority"
+    );
+    // A replica set of one commits what its own log made durable.
+    let mut alone = replica(A, &[], 0, 0);
+    alone.become_leader(e(1), &[A], 0).unwrap();
+    alone.on_local_append(BatchMeta {
+        base: o(0),
+        last: o(0),
+        epoch: e(1),
+    });
+    assert_eq!(high_watermarks(&alone.on_local_durable(o(1))), vec![o(1)]);
+}
+
+#[test]
 fn become_leader_refuses_a_fenced_epoch_and_an_epoch_led_before_a_restart() {
     let mut a = replica(A, &[(1, 0)], 5, 4);
     assert_eq!(

@@ -6,11 +6,10 @@
 //! that broker checks what it can and forwards the change here, because only
 //! the controller leader proposes metadata changes through raft.
 //!
-//! The controller answers once the change is committed and applied. `value`
-//! is the metadata version it was applied at, so that the forwarding broker
-//! can wait until its own metadata reaches that version before answering the
-//! client (a client that creates a topic and then asks that broker for
-//! metadata sees the topic).
+//! The controller answers once the change is committed and applied, so that
+//! the forwarding broker can wait until its own metadata shows it before
+//! answering the client (a client that creates a topic and then asks that
+//! broker for metadata sees the topic).
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -32,8 +31,11 @@ pub enum ControllerOp {
         partitions: u32,
         /// Replicas per partition.
         replication_factor: u16,
-        /// Topic configuration, as given by the client.
+        /// Topic configuration: the client's entries over the forwarding
+        /// broker's defaults.
         configs: Vec<ConfigEntry>,
+        /// Check everything a creation would, change nothing.
+        validate_only: bool,
     } = 0,
     /// Delete a topic and all its partitions.
     DeleteTopic {
@@ -46,6 +48,19 @@ pub enum ControllerOp {
         /// Ids in the block.
         count: u32,
     } = 2,
+    /// The forwarding broker cannot lead this partition's epoch any more
+    /// (its log was fenced and reopened): make the partition leaderless, so
+    /// that an election publishes a leader under a new epoch.
+    ResignLeadership {
+        /// The topic's id.
+        topic_id: u64,
+        /// The partition.
+        partition: u32,
+        /// The resigning broker.
+        node_id: u32,
+        /// The epoch it led.
+        epoch: u32,
+    } = 3,
 }
 
 /// Forwards one change to the controller leader.
@@ -71,9 +86,10 @@ pub struct ControllerOperationResponse {
     /// answering voter knows it.
     pub leader_hint: Option<u32>,
     /// With `NONE`: for `AllocateProducerIds`, the first id of the allocated
-    /// block (the block is `value..value + count`); for the other
-    /// operations, the metadata version the change was applied at. `-1` on
-    /// error.
+    /// block (the block is `value..value + count`); for `CreateTopic`, the
+    /// new topic's id (-1 when only validated); for `DeleteTopic`, 0; for
+    /// `ResignLeadership`, 1 if the partition became leaderless, else 0.
+    /// `-1` on error.
     pub value: i64,
 }
 
@@ -98,16 +114,34 @@ pub(crate) mod tests {
     fn op() -> impl Strategy<Value = ControllerOp> {
         let config = (name(), name()).prop_map(|(key, value)| ConfigEntry { key, value });
         prop_oneof![
-            (name(), any::<u32>(), any::<u16>(), few(config)).prop_map(
-                |(name, partitions, replication_factor, configs)| ControllerOp::CreateTopic {
-                    name,
-                    partitions,
-                    replication_factor,
-                    configs,
-                }
-            ),
+            (
+                name(),
+                any::<u32>(),
+                any::<u16>(),
+                few(config),
+                any::<bool>()
+            )
+                .prop_map(
+                    |(name, partitions, replication_factor, configs, validate_only)| {
+                        ControllerOp::CreateTopic {
+                            name,
+                            partitions,
+                            replication_factor,
+                            configs,
+                            validate_only,
+                        }
+                    }
+                ),
             name().prop_map(|name| ControllerOp::DeleteTopic { name }),
             any::<u32>().prop_map(|count| ControllerOp::AllocateProducerIds { count }),
+            (any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+                |(topic_id, partition, node_id, epoch)| ControllerOp::ResignLeadership {
+                    topic_id,
+                    partition,
+                    node_id,
+                    epoch,
+                }
+            ),
         ]
     }
 
@@ -140,14 +174,22 @@ pub(crate) mod tests {
             partitions: 3,
             replication_factor: 3,
             configs: Vec::new(),
+            validate_only: false,
         };
         let delete = ControllerOp::DeleteTopic {
             name: "t".to_owned(),
         };
         let allocate = ControllerOp::AllocateProducerIds { count: 1000 };
+        let resign = ControllerOp::ResignLeadership {
+            topic_id: 1,
+            partition: 0,
+            node_id: 2,
+            epoch: 3,
+        };
         assert_eq!(archived_tag(&create), 0);
         assert_eq!(archived_tag(&delete), 1);
         assert_eq!(archived_tag(&allocate), 2);
+        assert_eq!(archived_tag(&resign), 3);
     }
 
     proptest! {

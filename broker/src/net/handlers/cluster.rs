@@ -1,35 +1,15 @@
-//! The controller APIs (40–44): raft messages between voters, broker
-//! registration and heartbeats, metadata long-polls and operations. They
-//! run on shard 0, which holds the cluster role; other shards forward them
-//! there. A standalone broker (no `--controller-voters`) refuses them with
-//! `UNSUPPORTED_VERSION`; a broker that is not the controller leader
-//! answers `NOT_CONTROLLER` with the leader it knows.
+//! The controller APIs (40–44) as they arrive on any shard: shard 0 serves
+//! them with its cluster role (`crate::cluster::api`), other shards forward
+//! them there.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use corelog_controller::{Command, NodeId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
-use corelog_wire::message::broker_heartbeat::{BrokerHeartbeatRequest, BrokerHeartbeatResponse};
-use corelog_wire::message::broker_register::{BrokerRegisterRequest, BrokerRegisterResponse};
-use corelog_wire::message::controller_operation::{
-    ControllerOp, ControllerOperationRequest, ControllerOperationResponse,
-};
-use corelog_wire::message::controller_raft::{ControllerRaftRequest, ControllerRaftResponse};
-use corelog_wire::message::decode_request;
-use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
 
-use super::groups::owned;
-use super::{refused, unencodable};
-use crate::cluster::{ClusterRole, ControllerRequestError, ControllerService};
-use crate::net::Reply;
+use crate::api::Reply;
+use crate::metadata::ShardId;
 use crate::runtime::shard::Shard;
-
-/// Longest metadata long-poll a broker may ask for.
-const METADATA_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// Runs controller API `api_key` on shard 0.
 ///
@@ -40,173 +20,8 @@ pub(super) async fn handle(
     api_key: ApiKey,
     body: &[u8],
 ) -> Result<Reply, ErrorCode> {
-    if shard.id != 0 {
+    if shard.id != ShardId(0) {
         return shard.forward_cluster(api_key, body.to_vec()).await;
     }
-    let Some(role) = shard.cluster() else {
-        return Err(ErrorCode::UnsupportedVersion);
-    };
-    match api_key {
-        ApiKey::ControllerRaft => raft(&role, body),
-        ApiKey::BrokerRegister => register(&role, body).await,
-        ApiKey::BrokerHeartbeat => heartbeat(&role, body),
-        ApiKey::MetadataFetch => metadata_fetch(&role, body).await,
-        ApiKey::ControllerOperation => operation(&role, body).await,
-        _ => Err(ErrorCode::UnsupportedVersion),
-    }
-}
-
-/// The controller role, or the `NOT_CONTROLLER` error with this broker's hint.
-fn controller(role: &ClusterRole) -> Result<&Rc<ControllerService>, ControllerRequestError> {
-    role.controller
-        .as_ref()
-        .ok_or(ControllerRequestError::NotController {
-            leader: role.member.controller_hint(),
-        })
-}
-
-fn raft(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let (request, message) = decode_request::<ControllerRaftRequest>(body).map_err(refused)?;
-    let error_code = match &role.controller {
-        Some(controller) if request.to.to_native() == controller.id() => {
-            match controller.step(message) {
-                Ok(()) => ErrorCode::None,
-                Err(code) => code,
-            }
-        }
-        _ => ErrorCode::NotController,
-    };
-    let response = ControllerRaftResponse {
-        error_code: error_code.code(),
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
-}
-
-fn split(result: Result<(), ControllerRequestError>) -> (u16, Option<String>, Option<u32>) {
-    match result {
-        Ok(()) => (ErrorCode::None.code(), None, None),
-        Err(error) => (
-            error.code().code(),
-            Some(error.to_string()),
-            error.leader_hint(),
-        ),
-    }
-}
-
-async fn register(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let request = owned::<BrokerRegisterRequest>(body)?;
-    let result = match controller(role) {
-        Ok(controller) => {
-            controller
-                .register(Command::RegisterBroker {
-                    node: NodeId(u64::from(request.node_id)),
-                    host: request.host,
-                    port: request.port,
-                    rack: request.rack,
-                    shard_count: request.shards,
-                    incarnation: request.incarnation,
-                })
-                .await
-        }
-        Err(error) => Err(error),
-    };
-    let (error_code, error_message, leader_hint) = split(result);
-    let response = BrokerRegisterResponse {
-        error_code,
-        error_message,
-        leader_hint,
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
-}
-
-fn heartbeat(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let request = owned::<BrokerHeartbeatRequest>(body)?;
-    let result = controller(role).and_then(|controller| {
-        controller.heartbeat(
-            NodeId(u64::from(request.node_id)),
-            request.incarnation,
-            request.metadata_version,
-        )
-    });
-    let fenced = *result.as_ref().unwrap_or(&true);
-    let (error_code, error_message, leader_hint) = split(result.map(|_| ()));
-    let response = BrokerHeartbeatResponse {
-        error_code,
-        error_message,
-        fenced,
-        leader_hint,
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
-}
-
-async fn metadata_fetch(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let request = owned::<MetadataFetchRequest>(body)?;
-    let controller = match controller(role) {
-        Ok(controller) => controller.clone(),
-        Err(error) => {
-            let response = MetadataFetchResponse {
-                error_code: error.code().code(),
-                error_message: Some(error.to_string()),
-                leader_hint: error.leader_hint(),
-                version: 0,
-                state_len: 0,
-            };
-            return Reply::message(&response, Vec::new()).map_err(unencodable);
-        }
-    };
-    let wait = Duration::from_millis(u64::from(request.max_wait_ms)).min(METADATA_WAIT_MAX);
-    let version = controller
-        .wait_for_version(request.known_version, wait)
-        .await;
-    let (version, state) = if version > request.known_version {
-        controller.encoded_state()
-    } else {
-        (version, Vec::new())
-    };
-    let response = MetadataFetchResponse {
-        error_code: ErrorCode::None.code(),
-        error_message: None,
-        leader_hint: controller.leader(),
-        version,
-        state_len: u32::try_from(state.len()).map_err(|_| ErrorCode::UnknownServerError)?,
-    };
-    Reply::message(&response, vec![Bytes::from(state)]).map_err(unencodable)
-}
-
-async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let request = owned::<ControllerOperationRequest>(body)?;
-    let result = match controller(role) {
-        Ok(controller) => match request.op {
-            ControllerOp::CreateTopic {
-                name,
-                partitions,
-                replication_factor,
-                configs,
-            } => {
-                let config: BTreeMap<String, String> = configs
-                    .into_iter()
-                    .map(|entry| (entry.key, entry.value))
-                    .collect();
-                let internal = name.starts_with("__");
-                controller
-                    .create_topic(name, internal, partitions, replication_factor, config)
-                    .await
-                    .map(|id| i64::try_from(id).unwrap_or(i64::MAX))
-            }
-            ControllerOp::DeleteTopic { name } => controller.delete_topic(&name).await.map(|()| 0),
-            ControllerOp::AllocateProducerIds { count } => {
-                controller.allocate_producer_ids(count).await
-            }
-        },
-        Err(error) => Err(error),
-    };
-    let value = *result.as_ref().unwrap_or(&0);
-    let (error_code, error_message, leader_hint) = split(result.map(|_| ()));
-    let response = ControllerOperationResponse {
-        error_code,
-        error_message,
-        leader_hint,
-        value,
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    shard.serve_cluster_api(api_key, body).await
 }

@@ -22,8 +22,9 @@ use corelog_wire::message::fetch::{
 use corelog_wire::types::Offset;
 use futures::future::{Either, join_all, select, select_all};
 
-use super::{refused, unencodable};
-use crate::net::Reply;
+use crate::api::Reply;
+use crate::api::{refused, unencodable};
+use crate::metadata::ShardId;
 use crate::partition::{GapInfo, PartitionError};
 use crate::runtime::command::PartitionId;
 use crate::runtime::shard::Shard;
@@ -35,7 +36,7 @@ struct Wanted {
     partition: u32,
     offset: Offset,
     max_bytes: usize,
-    target: Result<(PartitionId, u16), PartitionError>,
+    target: Result<(PartitionId, ShardId), PartitionError>,
 }
 
 pub(super) async fn fetch(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
@@ -134,7 +135,7 @@ fn respond(
                     partition: entry.partition,
                     error_code: ErrorCode::None.code(),
                     error_message: None,
-                    high_watermark: read.log_end.0,
+                    high_watermark: read.readable_end.0,
                     log_start_offset: read.log_start.0,
                     next_offset,
                     records_len,

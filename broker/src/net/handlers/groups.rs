@@ -21,29 +21,13 @@ use corelog_wire::message::offset_commit::{OffsetCommitRequest, OffsetCommitResp
 use corelog_wire::message::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
 use corelog_wire::message::reset_offsets::{ResetOffsetsRequest, ResetOffsetsResponse};
 use corelog_wire::message::write_audit::{WriteAuditRequest, WriteAuditResponse};
-use corelog_wire::message::{Request, decode_request};
-use rkyv::rancor;
 
-use super::{refused, unencodable};
+use crate::api::{Reply, owned, unencodable};
+use crate::group::requests::{GroupRequest, GroupResponse};
 use crate::group::service::{self, GROUPS_TOPIC};
 use crate::metadata::MetadataSnapshot;
-use crate::net::Reply;
 use crate::partition::PartitionError;
-use crate::runtime::command::{GroupRequest, GroupResponse};
 use crate::runtime::shard::Shard;
-
-/// Decodes and deserialises a request into its owned form.
-pub(super) fn owned<T>(body: &[u8]) -> Result<T, ErrorCode>
-where
-    T: Request,
-    T::Archived: rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rancor::Error>>,
-{
-    let (archived, _) = decode_request::<T>(body).map_err(refused)?;
-    rkyv::deserialize::<T, rancor::Error>(archived).map_err(|error| {
-        tracing::debug!(%error, "request did not deserialise");
-        ErrorCode::InvalidRequest
-    })
-}
 
 fn unavailable_message(error: &PartitionError) -> (u16, Option<String>) {
     (error.code.code(), Some(error.message.clone()))
@@ -57,32 +41,12 @@ pub(super) fn find_coordinator(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, 
         .get(GROUPS_TOPIC)
         .map_or(0, |view| view.record.partitions);
     let index = service::groups_partition_for(&request.group, partitions);
-    if snapshot.cluster.is_some() {
-        let response = cluster_coordinator(&snapshot, index);
-        return Reply::message(&response, Vec::new()).map_err(unencodable);
-    }
-    let (error_code, error_message, owner_shard) = match shard.locate(GROUPS_TOPIC, index) {
-        Ok((_, owner)) => (ErrorCode::None.code(), None, owner),
-        Err(error) => (
-            ErrorCode::CoordinatorNotAvailable.code(),
-            Some(error.message),
-            0,
-        ),
-    };
-    let response = FindCoordinatorResponse {
-        error_code,
-        error_message,
-        node_id: shard.config.node_id,
-        host: shard.config.advertised_host.clone(),
-        port: shard.config.listen.port(),
-        owner_shard,
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    Reply::encode(&coordinator(&snapshot, index), Vec::new())
 }
 
-/// Cluster mode: the coordinator is the leader of the group's `__groups`
-/// partition, wherever it is.
-fn cluster_coordinator(snapshot: &MetadataSnapshot, index: u32) -> FindCoordinatorResponse {
+/// The coordinator is the leader of the group's `__groups` partition,
+/// wherever it is.
+fn coordinator(snapshot: &MetadataSnapshot, index: u32) -> FindCoordinatorResponse {
     let unavailable = |message: String| FindCoordinatorResponse {
         error_code: ErrorCode::CoordinatorNotAvailable.code(),
         error_message: Some(message),
@@ -91,17 +55,11 @@ fn cluster_coordinator(snapshot: &MetadataSnapshot, index: u32) -> FindCoordinat
         port: 0,
         owner_shard: 0,
     };
-    let Some(cluster) = &snapshot.cluster else {
-        return unavailable("not in cluster mode".to_owned());
-    };
+    let cluster = &snapshot.cluster;
     let Some((view, partition)) = snapshot.partition(GROUPS_TOPIC, index) else {
         return unavailable("the __groups topic is not created yet; retry".to_owned());
     };
-    let leader = partition
-        .replication
-        .as_ref()
-        .and_then(|replication| replication.leader);
-    let Some(leader) = leader else {
+    let Some(leader) = partition.replication.leader else {
         return unavailable(format!(
             "__groups partition {index} has no leader (fewer than a majority of its replicas are reachable); retry"
         ));

@@ -20,13 +20,27 @@ use corelog_wire::frame::ApiKey;
 use corelog_wire::message::api_versions::{
     ApiVersionsRequest, ApiVersionsResponse, supported_apis,
 };
+use corelog_wire::message::decode_request;
 use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
-use corelog_wire::message::{MessageError, decode_request};
 
-use super::Reply;
+use crate::api::{Reply, refused};
 use crate::runtime::shard::Shard;
 
+/// Where a request came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A connection, from this address when known.
+    Network(Option<SocketAddr>),
+    /// This broker itself (`crate::peer`'s loopback): its membership
+    /// calling its controller, its controller querying its replicas.
+    Loopback,
+}
+
 /// Runs the handler of `api_key`.
+///
+/// A single node (no `--controller-voters`) is a cluster of one: nothing
+/// but itself speaks the inter-broker APIs to it, so from the network they
+/// are refused with `UNSUPPORTED_VERSION`.
 ///
 /// # Errors
 /// The code of a top-level refusal (`INVALID_REQUEST` for a body that does
@@ -36,8 +50,17 @@ pub async fn dispatch(
     api_key: ApiKey,
     body: &[u8],
     received: Instant,
-    peer: Option<SocketAddr>,
+    origin: Origin,
 ) -> Result<Reply, ErrorCode> {
+    let peer = match origin {
+        Origin::Network(peer) => {
+            if api_key.is_inter_broker() && shard.config.is_single_node() {
+                return Err(ErrorCode::UnsupportedVersion);
+            }
+            peer
+        }
+        Origin::Loopback => None,
+    };
     match api_key {
         ApiKey::ApiVersions => api_versions(body),
         ApiKey::Metadata => topics::metadata(shard, body),
@@ -59,8 +82,7 @@ pub async fn dispatch(
         ApiKey::DeleteGroups => groups::delete(shard, body).await,
         ApiKey::ResetOffsets => groups::reset(shard, body).await,
         ApiKey::WriteAudit => groups::write_audit(shard, body).await,
-        // Controller APIs: served on shard 0 in cluster mode; a standalone
-        // broker is its own controller and refuses them.
+        // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft
         | ApiKey::BrokerRegister
         | ApiKey::BrokerHeartbeat
@@ -72,37 +94,13 @@ pub async fn dispatch(
     }
 }
 
-/// Runs a controller API forwarded to shard 0 by another shard.
-///
-/// # Errors
-/// The top-level refusal code.
-pub async fn cluster_on_shard_zero(
-    shard: &Rc<Shard>,
-    api_key: ApiKey,
-    body: &[u8],
-) -> Result<Reply, ErrorCode> {
-    cluster::handle(shard, api_key, body).await
-}
-
-/// Maps a message codec failure to the code it is answered with.
-pub(super) fn refused(error: MessageError) -> ErrorCode {
-    tracing::debug!(%error, "request body refused");
-    error.error_code()
-}
-
-/// Maps a response encoding failure (a bug: responses are built here).
-pub(super) fn unencodable(error: MessageError) -> ErrorCode {
-    tracing::error!(%error, "cannot encode a response");
-    ErrorCode::UnknownServerError
-}
-
 fn api_versions(body: &[u8]) -> Result<Reply, ErrorCode> {
     decode_request::<ApiVersionsRequest>(body).map_err(refused)?;
     let response = ApiVersionsResponse {
         apis: supported_apis(),
         broker_version: env!("CARGO_PKG_VERSION").to_owned(),
     };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    Reply::encode(&response, Vec::new())
 }
 
 async fn init_producer_id(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
@@ -118,5 +116,5 @@ async fn init_producer_id(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Error
         producer_id,
         producer_epoch,
     };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    Reply::encode(&response, Vec::new())
 }

@@ -11,8 +11,8 @@ use corelog_wire::message::list_offsets::{
 };
 use corelog_wire::types::TimestampMs;
 
-use super::{refused, unencodable};
-use crate::net::Reply;
+use crate::api::Reply;
+use crate::api::{refused, unencodable};
 use crate::partition::OffsetQuery;
 use crate::runtime::shard::Shard;
 

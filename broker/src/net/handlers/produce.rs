@@ -16,8 +16,8 @@ use corelog_wire::message::produce::{
 };
 use futures::future::{Either, join_all, ready};
 
-use super::{refused, unencodable};
-use crate::net::Reply;
+use crate::api::Reply;
+use crate::api::{refused, unencodable};
 use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
 

@@ -14,11 +14,8 @@ use corelog_wire::message::metadata::{
 };
 use corelog_wire::message::{ConfigEntry, TopicResult};
 
-use super::{refused, unencodable};
-use crate::metadata::TopicConfig;
-use crate::metadata::catalog::validate_topic_name;
-use crate::metadata::snapshot::ClusterView;
-use crate::net::Reply;
+use crate::api::{Reply, refused, unencodable};
+use crate::metadata::snapshot::{ClusterView, broker_id};
 use crate::partition::{OffsetQuery, PartitionError};
 use crate::runtime::command::{PartitionId, TopicOutcome, TopicToCreate};
 use crate::runtime::shard::Shard;
@@ -26,66 +23,18 @@ use crate::runtime::shard::Shard;
 pub(super) fn metadata(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<MetadataRequest>(body).map_err(refused)?;
     let snapshot = shard.snapshot();
-    if let Some(cluster) = &snapshot.cluster {
-        let wanted = request
-            .topics
-            .as_ref()
-            .map(|names| names.iter().map(|name| name.to_string()).collect());
-        let response = cluster_metadata(cluster, wanted);
-        return Reply::message(&response, Vec::new()).map_err(unencodable);
-    }
-    let node_id = shard.config.node_id;
-    let wanted: Vec<String> = match request.topics.as_ref() {
-        Some(names) => names.iter().map(|name| name.to_string()).collect(),
-        None => snapshot.topics.keys().cloned().collect(),
-    };
-    let topics = wanted
-        .into_iter()
-        .map(|name| match snapshot.topics.get(&name) {
-            Some(view) => TopicMetadata {
-                partitions: view
-                    .partitions
-                    .iter()
-                    .enumerate()
-                    .map(|(index, partition)| PartitionMetadata {
-                        partition: index as u32,
-                        error_code: ErrorCode::None.code(),
-                        leader: Some(node_id),
-                        leader_epoch: 0,
-                        replicas: vec![node_id],
-                        in_sync: vec![node_id],
-                        owner_shard: partition.owner,
-                    })
-                    .collect(),
-                name,
-                error_code: ErrorCode::None.code(),
-            },
-            None => TopicMetadata {
-                name,
-                error_code: ErrorCode::UnknownTopicOrPartition.code(),
-                partitions: Vec::new(),
-            },
-        })
-        .collect();
-    let response = MetadataResponse {
-        brokers: vec![BrokerInfo {
-            node_id,
-            host: shard.config.advertised_host.clone(),
-            port: shard.config.listen.port(),
-            rack: None,
-        }],
-        controller_id: Some(node_id),
-        metadata_version: snapshot.version,
-        topics,
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    let wanted = request
+        .topics
+        .as_ref()
+        .map(|names| names.iter().map(|name| name.to_string()).collect());
+    Reply::encode(&cluster_metadata(&snapshot.cluster, wanted), Vec::new())
 }
 
-/// Metadata in cluster mode, from the controller's state: every broker,
-/// and each partition's leader, epoch and replicas.
+/// Metadata from the controller's state: every broker, and each
+/// partition's leader, epoch and replicas.
 fn cluster_metadata(cluster: &ClusterView, wanted: Option<Vec<String>>) -> MetadataResponse {
     let state = &cluster.state;
-    let node_id = |node: corelog_controller::NodeId| u32::try_from(node.0).unwrap_or(u32::MAX);
+    let node_id = broker_id;
     let wanted = wanted.unwrap_or_else(|| {
         state
             .topics()
@@ -175,33 +124,25 @@ pub(super) async fn create(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Erro
     let mut to_create = Vec::new();
     for topic in request.topics.iter() {
         let name = topic.name.to_string();
-        let entries = topic
-            .configs
-            .iter()
-            .map(|entry| (entry.key.as_str(), entry.value.as_str()));
-        match TopicConfig::with_entries(&shard.config.topic_defaults, entries) {
-            Ok(config)
-                if (config.max_message_bytes as usize) < shard.config.max_frame_bytes as usize =>
-            {
-                to_create.push(TopicToCreate {
-                    name,
-                    partitions: topic.partitions.to_native(),
-                    replication_factor: topic.replication_factor.to_native(),
-                    config,
-                });
-            }
-            Ok(_) => refused_early.push(TopicOutcome {
-                name,
-                result: Err(PartitionError::new(
-                    ErrorCode::InvalidConfig,
-                    "max.message.bytes must be smaller than the broker's max_frame_bytes",
-                )),
-            }),
-            Err(message) => refused_early.push(TopicOutcome {
-                name,
-                result: Err(PartitionError::new(ErrorCode::InvalidConfig, message)),
-            }),
+        // The request's entries over this broker's defaults; the controller
+        // checks them (and the name) by the one set of rules.
+        let mut config = shard.config.topic_defaults.entries();
+        for entry in topic.configs.iter() {
+            config.insert(entry.key.to_string(), entry.value.to_string());
         }
+        if let Some(error) = frame_limit_exceeded(&config, shard.config.max_frame_bytes) {
+            refused_early.push(TopicOutcome {
+                name,
+                result: Err(error),
+            });
+            continue;
+        }
+        to_create.push(TopicToCreate {
+            name,
+            partitions: topic.partitions.to_native(),
+            replication_factor: topic.replication_factor.to_native(),
+            config,
+        });
     }
     let mut outcomes = shard.create_topics(to_create, request.validate_only).await;
     outcomes.extend(refused_early);
@@ -226,29 +167,39 @@ pub(super) async fn create(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Erro
     .map_err(unencodable)
 }
 
+/// A broker limit, not a topic rule: a batch of `max.message.bytes` must
+/// fit in a request frame this broker accepts. `None` when it does (or
+/// when the value does not parse: the controller refuses that by itself).
+fn frame_limit_exceeded(
+    config: &std::collections::BTreeMap<String, String>,
+    max_frame_bytes: u32,
+) -> Option<PartitionError> {
+    let max_message_bytes: u64 = config.get("max.message.bytes")?.trim().parse().ok()?;
+    (max_message_bytes >= u64::from(max_frame_bytes)).then(|| {
+        PartitionError::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "max.message.bytes must be smaller than the broker's max_frame_bytes ({max_frame_bytes})"
+            ),
+        )
+    })
+}
+
 pub(super) async fn delete(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<DeleteTopicsRequest>(body).map_err(refused)?;
     let names: Vec<String> = request.names.iter().map(|name| name.to_string()).collect();
-    let mut checked = Vec::new();
-    let mut invalid = Vec::new();
-    for name in names {
-        match validate_topic_name(&name) {
-            Ok(()) => checked.push(name),
-            Err(error) => invalid.push(TopicOutcome {
-                name,
-                result: Err(PartitionError::from(error)),
-            }),
+    let outcomes = shard.delete_topics(names).await;
+    for outcome in &outcomes {
+        if let Err(error) = &outcome.result {
+            shard.metrics.error(error.code);
         }
     }
-    let mut outcomes = shard.delete_topics(checked).await;
-    outcomes.extend(invalid);
-    Reply::message(
+    Reply::encode(
         &DeleteTopicsResponse {
             results: results(outcomes),
         },
         Vec::new(),
     )
-    .map_err(unencodable)
 }
 
 pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
@@ -280,12 +231,8 @@ pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Er
                 topic_id: view.record.id,
                 partition: index as u32,
             };
-            let hosted_here = partition
-                .replication
-                .as_ref()
-                .is_none_or(|replication| replication.local);
-            if !hosted_here {
-                // Cluster mode, no replica here: the leader's bounds.
+            if !partition.replication.local {
+                // No replica here: the leader's bounds.
                 match remote_state(shard, &name, index as u32).await {
                     Ok(state) => states.push(state),
                     Err(error) => failure = failure.or(Some(error)),
@@ -312,13 +259,9 @@ pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Er
                 .code(),
             message: failure.map(|error| error.message),
             partitions: view.record.partitions,
-            replication_factor: view
-                .partitions
-                .first()
-                .and_then(|partition| partition.replication.as_ref())
-                .map_or(1, |replication| {
-                    u16::try_from(replication.replicas.len()).unwrap_or(u16::MAX)
-                }),
+            replication_factor: view.partitions.first().map_or(1, |partition| {
+                u16::try_from(partition.replication.replicas.len()).unwrap_or(u16::MAX)
+            }),
             configs: view
                 .record
                 .config

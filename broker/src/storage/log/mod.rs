@@ -100,8 +100,9 @@ pub struct ReadOutcome {
     pub next_offset: Offset,
     /// First offset the log holds.
     pub log_start: Offset,
-    /// Offset after the last durable record.
-    pub log_end: Offset,
+    /// Offset after the last record readers may see: the durable end, or
+    /// a replicated partition's high watermark.
+    pub readable_end: Offset,
 }
 
 impl ReadOutcome {
@@ -637,19 +638,19 @@ impl<D: Disk> PartitionLog<D> {
         max_bytes: usize,
         upper: Option<Offset>,
     ) -> Result<ReadOutcome, StorageError> {
-        let (log_start, log_end) = {
+        let (log_start, durable_end) = {
             let state = self.state.borrow();
             (state.log_start, state.durable_end)
         };
-        if from < log_start || from > log_end {
+        if from < log_start || from > durable_end {
             return Err(self.out_of_range(from));
         }
-        let upper = upper.map_or(log_end, |upper| upper.min(log_end));
+        let upper = upper.map_or(durable_end, |upper| upper.min(durable_end));
         let mut outcome = ReadOutcome {
             chunks: Vec::new(),
             next_offset: from,
             log_start,
-            log_end,
+            readable_end: durable_end,
         };
         if from >= upper {
             return Ok(outcome);
@@ -734,7 +735,7 @@ impl<D: Disk> PartitionLog<D> {
         StorageError::OffsetOutOfRange {
             requested,
             log_start: state.log_start,
-            log_end: state.durable_end,
+            readable_end: state.durable_end,
             deleted,
         }
     }
@@ -808,9 +809,11 @@ impl<D: Disk> PartitionLog<D> {
         self.state.borrow().log_start
     }
 
-    /// Offset after the last durable record.
+    /// Offset after the last durable record (the replication state
+    /// machine's `log_end` is the appended end: the other name keeps them
+    /// apart).
     #[must_use]
-    pub fn log_end(&self) -> Offset {
+    pub fn durable_end(&self) -> Offset {
         self.state.borrow().durable_end
     }
 
@@ -869,7 +872,7 @@ impl<D: Disk> PartitionLog<D> {
     }
 
     /// The signal notified whenever the durable end moves; listen before
-    /// checking [`PartitionLog::log_end`] to wait for new data without a race.
+    /// checking [`PartitionLog::durable_end`] to wait for new data without a race.
     #[must_use]
     pub fn durable_signal(&self) -> Arc<Event> {
         self.durable_changed.clone()

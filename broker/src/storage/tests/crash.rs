@@ -70,7 +70,7 @@ fn cutting_the_active_segment_at_every_byte_recovers_exactly_the_valid_prefix() 
         let log = block_on(harness.try_open(&disk)).expect("a cut tail recovers");
         let whole: Vec<_> = batches.iter().filter(|batch| batch.3 <= cut).collect();
         let expected_end = whole.last().map_or(batches[0].0, |batch| batch.1);
-        assert_eq!(log.log_end(), expected_end, "cut at byte {cut}");
+        assert_eq!(log.durable_end(), expected_end, "cut at byte {cut}");
         let valid_len = whole.last().map_or(0, |batch| batch.3);
         assert_eq!(
             disk.contents(&path).map(|bytes| bytes.len()),
@@ -102,7 +102,7 @@ fn garbage_after_the_last_whole_batch_is_a_torn_tail() {
     let harness = Harness::new(small_config());
     let log = block_on(harness.open());
     fill(&harness, &log, 6);
-    let end = log.log_end();
+    let end = log.durable_end();
     let path = active_segment_path(&log);
     drop(log);
     let mut contents = harness.disk.contents(&path).expect("segment");
@@ -110,7 +110,7 @@ fn garbage_after_the_last_whole_batch_is_a_torn_tail() {
     contents.extend_from_slice(&garbage);
     harness.disk.overwrite(&path, contents);
     let log = block_on(harness.open());
-    assert_eq!(log.log_end(), end);
+    assert_eq!(log.durable_end(), end);
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn a_closed_segment_that_fails_its_scan_is_marked_not_served() {
 
 async fn read_all_result(log: &PartitionLog<MemoryDisk>) -> Result<(), StorageError> {
     let mut position = log.log_start();
-    while position < log.log_end() {
+    while position < log.durable_end() {
         let next = log.read(position, 1 << 20, None).await?.next_offset;
         assert!(next > position, "read at {position} made no progress");
         position = next;
@@ -249,6 +249,6 @@ fn a_crash_keeps_every_acknowledged_append() {
     drop(log);
     harness.disk.crash();
     let log = block_on(harness.open());
-    assert_eq!(log.log_end(), boundaries.last().expect("appended").1);
+    assert_eq!(log.durable_end(), boundaries.last().expect("appended").1);
     assert_eq!(block_on(read_all(&log)).len(), 30);
 }

@@ -23,7 +23,7 @@ fn a_failed_sync_fences_the_log_and_acknowledges_nothing_after() {
     assert!(matches!(error, StorageError::Fenced { .. }), "{error:?}");
     assert!(log.fenced().is_some());
     assert_eq!(
-        log.log_end(),
+        log.durable_end(),
         kept.last_offset.plus(1),
         "nothing unsynced becomes readable"
     );
@@ -31,7 +31,7 @@ fn a_failed_sync_fences_the_log_and_acknowledges_nothing_after() {
     drop(log);
     harness.disk.crash();
     let log = block_on(harness.open());
-    assert_eq!(log.log_end(), kept.last_offset.plus(1));
+    assert_eq!(log.durable_end(), kept.last_offset.plus(1));
 }
 
 #[test]
@@ -41,7 +41,7 @@ fn a_failed_write_fences_the_log() {
     harness.disk.fail_next(Fault::Write);
     let error = block_on(log.append(make_batch(1, 1, 10, T0))).expect_err("write failed");
     assert!(matches!(error, StorageError::Fenced { .. }), "{error:?}");
-    assert_eq!(log.log_end(), Offset(0));
+    assert_eq!(log.durable_end(), Offset(0));
 }
 
 #[test]
@@ -152,7 +152,7 @@ fn enospc_mid_write_fences_as_disk_full_and_a_reopen_recovers_the_acknowledged_p
     drop(log);
     harness.disk.set_capacity(8 << 20);
     let log = block_on(harness.open());
-    assert_eq!(log.log_end(), kept.last_offset.plus(1));
+    assert_eq!(log.durable_end(), kept.last_offset.plus(1));
     assert!(!log.fenced_no_space());
     block_on(log.append(make_batch(4, 1, 10, T0))).expect("append after reopen");
 }

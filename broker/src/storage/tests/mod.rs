@@ -139,7 +139,7 @@ pub(super) fn batches_of(outcome: &ReadOutcome) -> Vec<(Offset, Offset, Bytes)> 
 pub(super) async fn read_all<D: Disk>(log: &PartitionLog<D>) -> Vec<(Offset, Offset, Bytes)> {
     let mut all = Vec::new();
     let mut position = log.log_start();
-    while position < log.log_end() {
+    while position < log.durable_end() {
         let outcome = log
             .read(position, 64 << 10, None)
             .await

@@ -56,7 +56,7 @@ impl Model {
 
 fn check_matches(model: &Model, log: &PartitionLog<MemoryDisk>) -> Result<(), TestCaseError> {
     prop_assert_eq!(log.log_start(), model.log_start);
-    prop_assert_eq!(log.log_end(), model.end());
+    prop_assert_eq!(log.durable_end(), model.end());
     let all = block_on(read_all(log));
     prop_assert_eq!(all.len(), model.batches.len());
     for ((base, next, bytes), expected) in all.iter().zip(&model.batches) {

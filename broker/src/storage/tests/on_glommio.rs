@@ -102,7 +102,7 @@ fn cutting_a_dma_segment_at_every_byte_of_its_last_batch_recovers_the_prefix() {
             let harness = Harness::new(small_config());
             let log = open_real(&harness, &disk, &dir).await.expect("recovers");
             let expected = if cut == spans[5] { ends[5] } else { ends[4] };
-            assert_eq!(log.log_end(), expected, "cut at byte {cut}");
+            assert_eq!(log.durable_end(), expected, "cut at byte {cut}");
             assert_eq!(
                 read_all(&log).await.len(),
                 if cut == spans[5] { 6 } else { 5 }

@@ -28,7 +28,10 @@ fn truncation_cuts_at_a_batch_boundary_across_segments_and_survives_a_crash() {
     // Inside the 11th batch (offsets 30..33): the cut is at its start.
     let new_end = block_on(log.truncate_to(Offset(31))).expect("truncate");
     assert_eq!(new_end, Offset(30));
-    assert_eq!((log.log_end(), log.next_offset()), (Offset(30), Offset(30)));
+    assert_eq!(
+        (log.durable_end(), log.next_offset()),
+        (Offset(30), Offset(30))
+    );
     let after = block_on(read_all(&log));
     assert_eq!(
         after,
@@ -45,7 +48,7 @@ fn truncation_cuts_at_a_batch_boundary_across_segments_and_survives_a_crash() {
     drop(log);
     harness.disk.crash();
     let log = block_on(harness.open());
-    assert_eq!(log.log_end(), Offset(32));
+    assert_eq!(log.durable_end(), Offset(32));
     assert_eq!(block_on(read_all(&log)).len(), 11);
     assert!(
         log.deletions()
@@ -89,7 +92,7 @@ fn reset_restarts_an_empty_log_at_the_leaders_start() {
     }
     block_on(log.reset_to(Offset(1_000))).expect("reset");
     assert_eq!(
-        (log.log_start(), log.log_end(), log.segment_count()),
+        (log.log_start(), log.durable_end(), log.segment_count()),
         (Offset(1_000), Offset(1_000), 1)
     );
     assert!(matches!(
@@ -105,7 +108,7 @@ fn reset_restarts_an_empty_log_at_the_leaders_start() {
     harness.disk.crash();
     let log = block_on(harness.open());
     assert_eq!(
-        (log.log_start(), log.log_end()),
+        (log.log_start(), log.durable_end()),
         (Offset(1_000), Offset(1_004))
     );
 }

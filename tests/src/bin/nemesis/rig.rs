@@ -23,7 +23,7 @@ const SMALL_FS_BROKER: usize = 2;
 /// Size of that filesystem (a tmpfs: memory, taken only as it is used):
 /// room for a long soak's data, small enough to fill in a second or two.
 const SMALL_FS_BYTES: u64 = 1 << 30;
-/// Time given to followers to reopen after a disk-full fault.
+/// Time given to fenced logs to reopen after a disk-full fault.
 const DISK_FULL_RECOVERY: Duration = Duration::from_secs(2);
 /// Longest wait for followers to catch up after a repair.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -360,19 +360,18 @@ impl Rig {
                 std::thread::sleep(hold);
                 fs.free().expect("the ballast is removed");
                 outcome.detail = format!("{ballast} bytes of ballast");
-                // Followers reopen by themselves once space is back, but a
-                // leader whose log was fenced by the full disk keeps its
-                // leadership until its broker restarts (README, "Losing
-                // brokers"): restart it, as an operator would.
+                // Every fenced log reopens by itself once space is back; a
+                // leader's also resigns its leadership (README, "Losing
+                // brokers"). A broker that exited instead is restarted.
                 std::thread::sleep(DISK_FULL_RECOVERY);
                 let broker = &mut self.brokers[SMALL_FS_BROKER];
                 if let Some(status) = broker.exit_status() {
                     outcome
                         .detail
                         .push_str(&format!("; the broker exited ({status})"));
+                    broker.kill();
+                    broker.spawn();
                 }
-                broker.kill();
-                broker.spawn();
             }
             FaultKind::Corrupt => {
                 outcome.detail = self.corrupt(first, hold, seed);

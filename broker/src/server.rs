@@ -1,6 +1,8 @@
-//! Starting and stopping the broker: one executor thread per shard, the
-//! cross-shard channels between them, shard 0's metadata authority and
-//! metrics endpoint, and SIGTERM/SIGINT handling.
+//! The broker process: one executor thread per shard, the cross-shard
+//! channels between them, each shard's listener, shard 0's cluster role
+//! (controller and membership), the migration of a standalone data
+//! directory, the metrics endpoint, and SIGTERM/SIGINT handling. The one
+//! module that knows every layer: it wires `net` onto `runtime`.
 //!
 //! Start-up is all or nothing: every shard reports whether it could bind
 //! its listener and open its disk; if any cannot, all are stopped and the
@@ -20,18 +22,18 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use corelog_wire::message::broker_register::BrokerRegisterRequest;
 
-use super::authority::{InternalTopic, MetadataAuthority};
-use super::command::ShardCommand;
-use super::fatal;
-use super::shard::{Shard, ShardParts};
-use crate::clock::SystemClock;
+use crate::clock::{Clock, SystemClock};
 use crate::cluster::raft_log::RaftLogFile;
-use crate::cluster::{self, ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
+use crate::cluster::{ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
 use crate::config::BrokerConfig;
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
-use crate::metadata::TopicConfig;
+use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
-use crate::net::listener;
+use crate::migration;
+use crate::net::{listener, loopback::Loopback};
+use crate::runtime::command::ShardCommand;
+use crate::runtime::fatal::{self, ExitOnFence};
+use crate::runtime::shard::{Shard, ShardParts};
 use crate::storage::disk::Disk;
 use crate::storage::glommio_disk::GlommioDisk;
 use crate::storage::{DiskSpace, ShardStorage, TailCache};
@@ -53,6 +55,9 @@ pub enum RunError {
     /// Signal handling could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    /// The data directory cannot be used with this configuration.
+    #[error("{0}")]
+    Configuration(String),
 }
 
 /// Refuses to start on a listen or metrics address where something already
@@ -166,6 +171,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         ),
     })?;
     refuse_ports_in_use(&config)?;
+    migration::check_configuration(&config).map_err(RunError::Configuration)?;
     let metrics = BrokerMetrics::new();
     let shard_count = config.shards;
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
@@ -191,7 +197,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
             .spawn(move || async move {
                 let shard_metrics = metrics.for_shard(id);
                 match start_shard(
-                    id,
+                    ShardId(id),
                     config,
                     shard_metrics,
                     peers,
@@ -263,10 +269,12 @@ fn wait_for_signal() -> Result<(), RunError> {
     Ok(())
 }
 
-/// Brings one shard up: disk, storage resources, metadata (shard 0),
-/// listeners, then its loops. Returns once it accepts connections.
+/// Brings one shard up: disk, storage resources, listeners, the cluster
+/// role and the migration of a standalone data directory (shard 0), then
+/// its loops. Returns once its loops run; it accepts connections once it
+/// serves (see `MetadataSnapshot::serving`).
 async fn start_shard(
-    id: u16,
+    id: ShardId,
     config: BrokerConfig,
     shard_metrics: ShardMetrics,
     peers: Vec<flume::Sender<ShardCommand>>,
@@ -280,31 +288,14 @@ async fn start_shard(
         .await
         .map_err(|error| format!("cannot use data directory {}: {error}", data_dir.display()))?;
     let storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
-    let cluster_mode = !config.controller_voters.is_empty();
-    let authority = if id == 0 && !cluster_mode {
-        let internal = internal_topics(&config);
-        let now = crate::clock::Clock::now(&SystemClock).0;
-        Some(
-            MetadataAuthority::load(
-                disk.clone(),
-                data_dir.clone(),
-                config.shards,
-                &internal,
-                now,
-            )
-            .await
-            .map_err(|error| error.to_string())?,
-        )
-    } else {
-        None
-    };
     let listener = TcpListener::bind(config.listen).map_err(|error| {
         format!(
             "cannot listen on {}: {error}; is another broker running there?",
             config.listen
         )
     })?;
-    let metrics_listener = if id == 0 {
+    let shard_zero = id == ShardId(0);
+    let metrics_listener = if shard_zero {
         Some(TcpListener::bind(config.metrics_listen).map_err(|error| {
             format!("cannot serve metrics on {}: {error}", config.metrics_listen)
         })?)
@@ -321,30 +312,11 @@ async fn start_shard(
         storage,
         peers,
         inbox,
-        authority,
     });
-    if id == 0 && cluster_mode {
-        // Fenced until a heartbeat answer says otherwise.
-        shard.metrics.broker_fenced.set(1);
-        let role = start_cluster_role(&shard.config, cluster_disk).await?;
-        if let Some(controller) = &role.controller {
-            let specs = internal_topics(&shard.config)
-                .iter()
-                .map(|topic| InternalTopicSpec {
-                    name: topic.name.to_owned(),
-                    partitions: topic.partitions,
-                    config: topic.config.entries().into_iter().collect(),
-                })
-                .collect();
-            controller.set_internal_topics(specs);
-        }
-        role.member.run(shard.clone());
-        shard.set_cluster(role);
-    }
-    if id == 0 {
-        // Peers queue the snapshot until their inbox runs; this waits for all.
-        let publisher = shard.clone();
-        glommio::spawn_local(async move { publisher.publish_initial_snapshot().await }).detach();
+    // Calls this broker makes to itself run the handlers in-process.
+    crate::peer::serve_locally(shard.config.node_id, Rc::new(Loopback::new(&shard)));
+    if shard_zero {
+        start_cluster_role(&shard, cluster_disk).await?;
     }
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
@@ -361,10 +333,9 @@ async fn start_shard(
     Ok(shard)
 }
 
-/// The topics a broker (standalone) or the cluster creates for itself:
-/// group state and audit records, kept forever (compaction by snapshot
-/// bounds `__groups`).
-fn internal_topics(config: &BrokerConfig) -> [InternalTopic; 2] {
+/// The topics the cluster creates for itself: group state and audit
+/// records, kept forever (compaction by snapshot bounds `__groups`).
+fn internal_topics(config: &BrokerConfig) -> Vec<InternalTopicSpec> {
     let kept_forever = TopicConfig {
         retention_ms: None,
         retention_bytes: None,
@@ -372,35 +343,38 @@ fn internal_topics(config: &BrokerConfig) -> [InternalTopic; 2] {
         segment_bytes: 8 << 20,
         ..config.topic_defaults
     };
-    [
-        InternalTopic {
-            name: GROUPS_TOPIC,
+    vec![
+        InternalTopicSpec {
+            name: GROUPS_TOPIC.to_owned(),
             partitions: config.group_topic_partitions,
-            config: kept_forever,
+            config: kept_forever.entries(),
         },
-        InternalTopic {
-            name: AUDIT_TOPIC,
+        InternalTopicSpec {
+            name: AUDIT_TOPIC.to_owned(),
             partitions: 1,
-            config: kept_forever,
+            config: kept_forever.entries(),
         },
     ]
 }
 
-/// Shard 0 in cluster mode: the controller role (on voters) and the
-/// membership that registers this broker and follows metadata.
-async fn start_cluster_role(
-    config: &BrokerConfig,
-    disk: GlommioDisk,
-) -> Result<ClusterRole, String> {
-    let voters = cluster::voter_map(&config.controller_voters);
+/// Shard 0: the controller role (on voters: every single node is one) and
+/// the membership that registers this broker and follows metadata; then,
+/// for a data directory a standalone broker wrote, its migration; then
+/// the internal topics, which the controller creates where they are
+/// missing.
+async fn start_cluster_role(shard: &Rc<Shard>, disk: GlommioDisk) -> Result<(), String> {
+    let config = shard.config.clone();
+    let clock: Rc<dyn Clock> = shard.storage.clock.clone();
+    // Fenced until a heartbeat answer says otherwise.
+    shard.metrics.broker_fenced.set(1);
+    let voters = config.voters();
     let controller = if voters.contains_key(&config.node_id) {
-        let (log, recovered) =
-            RaftLogFile::open(disk, &config.data_dir)
-                .await
-                .map_err(|error| {
-                    fatal::on_controller_log_failed(&error);
-                    error.to_string()
-                })?;
+        let (log, recovered) = RaftLogFile::open(disk.clone(), &config.data_dir)
+            .await
+            .map_err(|error| {
+                fatal::on_controller_log_failed(&error);
+                error.to_string()
+            })?;
         let by_node = voters
             .iter()
             .map(|(id, addr)| (corelog_controller::NodeId(u64::from(*id)), *addr))
@@ -411,15 +385,15 @@ async fn start_cluster_role(
             log,
             recovered,
             Duration::from_millis(config.broker_session_timeout_ms),
+            clock.clone(),
         )
         .map_err(|error| format!("cannot start the controller role: {error}"))?;
         Some(service)
     } else {
         None
     };
-    let incarnation = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |elapsed| elapsed.as_millis() as u64);
+    // Milliseconds since the epoch: grows with every start of the process.
+    let incarnation = u64::try_from(clock.now().0).unwrap_or(1).max(1);
     let registration = BrokerRegisterRequest {
         node_id: config.node_id,
         host: config.advertised_host.clone(),
@@ -433,8 +407,18 @@ async fn start_cluster_role(
         voters,
         registration,
         Duration::from_millis(config.broker_heartbeat_interval_ms),
+        config.is_single_node(),
     );
-    Ok(ClusterRole { controller, member })
+    member.run(shard.clone());
+    shard.set_cluster(ClusterRole {
+        controller: controller.clone(),
+        member: member.clone(),
+    });
+    if let Some(controller) = &controller {
+        migration::migrate_if_standalone(&disk, &config, controller, incarnation).await?;
+        controller.set_internal_topics(internal_topics(&config));
+    }
+    Ok(())
 }
 
 fn shard_storage(
@@ -451,6 +435,6 @@ fn shard_storage(
             probe_disk.free_bytes(&probe_dir)
         })),
         cache: TailCache::new(config.tail_cache_bytes),
-        observer: Rc::new(metrics.clone()),
+        observer: Rc::new(ExitOnFence(metrics.clone())),
     }
 }

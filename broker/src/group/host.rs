@@ -1,0 +1,67 @@
+//! What a group coordinator needs from the broker it runs on, as a trait:
+//! the group layer sits below the runtime (`net` → `runtime` → `group`),
+//! so the runtime's shard implements this and hands itself in.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use corelog_wire::message::describe_groups::PartitionLag;
+use corelog_wire::types::{Offset, TimestampMs};
+use futures::future::LocalBoxFuture;
+
+use crate::metadata::MetadataSnapshot;
+use crate::partition::{OffsetQuery, PartitionError, PartitionSummary};
+use crate::storage::ReadOutcome;
+
+/// An offset found by a lookup, with the record's time for time queries.
+pub type FoundOffset = Option<(Offset, TimestampMs)>;
+
+/// The broker around a coordinator.
+pub trait GroupHost {
+    /// The wall clock: session expiry, commit and audit times.
+    fn now(&self) -> TimestampMs;
+
+    /// The metadata the coordinator judges topics and partitions by.
+    fn snapshot(&self) -> Arc<MetadataSnapshot>;
+
+    /// Longest session and rebalance timeout a member may ask for.
+    fn group_timeout_max_ms(&self) -> u32;
+
+    /// An offset of a partition wherever it is led (a commit or reset is
+    /// bounded by its high watermark).
+    fn offset<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        query: OffsetQuery,
+    ) -> LocalBoxFuture<'a, Result<FoundOffset, PartitionError>>;
+
+    /// The offsets and size of a partition this broker leads.
+    ///
+    /// `NOT_LEADER` when another broker leads it.
+    fn local_summary<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+    ) -> LocalBoxFuture<'a, Result<PartitionSummary, PartitionError>>;
+
+    /// Committed batches of a partition this broker leads, from `offset`.
+    fn local_read<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> LocalBoxFuture<'a, Result<ReadOutcome, PartitionError>>;
+
+    /// Appends an audit batch to `__audit` (on a quorum) and returns its
+    /// offset.
+    fn append_audit(&self, batch: BytesMut) -> LocalBoxFuture<'_, Result<Offset, PartitionError>>;
+
+    /// Publishes a group's lag on one partition (metrics).
+    fn observe_lag(&self, group: &str, lag: &PartitionLag);
+}
+
+/// The host as coordinators hold it.
+pub type Host = Rc<dyn GroupHost>;

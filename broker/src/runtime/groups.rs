@@ -1,0 +1,340 @@
+//! Group coordinators on a shard: routing group requests to the shard
+//! whose `__groups` replica leads the group's partition, loading a
+//! coordinator once a new leader's log is committed, their periodic work,
+//! and the shard as the [`GroupHost`] they run on.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use corelog_replication::RoleView;
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::describe_groups::PartitionLag;
+use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
+
+use super::command::{PartitionId, ShardCommand};
+use super::shard::{Replica, Shard};
+use super::wait_until;
+use crate::group::host::{FoundOffset, GroupHost, Host};
+use crate::group::log::GroupLog;
+use crate::group::requests::{GroupRequest, GroupResponse};
+use crate::group::service::{self, AUDIT_TOPIC, Coordinator, GROUPS_TOPIC};
+use crate::metadata::MetadataSnapshot;
+use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced};
+use crate::replica::{Acks, ReplicatedPartition};
+use crate::storage::disk::Disk;
+use crate::storage::{DeletedRange, ReadOutcome};
+
+/// How often group coordinators expire silent members and complete overdue
+/// rebalances: a fraction of the shortest session timeout (1 s).
+const GROUP_TICK: Duration = Duration::from_millis(250);
+
+/// How often a new `__groups` leader waiting for its quorum rechecks that
+/// it still leads.
+const COORDINATOR_LOAD_CHECK: Duration = Duration::from_secs(1);
+
+/// How long an internal append (audit records) may wait for its quorum.
+const INTERNAL_PRODUCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Shard {
+    /// This shard as the host of its coordinators.
+    fn host(self: &Rc<Self>) -> Host {
+        self.clone()
+    }
+
+    /// Sends a group request to its coordinator's shard and awaits the answer.
+    pub async fn group_request(
+        self: &Rc<Self>,
+        group: &str,
+        request: GroupRequest,
+    ) -> GroupResponse {
+        let partitions = self
+            .snapshot()
+            .topics
+            .get(GROUPS_TOPIC)
+            .map_or(0, |view| view.record.partitions);
+        if partitions == 0 {
+            return GroupResponse::Unavailable(PartitionError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the broker is still starting its group coordinators; retry",
+            ));
+        }
+        let index = service::groups_partition_for(group, partitions);
+        let owner = match self.locate(GROUPS_TOPIC, index) {
+            Ok((_, owner)) => owner,
+            // Another broker leads the group's `__groups` partition: the
+            // client finds the coordinator again.
+            Err(error) if error.code == ErrorCode::NotLeader => {
+                return GroupResponse::Unavailable(PartitionError::new(
+                    ErrorCode::NotCoordinator,
+                    error.message,
+                ));
+            }
+            Err(error) if error.code == ErrorCode::NotEnoughReplicas => {
+                return GroupResponse::Unavailable(PartitionError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    error.message,
+                ));
+            }
+            Err(error) => return GroupResponse::Unavailable(error),
+        };
+        if owner == self.id {
+            return self.local_group_request(index, request).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let command = ShardCommand::Group {
+            partition_index: index,
+            request,
+            reply,
+        };
+        if let Err(error) = self.send_now(owner, command) {
+            return GroupResponse::Unavailable(error);
+        }
+        answer.await.unwrap_or_else(|_| {
+            GroupResponse::Unavailable(PartitionError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the coordinator's shard stopped",
+            ))
+        })
+    }
+
+    pub(super) async fn local_group_request(
+        self: &Rc<Self>,
+        index: u32,
+        request: GroupRequest,
+    ) -> GroupResponse {
+        if let Err(error) = self.check_coordinator_leads(index) {
+            return GroupResponse::Unavailable(error);
+        }
+        let coordinator = self.coordinators.borrow().get(&index).cloned();
+        match coordinator {
+            Some(coordinator) => service::serve(&self.host(), &coordinator, request).await,
+            None => GroupResponse::Unavailable(PartitionError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the group coordinator is loading; retry",
+            )),
+        }
+    }
+
+    pub(super) fn local_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
+        self.coordinators
+            .borrow()
+            .values()
+            .flat_map(|coordinator| coordinator.list())
+            .collect()
+    }
+
+    /// Every group on every shard: (group, state, members, generation).
+    pub async fn list_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
+        let mut groups = self.local_groups();
+        for (index, peer) in self.peers.iter().enumerate() {
+            if index == self.id.index() {
+                continue;
+            }
+            let (reply, answer) = oneshot::channel();
+            if peer.try_send(ShardCommand::ListGroups { reply }).is_ok()
+                && let Ok(listed) = answer.await
+            {
+                groups.extend(listed);
+            }
+        }
+        groups.sort();
+        groups
+    }
+
+    /// A new leader of a `__groups` partition: once everything the log
+    /// holds is committed (the high watermark passed this epoch's start
+    /// marker, so every earlier epoch's records are committed too), replays
+    /// it into a coordinator. Gives up when the leadership ends first.
+    pub(super) async fn load_coordinator(&self, index: u32, replica: Replica, epoch: LeaderEpoch) {
+        let leads = |replica: &Replica| matches!(replica.role(), RoleView::Leader { epoch: led, .. } if led == epoch);
+        let end = replica.durable_end();
+        let signal = replica.high_watermark_signal();
+        loop {
+            if !leads(&replica) || self.is_stopping() {
+                return;
+            }
+            let deadline = Instant::now() + COORDINATOR_LOAD_CHECK;
+            if wait_until(&signal, deadline, || replica.high_watermark() >= end).await {
+                break;
+            }
+            tracing::info!(
+                partition = index,
+                epoch = epoch.0,
+                "__groups leader waits for its quorum before loading groups"
+            );
+        }
+        if leads(&replica) {
+            self.start_coordinator(index, Rc::new(ReplicatedGroupLog(replica)))
+                .await;
+        }
+    }
+
+    async fn start_coordinator(&self, index: u32, log: Rc<dyn GroupLog>) {
+        match Coordinator::load(index, log, self.clock().now()).await {
+            Ok(coordinator) => {
+                self.coordinators
+                    .borrow_mut()
+                    .insert(index, Rc::new(coordinator));
+            }
+            Err(error) => {
+                tracing::error!(partition = index, %error, "cannot load the group coordinator");
+            }
+        }
+    }
+
+    /// Refuses group requests on a `__groups` replica that is not leading
+    /// (it stepped down before the metadata said so): its coordinator's
+    /// view may be stale.
+    fn check_coordinator_leads(&self, index: u32) -> Result<(), PartitionError> {
+        let snapshot = self.snapshot();
+        let Some((view, _)) = snapshot.partition(GROUPS_TOPIC, index) else {
+            return Ok(());
+        };
+        let id = PartitionId {
+            topic_id: view.record.id,
+            partition: index,
+        };
+        match self.replicas.borrow().get(&id) {
+            Some(replica)
+                if !matches!(
+                    replica.role(),
+                    RoleView::Leader {
+                        accepting_writes: true,
+                        ..
+                    }
+                ) =>
+            {
+                Err(PartitionError::new(
+                    ErrorCode::NotCoordinator,
+                    "this broker no longer leads the group's __groups partition; find the coordinator again",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs every group coordinator's tick (session expiry, rebalance
+    /// deadlines, compaction, lag metrics) every [`GROUP_TICK`] until shutdown.
+    pub async fn run_group_maintenance(self: Rc<Self>) {
+        let host = self.host();
+        while !self.is_stopping() {
+            glommio::timer::sleep(GROUP_TICK).await;
+            let coordinators: Vec<_> = self.coordinators.borrow().values().cloned().collect();
+            for coordinator in coordinators {
+                service::tick(&host, &coordinator).await;
+            }
+        }
+    }
+}
+
+impl GroupHost for Shard {
+    fn now(&self) -> TimestampMs {
+        self.clock().now()
+    }
+
+    fn snapshot(&self) -> Arc<MetadataSnapshot> {
+        Shard::snapshot(self)
+    }
+
+    fn group_timeout_max_ms(&self) -> u32 {
+        self.config.group_timeout_max_ms
+    }
+
+    fn offset<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        query: OffsetQuery,
+    ) -> LocalBoxFuture<'a, Result<FoundOffset, PartitionError>> {
+        Box::pin(self.offset_anywhere(topic, partition, query))
+    }
+
+    fn local_summary<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+    ) -> LocalBoxFuture<'a, Result<PartitionSummary, PartitionError>> {
+        Box::pin(async move {
+            let (id, owner) = self.locate(topic, partition)?;
+            self.describe(id, owner).await
+        })
+    }
+
+    fn local_read<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> LocalBoxFuture<'a, Result<ReadOutcome, PartitionError>> {
+        Box::pin(async move {
+            let (id, owner) = self.locate(topic, partition)?;
+            self.read(id, owner, offset, max_bytes).await
+        })
+    }
+
+    fn append_audit(&self, batch: BytesMut) -> LocalBoxFuture<'_, Result<Offset, PartitionError>> {
+        Box::pin(async move {
+            let shard = self.me.upgrade().ok_or_else(|| {
+                PartitionError::new(ErrorCode::LeaderNotAvailable, "the broker is stopping")
+            })?;
+            let (id, owner) = shard.locate(AUDIT_TOPIC, 0)?;
+            let produced = shard
+                .produce(
+                    id,
+                    owner,
+                    batch,
+                    Instant::now(),
+                    Acks::Quorum,
+                    INTERNAL_PRODUCE_TIMEOUT,
+                )
+                .await?;
+            Ok(produced.base_offset)
+        })
+    }
+
+    fn observe_lag(&self, group: &str, lag: &PartitionLag) {
+        self.metrics.group_lag(group, lag);
+    }
+}
+
+/// How long a replicated `__groups` append may wait for its quorum.
+const REPLICATED_APPEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A replicated `__groups` partition, as its leader's coordinator uses it.
+#[derive(Debug)]
+pub struct ReplicatedGroupLog<D: Disk>(pub Rc<ReplicatedPartition<D>>);
+
+impl<D: Disk> GroupLog for ReplicatedGroupLog<D> {
+    fn summary(&self) -> PartitionSummary {
+        self.0.summary()
+    }
+
+    fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+    ) -> LocalBoxFuture<'_, Result<ReadOutcome, PartitionError>> {
+        Box::pin(async move { Ok(self.0.read(from, max_bytes).await?) })
+    }
+
+    fn append(&self, batch: BytesMut) -> LocalBoxFuture<'_, Result<Produced, PartitionError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .produce(batch, Acks::Quorum, REPLICATED_APPEND_TIMEOUT)
+                .await?)
+        })
+    }
+
+    fn delete_segment_below(
+        &self,
+        offset: Offset,
+    ) -> LocalBoxFuture<'_, Result<Option<DeletedRange>, PartitionError>> {
+        Box::pin(async move { Ok(self.0.compact_below(offset).await?) })
+    }
+}

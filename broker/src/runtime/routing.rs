@@ -1,0 +1,438 @@
+//! Where partition operations run: on the shard that owns this broker's
+//! replica, reached over the cross-shard channels, and only while that
+//! replica leads; or, for lookups a coordinator needs about partitions led
+//! elsewhere, on the leading broker.
+//!
+//! A request for a partition owned by another shard becomes a
+//! [`ShardCommand`] to the owner; the reply comes back on a one-shot
+//! channel. Calls are synchronous up to the point where a produce's
+//! offsets are assigned (or its command is queued to the owner), so calls
+//! made in order append in order.
+
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use corelog_replication::ReplicaId;
+use corelog_wire::error::ErrorCode;
+use corelog_wire::frame::ApiKey;
+use corelog_wire::message::list_offsets::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
+};
+use corelog_wire::types::{Offset, TimestampMs};
+use futures::channel::oneshot;
+
+use super::command::{PartitionId, PartitionReply, ShardCommand};
+use super::shard::{Replica, Shard};
+use crate::api::Reply;
+use crate::metadata::ShardId;
+use crate::metadata::snapshot::ReplicationView;
+use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced};
+use crate::replica::Acks;
+use crate::replica::peer_transport::ResolveBroker;
+use crate::storage::ReadOutcome;
+
+/// How long a lookup on another broker may take.
+const REMOTE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Shard {
+    /// The partition's owner and id, or why it cannot be served here: it
+    /// is served by its leader only, so elsewhere the answer is
+    /// `NOT_LEADER` (the client refreshes metadata and goes to the leader),
+    /// and while it has no leader `NOT_ENOUGH_REPLICAS`.
+    ///
+    /// # Errors
+    /// `UNKNOWN_TOPIC_OR_PARTITION` when the topic or partition does not
+    /// exist; `NOT_LEADER` / `NOT_ENOUGH_REPLICAS` as above.
+    pub fn locate(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<(PartitionId, ShardId), PartitionError> {
+        let snapshot = self.snapshot.borrow();
+        let (view, partition_view) = snapshot.partition(topic, partition).ok_or_else(|| {
+            PartitionError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic {topic:?} has no partition {partition}; create the topic or check its partition count"),
+            )
+        })?;
+        check_leads(
+            &partition_view.replication,
+            self.config.node_id,
+            topic,
+            partition,
+        )?;
+        Ok((
+            PartitionId {
+                topic_id: view.record.id,
+                partition,
+            },
+            partition_view.owner,
+        ))
+    }
+
+    /// This shard's replica of `partition`, or why there is none.
+    pub(super) fn owned(&self, partition: PartitionId) -> Result<Replica, PartitionError> {
+        if let Some(found) = self.replicas.borrow().get(&partition) {
+            return Ok(found.clone());
+        }
+        if let Some(reason) = self.failed.borrow().get(&partition) {
+            return Err(PartitionError::new(ErrorCode::StorageError, reason.clone()));
+        }
+        Err(PartitionError::new(
+            ErrorCode::LeaderNotAvailable,
+            "the partition is not open on its shard yet; retry",
+        ))
+    }
+
+    /// Sends a command to shard `owner` now, or says why it cannot go.
+    pub(super) fn send_now(
+        &self,
+        owner: ShardId,
+        command: ShardCommand,
+    ) -> Result<(), PartitionError> {
+        let sender = self.peers.get(owner.index()).ok_or_else(|| {
+            PartitionError::new(ErrorCode::UnknownServerError, format!("no shard {owner}"))
+        })?;
+        sender.try_send(command).map_err(|error| match error {
+            flume::TrySendError::Full(_) => PartitionError::new(
+                ErrorCode::QueueFull,
+                format!(
+                    "shard {owner} has {} commands queued; retry",
+                    self.config.shard_queue_depth
+                ),
+            ),
+            flume::TrySendError::Disconnected(_) => {
+                PartitionError::new(ErrorCode::LeaderNotAvailable, "the broker is shutting down")
+            }
+        })
+    }
+
+    /// Sends a command to shard `owner` and awaits the reply.
+    pub(super) async fn ask<T>(
+        &self,
+        owner: ShardId,
+        command: impl FnOnce(PartitionReply<T>) -> ShardCommand,
+    ) -> Result<T, PartitionError> {
+        let (reply, answer) = oneshot::channel();
+        self.send_now(owner, command(reply))?;
+        answer.await.unwrap_or_else(|_| Err(owner_stopped()))
+    }
+
+    /// Appends a producer batch to a partition, on whichever shard owns it.
+    /// Synchronous up to the point where the batch's offsets are assigned
+    /// (or the command is queued to the owner), so calls made in order
+    /// append in order.
+    pub fn produce(
+        self: &Rc<Self>,
+        partition: PartitionId,
+        owner: ShardId,
+        batch: BytesMut,
+        received: Instant,
+        acks: Acks,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Produced, PartitionError>> + use<> {
+        enum Route {
+            Local(BytesMut),
+            Remote(oneshot::Receiver<Result<Produced, PartitionError>>),
+            Refused(PartitionError),
+        }
+        let shard = self.clone();
+        let route = if owner == self.id {
+            Route::Local(batch)
+        } else {
+            let (reply, answer) = oneshot::channel();
+            let command = ShardCommand::Produce {
+                partition,
+                batch,
+                received,
+                acks,
+                timeout,
+                reply,
+            };
+            match self.send_now(owner, command) {
+                Ok(()) => Route::Remote(answer),
+                Err(error) => Route::Refused(error),
+            }
+        };
+        async move {
+            match route {
+                Route::Local(batch) => {
+                    shard
+                        .local_produce(partition, batch, received, acks, timeout)
+                        .await
+                }
+                Route::Remote(answer) => answer.await.unwrap_or_else(|_| Err(owner_stopped())),
+                Route::Refused(error) => Err(error),
+            }
+        }
+    }
+
+    pub(super) async fn local_produce(
+        &self,
+        partition: PartitionId,
+        batch: BytesMut,
+        received: Instant,
+        acks: Acks,
+        timeout: Duration,
+    ) -> Result<Produced, PartitionError> {
+        let replica = self.owned(partition)?;
+        let bytes = batch.len() as u64;
+        let produced = replica.produce(batch, acks, timeout).await?;
+        if !produced.duplicate {
+            self.metrics
+                .records_in
+                .inc_by(u64::from(produced.record_count));
+            self.metrics.bytes_in.inc_by(bytes);
+        }
+        self.metrics
+            .append_latency
+            .observe(received.elapsed().as_secs_f64());
+        Ok(produced)
+    }
+
+    /// Reads committed batches of a partition, on whichever shard owns it.
+    ///
+    /// # Errors
+    /// The partition's [`PartitionError`].
+    pub async fn read(
+        &self,
+        partition: PartitionId,
+        owner: ShardId,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        if owner == self.id {
+            return self.local_read(partition, offset, max_bytes).await;
+        }
+        self.ask(owner, |reply| ShardCommand::Read {
+            partition,
+            offset,
+            max_bytes,
+            reply,
+        })
+        .await
+    }
+
+    pub(super) async fn local_read(
+        &self,
+        partition: PartitionId,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        Ok(self.owned(partition)?.read(offset, max_bytes).await?)
+    }
+
+    /// Looks an offset up, on whichever shard owns the partition.
+    ///
+    /// # Errors
+    /// The partition's [`PartitionError`].
+    pub async fn list_offset(
+        &self,
+        partition: PartitionId,
+        owner: ShardId,
+        query: OffsetQuery,
+    ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
+        if owner == self.id {
+            return self.local_list_offset(partition, query).await;
+        }
+        self.ask(owner, |reply| ShardCommand::ListOffset {
+            partition,
+            query,
+            reply,
+        })
+        .await
+    }
+
+    pub(super) async fn local_list_offset(
+        &self,
+        partition: PartitionId,
+        query: OffsetQuery,
+    ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
+        Ok(self.owned(partition)?.list_offset(query).await?)
+    }
+
+    /// Summarises a partition, on whichever shard owns it.
+    ///
+    /// # Errors
+    /// The partition's [`PartitionError`].
+    pub async fn describe(
+        &self,
+        partition: PartitionId,
+        owner: ShardId,
+    ) -> Result<PartitionSummary, PartitionError> {
+        if owner == self.id {
+            return self.owned(partition).map(|owned| owned.summary());
+        }
+        self.ask(owner, |reply| ShardCommand::Describe { partition, reply })
+            .await
+    }
+
+    /// Looks an offset up in a partition wherever it is led: here through
+    /// its owning shard, or (led by another broker) by asking the leader
+    /// with `ListOffsets`. Group coordinators use it to bound commits and
+    /// resets by partitions they do not lead.
+    ///
+    /// # Errors
+    /// The partition's error, or `NOT_LEADER` / `LEADER_NOT_AVAILABLE` when
+    /// the leader cannot be asked.
+    pub async fn offset_anywhere(
+        &self,
+        topic: &str,
+        partition: u32,
+        query: OffsetQuery,
+    ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
+        let leader = match self.locate(topic, partition) {
+            Ok((id, owner)) => return self.list_offset(id, owner, query).await,
+            Err(error) if error.code == ErrorCode::NotLeader => self
+                .snapshot()
+                .partition(topic, partition)
+                .and_then(|(_, view)| view.replication.leader)
+                .ok_or(error)?,
+            Err(error) => return Err(error),
+        };
+        let addr = (self.broker_resolver())(ReplicaId(leader)).ok_or_else(|| {
+            PartitionError::new(
+                ErrorCode::LeaderNotAvailable,
+                format!("the leader of {topic}/{partition}, broker {leader}, has no known address"),
+            )
+        })?;
+        let spec = match query {
+            OffsetQuery::Earliest => OffsetSpec::Earliest,
+            OffsetQuery::Latest => OffsetSpec::Latest,
+            OffsetQuery::Timestamp(time) => OffsetSpec::Timestamp(time.0),
+        };
+        let request = ListOffsetsRequest {
+            topics: vec![ListOffsetsTopic {
+                name: topic.to_owned(),
+                partitions: vec![ListOffsetsPartition { partition, spec }],
+            }],
+        };
+        let answer = self
+            .brokers
+            .call_node(leader, addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
+            .await
+            .map_err(|error| {
+                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
+            })?;
+        let found = answer
+            .message
+            .topics
+            .into_iter()
+            .flat_map(|topic| topic.partitions)
+            .find(|found| found.partition == partition)
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::UnknownServerError,
+                    format!("broker {leader} did not answer for {topic}/{partition}"),
+                )
+            })?;
+        if found.error_code != ErrorCode::None.code() {
+            let code =
+                ErrorCode::from_code(found.error_code).unwrap_or(ErrorCode::UnknownServerError);
+            return Err(PartitionError::new(
+                code,
+                format!("broker {leader} answered {code} for {topic}/{partition}"),
+            ));
+        }
+        Ok(u64::try_from(found.offset)
+            .ok()
+            .map(|offset| (Offset(offset), TimestampMs(found.timestamp))))
+    }
+
+    /// Looks a broker's address up in the current metadata (pushes and
+    /// lookups on other brokers).
+    pub(super) fn broker_resolver(&self) -> ResolveBroker {
+        let me = self.me.clone();
+        Rc::new(move |replica: ReplicaId| {
+            let shard = me.upgrade()?;
+            let snapshot = shard.snapshot();
+            let broker = snapshot
+                .cluster
+                .state
+                .brokers()
+                .get(&corelog_controller::NodeId(u64::from(replica.0)))?;
+            resolve_address(&broker.host, broker.port)
+        })
+    }
+
+    /// Sends a controller API request to shard 0 and awaits its reply.
+    ///
+    /// # Errors
+    /// `QUEUE_FULL` or `LEADER_NOT_AVAILABLE` when shard 0 cannot take it.
+    pub async fn forward_cluster(
+        &self,
+        api_key: ApiKey,
+        body: Vec<u8>,
+    ) -> Result<Reply, ErrorCode> {
+        let (reply, answer) = oneshot::channel();
+        self.send_now(
+            ShardId(0),
+            ShardCommand::Cluster {
+                api_key,
+                body,
+                reply,
+            },
+        )
+        .map_err(|error| error.code)?;
+        answer.await.unwrap_or(Err(ErrorCode::LeaderNotAvailable))
+    }
+
+    /// Serves a controller API request on shard 0, with its cluster role.
+    ///
+    /// # Errors
+    /// `LEADER_NOT_AVAILABLE` before the role started; the API's refusal.
+    pub async fn serve_cluster_api(
+        &self,
+        api_key: ApiKey,
+        body: &[u8],
+    ) -> Result<Reply, ErrorCode> {
+        match self.cluster() {
+            Some(role) => crate::cluster::api::serve(&role, api_key, body).await,
+            None => Err(ErrorCode::LeaderNotAvailable),
+        }
+    }
+}
+
+/// The error of a command whose owning shard stopped before answering.
+fn owner_stopped() -> PartitionError {
+    PartitionError::new(ErrorCode::LeaderNotAvailable, "the owning shard stopped")
+}
+
+/// Refuses an operation on a partition this broker does not lead, naming
+/// who does.
+fn check_leads(
+    replication: &ReplicationView,
+    node_id: u32,
+    topic: &str,
+    partition: u32,
+) -> Result<(), PartitionError> {
+    match replication.leader {
+        Some(leader) if leader == node_id && replication.local => Ok(()),
+        Some(leader) => Err(PartitionError::new(
+            ErrorCode::NotLeader,
+            format!(
+                "broker {leader} leads {topic}/{partition} (epoch {}); refresh metadata",
+                replication.epoch.0
+            ),
+        )),
+        None => Err(PartitionError::new(
+            ErrorCode::NotEnoughReplicas,
+            format!(
+                "{topic}/{partition} has no leader: fewer than a majority of its replicas {:?} answered the last election; retry",
+                replication.replicas
+            ),
+        )),
+    }
+}
+
+/// A broker's advertised host and port as a socket address: parsed when
+/// the host is an address, resolved otherwise.
+fn resolve_address(host: &str, port: u16) -> Option<SocketAddr> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Some(SocketAddr::new(ip, port));
+    }
+    (host, port).to_socket_addrs().ok()?.next()
+}
