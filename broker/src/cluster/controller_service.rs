@@ -23,24 +23,24 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use ahash::{AHashMap, AHashSet};
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementError,
     PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place,
 };
 use corelog_replication::QueryAnswer;
-use corelog_replication::election::decide;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
-use corelog_wire::message::replica_query::ReplicaQueryRequest;
+use corelog_wire::types::LeaderEpoch;
 use event_listener::Event;
 use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
 
 use super::election::{
-    AttemptOutcome, DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, Resolution, resolve,
+    DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, RoundHost, run_round,
 };
 use super::raft_log::RaftLogFile;
+use super::sessions::SessionBook;
 use crate::clock::Clock;
 use crate::executor::wait_until;
 use crate::peer::Peers;
@@ -99,15 +99,6 @@ impl ControllerRequestError {
     }
 }
 
-/// A broker's session as the leader sees it.
-#[derive(Clone, Copy, Debug)]
-struct Session {
-    last_heartbeat: Instant,
-    /// The metadata version at which its registration applied: it is
-    /// unfenced once it reports at least this version.
-    registered_version: u64,
-}
-
 /// A topic the cluster creates for itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InternalTopicSpec {
@@ -149,10 +140,8 @@ pub struct ControllerService {
     /// Woken after each `advance`: proposals refused mid-Ready retry then.
     advanced: Event,
     waiting: RefCell<BTreeMap<ProposalId, oneshot::Sender<ProposalOutcome>>>,
-    sessions: RefCell<AHashMap<NodeId, Session>>,
-    /// Fence/unfence proposals in flight, so a tick does not repeat them.
-    pending_membership: RefCell<AHashSet<NodeId>>,
-    was_leader: Cell<bool>,
+    /// Broker sessions (leader only).
+    sessions: RefCell<SessionBook>,
     /// Topics the cluster creates for itself.
     internal_topics: RefCell<Vec<InternalTopicSpec>>,
     /// An internal-topic creation is in flight.
@@ -205,9 +194,7 @@ impl ControllerService {
             applied: Event::new(),
             advanced: Event::new(),
             waiting: RefCell::new(BTreeMap::new()),
-            sessions: RefCell::new(AHashMap::new()),
-            pending_membership: RefCell::new(AHashSet::new()),
-            was_leader: Cell::new(false),
+            sessions: RefCell::new(SessionBook::new(session_timeout)),
             internal_topics: RefCell::new(Vec::new()),
             creating_internal: Cell::new(false),
             elections: RefCell::new(ElectionBook::new()),
@@ -354,13 +341,9 @@ impl ControllerService {
         let node = *node;
         self.propose(command).await?;
         let version = self.version();
-        self.sessions.borrow_mut().insert(
-            node,
-            Session {
-                last_heartbeat: Instant::now(),
-                registered_version: version,
-            },
-        );
+        self.sessions
+            .borrow_mut()
+            .registered(node, version, Instant::now());
         Ok(())
     }
 
@@ -381,49 +364,30 @@ impl ControllerService {
                 leader: self.leader(),
             });
         }
-        let fenced = {
+        let heartbeat = {
             let node_ref = self.node.borrow();
-            let Some(record) = node_ref.state().brokers().get(&node) else {
-                return Err(ControllerRequestError::refused(
-                    ErrorCode::StaleBrokerIncarnation,
-                    format!("broker {node} is not registered; register first"),
-                ));
-            };
-            if record.incarnation != incarnation {
-                return Err(ControllerRequestError::refused(
-                    ErrorCode::StaleBrokerIncarnation,
-                    format!(
-                        "broker {node} is registered with incarnation {}, not {incarnation}; register again",
-                        record.incarnation
-                    ),
-                ));
-            }
-            record.fenced
-        };
-        let registered_version = {
-            let mut sessions = self.sessions.borrow_mut();
-            let session = sessions.entry(node).or_insert(Session {
-                last_heartbeat: Instant::now(),
-                registered_version: 0,
-            });
-            session.last_heartbeat = Instant::now();
-            session.registered_version
-        };
-        if fenced
-            && metadata_version >= registered_version
-            && self.pending_membership.borrow_mut().insert(node)
-        {
+            self.sessions.borrow_mut().heartbeat(
+                node_ref.state(),
+                node,
+                incarnation,
+                metadata_version,
+                Instant::now(),
+            )
+        }
+        .map_err(|refusal| {
+            ControllerRequestError::refused(ErrorCode::StaleBrokerIncarnation, refusal.to_string())
+        })?;
+        if let Some(command) = heartbeat.unfence {
             let service = self.clone();
             glommio::spawn_local(async move {
-                let command = Command::UnfenceBroker { node, incarnation };
                 if let Err(error) = service.propose(command).await {
                     tracing::debug!(%node, %error, "unfence not applied; the next heartbeat retries");
                 }
-                service.pending_membership.borrow_mut().remove(&node);
+                service.sessions.borrow_mut().settled(node);
             })
             .detach();
         }
-        Ok(fenced)
+        Ok(heartbeat.fenced)
     }
 
     /// The creation of `topic` as this leader would propose it: placed
@@ -656,45 +620,21 @@ impl ControllerService {
 
     /// Leader: fences brokers whose session expired.
     fn watch_sessions(self: &Rc<Self>) {
-        let now = Instant::now();
-        if !self.was_leader.replace(true) {
-            // A new leader knows no session: every broker gets a full
-            // timeout from now to reach it.
-            let mut sessions = self.sessions.borrow_mut();
-            for session in sessions.values_mut() {
-                session.last_heartbeat = now;
-            }
-            for id in self.node.borrow().state().brokers().keys() {
-                sessions.entry(*id).or_insert(Session {
-                    last_heartbeat: now,
-                    registered_version: 0,
-                });
-            }
-        }
-        let expired: Vec<NodeId> = {
+        let fences = {
             let node = self.node.borrow();
-            let sessions = self.sessions.borrow();
-            node.state()
-                .brokers()
-                .values()
-                .filter(|broker| !broker.fenced)
-                .filter(|broker| {
-                    sessions.get(&broker.id).is_none_or(|session| {
-                        now.duration_since(session.last_heartbeat) > self.session_timeout
-                    })
-                })
-                .map(|broker| broker.id)
-                .collect()
+            self.sessions
+                .borrow_mut()
+                .expired(node.state(), Instant::now())
         };
-        for node in expired {
-            if !self.pending_membership.borrow_mut().insert(node) {
+        for command in fences {
+            let Command::FenceBroker { node } = command else {
                 continue;
-            }
+            };
             tracing::warn!(%node, timeout = ?self.session_timeout, "broker session expired: fencing it");
             let service = self.clone();
             glommio::spawn_local(async move {
-                let fenced = service.propose(Command::FenceBroker { node }).await;
-                service.pending_membership.borrow_mut().remove(&node);
+                let fenced = service.propose(command).await;
+                service.sessions.borrow_mut().settled(node);
                 match fenced {
                     // Its leaderships move now rather than at the next tick.
                     Ok(_) => service.run_elections(),
@@ -732,116 +672,10 @@ impl ControllerService {
         for due in planned {
             let service = self.clone();
             glommio::spawn_local(async move {
-                let outcome = service.elect(&due).await;
+                let outcome = run_round(&*service, &due).await;
                 service.elections.borrow_mut().finish(&due, outcome);
             })
             .detach();
-        }
-    }
-
-    /// One election round: query, decide, re-check, propose.
-    async fn elect(&self, due: &DueElection) -> AttemptOutcome {
-        let request = ReplicaQueryRequest {
-            topic_id: due.topic_id.0,
-            partition: due.partition,
-            new_epoch: due.new_epoch.0,
-        };
-        let queries = due
-            .targets
-            .iter()
-            .map(|target| self.query(due, target, &request));
-        let answers: Vec<QueryAnswer> = futures::future::join_all(queries)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        let answered = answers
-            .iter()
-            .filter(|answer| {
-                matches!(
-                    answer.result,
-                    corelog_replication::QueryResult::State { .. }
-                )
-            })
-            .count();
-        let decision = decide(due.new_epoch, &due.replicas, &answers);
-        let command = match resolve(due, decision) {
-            Resolution::Publish(command) => command,
-            Resolution::Retry { fenced_epoch } => {
-                tracing::debug!(
-                    topic_id = %due.topic_id, partition = due.partition, epoch = %due.new_epoch,
-                    reason = %due.reason, answered, ?decision,
-                    "election round published nothing; retrying"
-                );
-                return AttemptOutcome::Unpublished { fenced_epoch };
-            }
-        };
-        let Command::SetLeader { leader, .. } = command else {
-            unreachable!("resolve publishes only SetLeader");
-        };
-        let unchanged = self
-            .node
-            .borrow()
-            .state()
-            .topics()
-            .get(&due.topic_id)
-            .and_then(|topic| topic.partitions.get(due.partition as usize))
-            .is_some_and(|record| record.leader_epoch == due.epoch);
-        if !unchanged || !self.is_leader() {
-            tracing::debug!(topic_id = %due.topic_id, partition = due.partition, "partition changed during its election round; result dropped");
-            return AttemptOutcome::Dropped;
-        }
-        match self.propose(command).await {
-            Ok(_) => {
-                if leader.is_some() {
-                    tracing::info!(
-                        topic_id = %due.topic_id, partition = due.partition,
-                        old_leader = ?due.leader.map(|node| node.0), new_leader = ?leader.map(|node| node.0),
-                        epoch = %due.new_epoch, reason = %due.reason, answered,
-                        "partition leader elected"
-                    );
-                } else {
-                    tracing::warn!(
-                        topic_id = %due.topic_id, partition = due.partition,
-                        old_leader = ?due.leader.map(|node| node.0), epoch = %due.new_epoch,
-                        reason = %due.reason, answered, replicas = due.replicas.len(),
-                        "no majority of the partition's replicas answered: it stays leaderless and refuses appends until one does"
-                    );
-                }
-                AttemptOutcome::Published { leader }
-            }
-            Err(error) => {
-                // A stale epoch or a fenced winner: the next round sees the
-                // newer state.
-                tracing::debug!(topic_id = %due.topic_id, partition = due.partition, %error, "election result not applied; retrying");
-                AttemptOutcome::Unpublished { fenced_epoch: None }
-            }
-        }
-    }
-
-    /// Queries one replica; `None` when it does not answer usefully.
-    async fn query(
-        &self,
-        due: &DueElection,
-        target: &QueryTarget,
-        request: &ReplicaQueryRequest,
-    ) -> Option<QueryAnswer> {
-        let Some(addr) = broker_addr(&target.host, target.port) else {
-            tracing::warn!(host = %target.host, port = target.port, "cannot resolve a replica's broker address");
-            return None;
-        };
-        match self
-            .peers
-            .call_node(target.replica.0, addr, request, &[], QUERY_TIMEOUT)
-            .await
-        {
-            Ok(answer) => {
-                answer_from_wire(due.key(), due.new_epoch, target.replica, &answer.message)
-            }
-            Err(error) => {
-                tracing::debug!(replica = %target.replica, %error, "replica query failed");
-                None
-            }
         }
     }
 
@@ -894,7 +728,7 @@ impl ControllerService {
                 }
             }
             if ready.role != Role::Leader {
-                self.was_leader.set(false);
+                self.sessions.borrow_mut().stop_leading();
             }
             // 4. Advance.
             self.node.borrow_mut().advance();
@@ -935,6 +769,58 @@ impl ControllerService {
             }
         })
         .detach();
+    }
+}
+
+/// Election rounds run over the inter-broker RPC and Raft.
+impl RoundHost for ControllerService {
+    fn query<'a>(
+        &'a self,
+        due: &'a DueElection,
+        target: &'a QueryTarget,
+    ) -> LocalBoxFuture<'a, Option<QueryAnswer>> {
+        Box::pin(async move {
+            let request = due.query_request();
+            let Some(addr) = broker_addr(&target.host, target.port) else {
+                tracing::warn!(host = %target.host, port = target.port, "cannot resolve a replica's broker address");
+                return None;
+            };
+            match self
+                .peers
+                .call_node(target.replica.0, addr, &request, &[], QUERY_TIMEOUT)
+                .await
+            {
+                Ok(answer) => {
+                    answer_from_wire(due.key(), due.new_epoch, target.replica, &answer.message)
+                }
+                Err(error) => {
+                    tracing::debug!(replica = %target.replica, %error, "replica query failed");
+                    None
+                }
+            }
+        })
+    }
+
+    fn current_epoch(&self, due: &DueElection) -> Option<LeaderEpoch> {
+        if !self.is_leader() {
+            return None;
+        }
+        self.node
+            .borrow()
+            .state()
+            .topics()
+            .get(&due.topic_id)
+            .and_then(|topic| topic.partitions.get(due.partition as usize))
+            .map(|record| record.leader_epoch)
+    }
+
+    fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            ControllerService::propose(self, command)
+                .await
+                .map(|_| ())
+                .map_err(|error| error.to_string())
+        })
     }
 }
 

@@ -30,8 +30,10 @@ use std::time::{Duration, Instant};
 use corelog_controller::{
     BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, TopicId,
 };
-use corelog_replication::election::Decision;
-use corelog_replication::{PartitionKey, ReplicaId};
+use corelog_replication::election::{Decision, decide};
+use corelog_replication::{PartitionKey, QueryAnswer, QueryResult, ReplicaId};
+use corelog_wire::message::replica_query::ReplicaQueryRequest;
+use futures::future::LocalBoxFuture;
 
 /// Shortest time between two attempts on one partition that needs a
 /// leader: quick enough that a lost leader is replaced within a second,
@@ -54,6 +56,33 @@ pub const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Elections in flight at once, over all partitions: bounds the
 /// connections, fsyncs and memory a mass failure costs.
 pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
+
+/// The bookkeeping's intervals: the constants above in production; the
+/// simulator scales them down to its short runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElectionTimings {
+    /// See [`ELECTION_RETRY_INTERVAL`].
+    pub retry_interval: Duration,
+    /// See [`PREFERRED_SETTLE_TIME`].
+    pub preferred_settle_time: Duration,
+    /// See [`PREFERRED_RETRY_INTERVAL`].
+    pub preferred_retry_interval: Duration,
+}
+
+impl ElectionTimings {
+    /// The production intervals.
+    pub const DEFAULT: ElectionTimings = ElectionTimings {
+        retry_interval: ELECTION_RETRY_INTERVAL,
+        preferred_settle_time: PREFERRED_SETTLE_TIME,
+        preferred_retry_interval: PREFERRED_RETRY_INTERVAL,
+    };
+}
+
+impl Default for ElectionTimings {
+    fn default() -> Self {
+        ElectionTimings::DEFAULT
+    }
+}
 
 pub use corelog_replication::wire::partition_key;
 
@@ -133,6 +162,16 @@ impl DueElection {
     pub fn key(&self) -> PartitionKey {
         partition_key(self.topic_id.0, self.partition)
     }
+
+    /// The query the round sends every target.
+    #[must_use]
+    pub fn query_request(&self) -> ReplicaQueryRequest {
+        ReplicaQueryRequest {
+            topic_id: self.topic_id.0,
+            partition: self.partition,
+            new_epoch: self.new_epoch.0,
+        }
+    }
 }
 
 /// What to do with a round's decision.
@@ -182,6 +221,90 @@ pub fn resolve(due: &DueElection, decision: Decision) -> Resolution {
     }
 }
 
+/// What an election round needs from the controller leader running it:
+/// the broker's controller service over the inter-broker RPC and Raft, the
+/// simulator's controller over its simulated network.
+pub trait RoundHost {
+    /// Queries one replica for the round; `None` when it gives no useful
+    /// answer in time (unreachable, refused, another partition).
+    fn query<'a>(
+        &'a self,
+        due: &'a DueElection,
+        target: &'a QueryTarget,
+    ) -> LocalBoxFuture<'a, Option<QueryAnswer>>;
+
+    /// The partition's leader epoch in the applied metadata, while this
+    /// node still leads the controller; `None` otherwise (the partition
+    /// was deleted, or leadership moved).
+    fn current_epoch(&self, due: &DueElection) -> Option<LeaderEpoch>;
+
+    /// Proposes `command` and waits until it applied.
+    ///
+    /// # Errors
+    /// Why it did not apply (refused, or leadership lost).
+    fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>>;
+}
+
+/// One election round: query every target in parallel, decide, check that
+/// the partition did not move meanwhile, propose the result.
+pub async fn run_round(host: &impl RoundHost, due: &DueElection) -> AttemptOutcome {
+    let queries = due.targets.iter().map(|target| host.query(due, target));
+    let answers: Vec<QueryAnswer> = futures::future::join_all(queries)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let answered = answers
+        .iter()
+        .filter(|answer| matches!(answer.result, QueryResult::State { .. }))
+        .count();
+    let decision = decide(due.new_epoch, &due.replicas, &answers);
+    let command = match resolve(due, decision) {
+        Resolution::Publish(command) => command,
+        Resolution::Retry { fenced_epoch } => {
+            tracing::debug!(
+                topic_id = %due.topic_id, partition = due.partition, epoch = %due.new_epoch,
+                reason = %due.reason, answered, ?decision,
+                "election round published nothing; retrying"
+            );
+            return AttemptOutcome::Unpublished { fenced_epoch };
+        }
+    };
+    let Command::SetLeader { leader, .. } = command else {
+        unreachable!("resolve publishes only SetLeader");
+    };
+    if host.current_epoch(due) != Some(due.epoch) {
+        tracing::debug!(topic_id = %due.topic_id, partition = due.partition, "partition changed during its election round; result dropped");
+        return AttemptOutcome::Dropped;
+    }
+    match host.propose(command).await {
+        Ok(()) => {
+            if leader.is_some() {
+                tracing::info!(
+                    topic_id = %due.topic_id, partition = due.partition,
+                    old_leader = ?due.leader.map(|node| node.0), new_leader = ?leader.map(|node| node.0),
+                    epoch = %due.new_epoch, reason = %due.reason, answered,
+                    "partition leader elected"
+                );
+            } else {
+                tracing::warn!(
+                    topic_id = %due.topic_id, partition = due.partition,
+                    old_leader = ?due.leader.map(|node| node.0), epoch = %due.new_epoch,
+                    reason = %due.reason, answered, replicas = due.replicas.len(),
+                    "no majority of the partition's replicas answered: it stays leaderless and refuses appends until one does"
+                );
+            }
+            AttemptOutcome::Published { leader }
+        }
+        Err(error) => {
+            // A stale epoch or a fenced winner: the next round sees the
+            // newer state.
+            tracing::debug!(topic_id = %due.topic_id, partition = due.partition, %error, "election result not applied; retrying");
+            AttemptOutcome::Unpublished { fenced_epoch: None }
+        }
+    }
+}
+
 /// How an attempt ended, for the bookkeeping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttemptOutcome {
@@ -219,6 +342,7 @@ struct PartitionBook {
 /// delays preferred-leader returns and costs a superseded round or two.
 #[derive(Debug, Default)]
 pub struct ElectionBook {
+    timings: ElectionTimings,
     term: u64,
     /// Bumped at every reset: rounds planned before it finish into nothing.
     generation: u64,
@@ -230,10 +354,19 @@ pub struct ElectionBook {
 }
 
 impl ElectionBook {
-    /// Empty bookkeeping.
+    /// Empty bookkeeping with the production intervals.
     #[must_use]
     pub fn new() -> ElectionBook {
         ElectionBook::default()
+    }
+
+    /// Empty bookkeeping with other intervals.
+    #[must_use]
+    pub fn with_timings(timings: ElectionTimings) -> ElectionBook {
+        ElectionBook {
+            timings,
+            ..ElectionBook::default()
+        }
     }
 
     /// Starts over when `term` is not the term the bookkeeping was kept in:
@@ -243,6 +376,7 @@ impl ElectionBook {
             return false;
         }
         *self = ElectionBook {
+            timings: self.timings,
             term,
             generation: self.generation.wrapping_add(1),
             ..ElectionBook::default()
@@ -353,7 +487,7 @@ impl ElectionBook {
     ) -> Option<ElectionReason> {
         let retry_allowed = book
             .last_attempt
-            .is_none_or(|last| now.saturating_duration_since(last) >= ELECTION_RETRY_INTERVAL);
+            .is_none_or(|last| now.saturating_duration_since(last) >= self.timings.retry_interval);
         let lost = match record.leader {
             None => Some(ElectionReason::NoLeader),
             Some(leader) => match state.brokers().get(&leader) {
@@ -373,9 +507,9 @@ impl ElectionBook {
             .unfenced_since
             .get(&preferred)
             .is_some_and(|(_, since)| {
-                now.saturating_duration_since(*since) >= PREFERRED_SETTLE_TIME
+                now.saturating_duration_since(*since) >= self.timings.preferred_settle_time
             });
-        let interval = PREFERRED_RETRY_INTERVAL
+        let interval = self.timings.preferred_retry_interval
             * (1u32 << book.preferred_misses.min(PREFERRED_BACKOFF_SHIFT_MAX));
         let preferred_allowed = book
             .last_preferred_attempt
@@ -432,11 +566,8 @@ impl ElectionBook {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use corelog_controller::{Outcome, Replica};
-    use corelog_replication::election::decide;
-    use corelog_replication::{QueryAnswer, QueryResult};
+    use corelog_replication::wire::answer_from_wire;
     use corelog_wire::error::ErrorCode;
     use corelog_wire::message::replica_query::{
         QueryResult as WireQueryResult, ReplicaQueryResponse,
@@ -444,7 +575,6 @@ mod tests {
     use corelog_wire::types::Offset;
 
     use super::*;
-    use corelog_replication::wire::answer_from_wire;
 
     const TOPIC: TopicId = TopicId(0);
 

@@ -8,9 +8,13 @@
 //!   drives the Raft node, persists before sending, answers registrations,
 //!   heartbeats, metadata long-polls and operations, fences brokers whose
 //!   session expired, and runs partition elections.
-//! - [`election`]: the leader's partition elections, pure: which partitions
-//!   need a leader (lost leader, preferred leader back) and what to publish
-//!   from the replicas' `ReplicaQuery` answers.
+//! - [`election`]: the leader's partition elections: which partitions need
+//!   a leader (lost leader, preferred leader back) and what to publish from
+//!   the replicas' `ReplicaQuery` answers (pure), and the round itself over
+//!   a [`election::RoundHost`] (the service here, the simulator's
+//!   controller in `sim/`).
+//! - [`sessions`]: the leader's broker sessions, pure: whom to fence,
+//!   whom to unfence.
 //! - [`membership`]: every broker, on shard 0: registers, heartbeats,
 //!   follows the metadata log and publishes each version to its shards;
 //!   forwards topic changes and producer-id requests to the controller.
@@ -30,6 +34,7 @@ pub mod controller_service;
 pub mod election;
 pub mod membership;
 pub mod raft_log;
+pub mod sessions;
 
 use std::rc::Rc;
 

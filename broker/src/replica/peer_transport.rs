@@ -171,7 +171,12 @@ pub fn push_refusal(code: ErrorCode, message: String) -> ReplicaPushResponse {
     }
 }
 
-fn ack_from_wire(
+/// A follower's answer to `push` (sent to `to`) as the state machine's
+/// [`PushAck`].
+///
+/// # Errors
+/// [`TransportError::Refused`] for an error answer.
+pub fn ack_from_wire(
     to: ReplicaId,
     push: &Push,
     response: ReplicaPushResponse,

@@ -1,0 +1,277 @@
+//! The controller leader's view of broker sessions, pure: a broker silent
+//! past the session timeout is fenced, and a fenced broker whose heartbeat
+//! shows it caught up with the metadata of its registration is unfenced.
+//!
+//! Time comes in as an argument and the fences and unfences to propose go
+//! out as commands; the controller service proposes them through Raft, the
+//! simulator applies them to its state machine. Each broker has at most
+//! one such proposal in flight ([`SessionBook::settled`] ends it), so that
+//! a tick or a heartbeat does not repeat it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use corelog_controller::{Command, MetadataState, NodeId};
+
+/// A broker's session as the leader sees it.
+#[derive(Clone, Copy, Debug)]
+struct Session {
+    last_heartbeat: Instant,
+    /// The metadata version at which its registration applied: it is
+    /// unfenced once it reports at least this version.
+    registered_version: u64,
+}
+
+/// Why a heartbeat is refused: the broker must register (again).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeartbeatRefusal {
+    /// The broker is not registered.
+    #[error("broker {node} is not registered; register first")]
+    NotRegistered {
+        /// The broker.
+        node: NodeId,
+    },
+    /// The heartbeat comes from another process than the registered one.
+    #[error("broker {node} is registered with incarnation {registered}, not {got}; register again")]
+    StaleIncarnation {
+        /// The broker.
+        node: NodeId,
+        /// The registered incarnation.
+        registered: u64,
+        /// The heartbeat's.
+        got: u64,
+    },
+}
+
+/// What a heartbeat found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Whether the broker is fenced (before `unfence` applies).
+    pub fenced: bool,
+    /// The unfence to propose: the broker caught up since registering.
+    pub unfence: Option<Command>,
+}
+
+/// The sessions of the brokers, kept by the controller leader.
+#[derive(Debug)]
+pub struct SessionBook {
+    timeout: Duration,
+    sessions: BTreeMap<NodeId, Session>,
+    /// Brokers with a fence or unfence proposal in flight.
+    pending: BTreeSet<NodeId>,
+    /// Whether this node has led since it last stopped leading: a new
+    /// leader gives every broker a full timeout from its first tick.
+    leading: bool,
+}
+
+impl SessionBook {
+    /// No sessions; a broker is fenced after `timeout` without a heartbeat.
+    #[must_use]
+    pub fn new(timeout: Duration) -> SessionBook {
+        SessionBook {
+            timeout,
+            sessions: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            leading: false,
+        }
+    }
+
+    /// The session timeout.
+    #[must_use]
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `node`'s registration applied at metadata `version`: its session
+    /// starts now, and it is unfenced once it reports that version.
+    pub fn registered(&mut self, node: NodeId, version: u64, now: Instant) {
+        self.sessions.insert(
+            node,
+            Session {
+                last_heartbeat: now,
+                registered_version: version,
+            },
+        );
+    }
+
+    /// A heartbeat from `node` (the process `incarnation`) that has applied
+    /// `metadata_version`.
+    ///
+    /// # Errors
+    /// [`HeartbeatRefusal`] when the broker must register again.
+    pub fn heartbeat(
+        &mut self,
+        state: &MetadataState,
+        node: NodeId,
+        incarnation: u64,
+        metadata_version: u64,
+        now: Instant,
+    ) -> Result<Heartbeat, HeartbeatRefusal> {
+        let record = state
+            .brokers()
+            .get(&node)
+            .ok_or(HeartbeatRefusal::NotRegistered { node })?;
+        if record.incarnation != incarnation {
+            return Err(HeartbeatRefusal::StaleIncarnation {
+                node,
+                registered: record.incarnation,
+                got: incarnation,
+            });
+        }
+        let session = self.sessions.entry(node).or_insert(Session {
+            last_heartbeat: now,
+            registered_version: 0,
+        });
+        session.last_heartbeat = now;
+        let caught_up = metadata_version >= session.registered_version;
+        let unfence = (record.fenced && caught_up && self.pending.insert(node))
+            .then_some(Command::UnfenceBroker { node, incarnation });
+        Ok(Heartbeat {
+            fenced: record.fenced,
+            unfence,
+        })
+    }
+
+    /// Leader tick: the fences to propose for unfenced brokers whose
+    /// session expired. The first tick of a leadership gives every broker a
+    /// full timeout from `now` instead (a new leader knows no session).
+    pub fn expired(&mut self, state: &MetadataState, now: Instant) -> Vec<Command> {
+        if !self.leading {
+            self.leading = true;
+            for session in self.sessions.values_mut() {
+                session.last_heartbeat = now;
+            }
+            for node in state.brokers().keys() {
+                self.sessions.entry(*node).or_insert(Session {
+                    last_heartbeat: now,
+                    registered_version: 0,
+                });
+            }
+        }
+        let expired: Vec<NodeId> = state
+            .brokers()
+            .values()
+            .filter(|broker| !broker.fenced)
+            .filter(|broker| {
+                self.sessions.get(&broker.id).is_none_or(|session| {
+                    now.saturating_duration_since(session.last_heartbeat) > self.timeout
+                })
+            })
+            .map(|broker| broker.id)
+            .collect();
+        expired
+            .into_iter()
+            .filter(|node| self.pending.insert(*node))
+            .map(|node| Command::FenceBroker { node })
+            .collect()
+    }
+
+    /// The fence or unfence proposed for `node` finished (applied or not):
+    /// the next tick or heartbeat may propose again.
+    pub fn settled(&mut self, node: NodeId) {
+        self.pending.remove(&node);
+    }
+
+    /// This node stopped leading the controller.
+    pub fn stop_leading(&mut self) {
+        self.leading = false;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    fn apply(state: &mut MetadataState, command: &Command) {
+        let index = state.version() + 1;
+        if let Err(error) = state.apply(index, command) {
+            panic!("{command:?} refused: {error}");
+        }
+    }
+
+    fn registered(node: u64, incarnation: u64) -> Command {
+        Command::RegisterBroker {
+            node: NodeId(node),
+            host: "127.0.0.1".to_owned(),
+            port: 9000,
+            rack: None,
+            shard_count: 1,
+            incarnation,
+        }
+    }
+
+    #[test]
+    fn a_silent_broker_is_fenced_once_and_a_caught_up_one_unfenced() {
+        let start = Instant::now();
+        let mut state = MetadataState::default();
+        let mut book = SessionBook::new(ms(100));
+        apply(&mut state, &registered(1, 7));
+        book.registered(NodeId(1), state.version(), start);
+
+        let early = book.heartbeat(&state, NodeId(1), 7, 0, start).unwrap();
+        assert!(early.fenced);
+        assert_eq!(early.unfence, None, "not caught up with its registration");
+        let caught_up = book
+            .heartbeat(&state, NodeId(1), 7, state.version(), start)
+            .unwrap();
+        let Some(unfence) = caught_up.unfence else {
+            panic!("a caught-up broker is unfenced");
+        };
+        assert_eq!(
+            book.heartbeat(&state, NodeId(1), 7, state.version(), start)
+                .unwrap()
+                .unfence,
+            None,
+            "one proposal in flight"
+        );
+        apply(&mut state, &unfence);
+        book.settled(NodeId(1));
+
+        assert!(book.expired(&state, start + ms(50)).is_empty());
+        book.heartbeat(&state, NodeId(1), 7, state.version(), start + ms(50))
+            .unwrap();
+        assert!(book.expired(&state, start + ms(150)).is_empty());
+        let fences = book.expired(&state, start + ms(151));
+        assert_eq!(fences, vec![Command::FenceBroker { node: NodeId(1) }]);
+        assert!(
+            book.expired(&state, start + ms(200)).is_empty(),
+            "not proposed twice while in flight"
+        );
+    }
+
+    #[test]
+    fn another_incarnation_must_register_and_a_new_leader_gives_a_full_timeout() {
+        let start = Instant::now();
+        let mut state = MetadataState::default();
+        let mut book = SessionBook::new(ms(100));
+        assert_eq!(
+            book.heartbeat(&state, NodeId(2), 1, 0, start),
+            Err(HeartbeatRefusal::NotRegistered { node: NodeId(2) })
+        );
+        apply(&mut state, &registered(2, 3));
+        apply(
+            &mut state,
+            &Command::UnfenceBroker {
+                node: NodeId(2),
+                incarnation: 3,
+            },
+        );
+        assert!(matches!(
+            book.heartbeat(&state, NodeId(2), 2, state.version(), start),
+            Err(HeartbeatRefusal::StaleIncarnation { registered: 3, .. })
+        ));
+        // Leadership (re)gained long after the last heartbeat: a full
+        // timeout from the first tick, not an instant fence.
+        let later = start + ms(1_000);
+        assert!(book.expired(&state, later).is_empty());
+        assert_eq!(book.expired(&state, later + ms(101)).len(), 1);
+        book.settled(NodeId(2));
+        book.stop_leading();
+        assert!(book.expired(&state, later + ms(500)).is_empty());
+    }
+}
