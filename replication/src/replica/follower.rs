@@ -156,12 +156,18 @@ impl Replica {
         self.step_down(actions);
         let raised = epoch > self.meta.fenced_epoch;
         self.raise_fence(epoch);
+        // A run at the log end holds no records: a leadership that appended
+        // nothing (an empty log's, or one that lost its marker). Following,
+        // it would refuse the new leader's batches of an older epoch at that
+        // offset as going back in epoch (sim seed 1102); recovery drops such
+        // runs the same way.
+        let emptied = self.meta.history.truncate_from(self.log_end);
         self.role = Role::Follower(FollowerState {
             epoch,
             leader,
             verified_end: self.high_watermark,
         });
-        if raised {
+        if raised || emptied {
             actions.push(self.persist());
         }
     }

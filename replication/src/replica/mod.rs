@@ -565,6 +565,15 @@ impl Replica {
                     "follower below fence"
                 );
                 assert!(
+                    self.meta
+                        .history
+                        .last()
+                        .is_none_or(|run| run.start_offset < self.log_end),
+                    "a follower's history {:?} has a run without records at its log end {}",
+                    self.meta.history,
+                    self.log_end
+                );
+                assert!(
                     follower.verified_end <= self.log_end,
                     "verified end {} past log end {}",
                     follower.verified_end,

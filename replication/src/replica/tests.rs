@@ -639,6 +639,45 @@ fn a_conflicting_leader_for_the_same_epoch_is_refused() {
     ));
 }
 
+/// A leadership that appended nothing (an empty log needs no marker) left
+/// a run at the log end holding no records. A later leader with an older
+/// epoch's batches at that offset must be followable (sim seed 1102 panicked
+/// with "goes back in epoch").
+#[test]
+fn a_run_without_records_does_not_block_an_older_epochs_batches() {
+    let mut b = replica(B, &[], 0, 0);
+    b.become_leader(e(1), &[A, B, C], 0).unwrap();
+    let actions = b.become_follower(e(3), A, 0).unwrap();
+    assert!(
+        actions.iter().any(
+            |action| matches!(action, Action::Persist(meta) if meta.history.entries().is_empty())
+        ),
+        "{actions:?}"
+    );
+    let actions = b
+        .on_push(push(3, 0, None, 0, vec![batch(0, 1, 0)]), 0)
+        .unwrap();
+    assert!(
+        actions
+            .iter()
+            .any(|action| matches!(action, Action::Append { batches } if batches.len() == 1)),
+        "{actions:?}"
+    );
+    assert_eq!(b.meta().history.epoch_of(o(1)), Some(e(0)));
+}
+
+/// The same with records below: a leader that stepped down before its
+/// marker was appended holds an empty run at its log end.
+#[test]
+fn a_leader_without_its_marker_drops_its_empty_run_when_it_follows() {
+    let mut b = replica(B, &[(0, 0)], 5, 1);
+    b.become_leader(e(2), &[A, B, C], 0).unwrap();
+    b.become_follower(e(3), A, 0).unwrap();
+    b.on_push(push(3, 5, Some(0), 0, vec![batch(5, 6, 1)]), 0)
+        .unwrap();
+    assert_eq!(b.meta().history.epoch_of(o(6)), Some(e(1)));
+}
+
 // ---- queries and recovery ------------------------------------------------
 
 #[test]
