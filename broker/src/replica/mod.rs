@@ -103,7 +103,7 @@ use crate::storage::{
 pub use corelog_replication::{PartitionKey, Push, Query};
 pub use corelog_wire::message::produce::Acks;
 pub use error::ReplicaError;
-pub use leadership::{RoleChange, role_change};
+pub use leadership::{RoleChange, resignation, role_change};
 pub use transport::{PushTransport, TransportError};
 
 /// Where and how to open a replica.

@@ -34,7 +34,7 @@ use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
 use crate::partition::PartitionSpec;
 use crate::replica::peer_transport::{self, PeerPushTransport};
-use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, role_change};
+use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
 use crate::storage::CacheKey;
 use crate::storage::disk::Disk;
 
@@ -91,7 +91,7 @@ impl Shard {
                         None => continue,
                     },
                 };
-                self.follow_leadership(name, index, &replica, &partition.replication, &changes);
+                self.follow_leadership(name, id, &replica, &partition.replication, &changes);
             }
         }
         (wanted, changes)
@@ -161,11 +161,12 @@ impl Shard {
     fn follow_leadership(
         &self,
         topic: &str,
-        index: u32,
+        id: PartitionId,
         replica: &Replica,
         replication: &ReplicationView,
         changes: &RoleChanges,
     ) {
+        let index = id.partition;
         let me = self.config.node_id;
         let Some(change) = role_change(replica.role(), replication, me) else {
             return;
@@ -182,6 +183,7 @@ impl Shard {
         let done = changes.done.clone();
         pending.set(pending.get() + 1);
         glommio::spawn_local(async move {
+            let mut resign = None;
             let result = match &change {
                 RoleChange::Lead { epoch, replicas } => replica.become_leader(*epoch, replicas).await,
                 RoleChange::Follow { epoch, leader } => {
@@ -200,15 +202,24 @@ impl Shard {
                         shard.load_coordinator(index, replica, epoch).await;
                     }
                 }
-                // A later snapshot (or query) already moved past this epoch,
-                // or this replica led the epoch before a restart: the
-                // controller elects again; nothing to do here.
                 Err(error) => {
                     tracing::debug!(%topic, partition = index, ?change, %error, "role change refused");
+                    // A later snapshot (or query) already moved past this
+                    // epoch, or this replica can never lead it: then the
+                    // controller must elect again, and may not know it.
+                    resign = resignation(&change, &error);
                 }
             }
             pending.set(pending.get() - 1);
             done.notify(usize::MAX);
+            // After the change counts as done: the resignation waits on the
+            // controller, which may be waiting on this shard's snapshot.
+            if let (Some(epoch), Some(shard)) = (resign, shard.upgrade()) {
+                match shard.resign_leadership(id, epoch).await {
+                    Ok(()) => tracing::info!(%topic, partition = index, epoch = epoch.0, "resigned a leadership this replica cannot take; the controller elects again"),
+                    Err(error) => tracing::debug!(%topic, partition = index, %error, "cannot resign a leadership; a session change moves it"),
+                }
+            }
         })
         .detach();
     }
