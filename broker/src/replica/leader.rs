@@ -44,6 +44,7 @@ impl<D: Disk> ReplicatedPartition<D> {
                 *self.replicas.borrow_mut() = replicas.to_vec();
                 self.acks_received.borrow_mut().clear();
             }
+            let _taking = TakingLeadership::start(&self.taking_leadership);
             self.carry_out(actions, before).await?.appended_end
         };
         if let Some(end) = marker_end {
@@ -139,13 +140,15 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(produced)
     }
 
-    /// The epoch a produce may append in now.
+    /// The epoch a produce may append in now: not before the leadership is
+    /// durable (its marker appended, or on an empty log its metadata
+    /// written).
     fn writable_epoch(&self) -> Result<LeaderEpoch, ReplicaError> {
         match self.role() {
             RoleView::Leader {
                 epoch,
                 accepting_writes: true,
-            } => Ok(epoch),
+            } if !self.taking_leadership.get() => Ok(epoch),
             RoleView::Leader { epoch, .. } => Err(ReplicaError::LeaderNotReady { epoch }),
             role => Err(ReplicaError::NotLeader { role }),
         }
@@ -361,6 +364,23 @@ impl<D: Disk> ReplicatedPartition<D> {
             return false;
         }
         true
+    }
+}
+
+/// Marks a `become_leader` as carrying out its actions until dropped (also
+/// when its future is dropped half-way).
+struct TakingLeadership<'a>(&'a std::cell::Cell<bool>);
+
+impl<'a> TakingLeadership<'a> {
+    fn start(flag: &'a std::cell::Cell<bool>) -> Self {
+        flag.set(true);
+        TakingLeadership(flag)
+    }
+}
+
+impl Drop for TakingLeadership<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
     }
 }
 

@@ -181,6 +181,17 @@ pub struct ReplicatedPartition<D: Disk> {
     /// replica is fenced.
     high_watermark_changed: Arc<Event>,
     ended_term: Cell<Option<EndedTerm>>,
+    /// A `become_leader` is carrying out its actions: the state machine
+    /// already accepts writes on an empty log (no marker to wait for), but
+    /// the leadership is not durable yet, and no record may be appended
+    /// before it is.
+    taking_leadership: Cell<bool>,
+    /// The high watermark readers see: the state machine's, once the
+    /// actions before it are carried out. A push can truncate a divergent
+    /// tail and raise the high watermark past it in one step; until the
+    /// truncation is on disk, a read below the state machine's high
+    /// watermark would serve the old, uncommitted tail (sim seed 541).
+    high_watermark: Cell<Offset>,
     pump: Cell<Pump>,
     /// The replica set of the current leadership.
     replicas: RefCell<Vec<ReplicaId>>,
@@ -257,6 +268,8 @@ impl<D: Disk> ReplicatedPartition<D> {
             durability_waits_done: Event::new(),
             high_watermark_changed,
             ended_term: Cell::new(None),
+            taking_leadership: Cell::new(false),
+            high_watermark: Cell::new(high_watermark),
             pump: Cell::new(Pump::Idle),
             replicas: RefCell::new(Vec::new()),
             acks_received: RefCell::new(BTreeMap::new()),
@@ -283,7 +296,7 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// leader) acknowledged to producers.
     #[must_use]
     pub fn high_watermark(&self) -> Offset {
-        self.replica.borrow().high_watermark()
+        self.high_watermark.get()
     }
 
     /// Notified whenever the high watermark moves (and when leadership ends
@@ -304,6 +317,12 @@ impl<D: Disk> ReplicatedPartition<D> {
     #[must_use]
     pub fn durable_end(&self) -> Offset {
         self.partition.log().durable_end()
+    }
+
+    /// Offset after the last appended record, durable or not.
+    #[must_use]
+    pub fn appended_end(&self) -> Offset {
+        self.partition.log().next_offset()
     }
 
     /// The durable metadata as last persisted (or about to be).
@@ -406,7 +425,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.check_usable()?;
         let limit = {
             let replica = self.replica.borrow();
-            replica.high_watermark().min(replica.durable_end())
+            self.high_watermark().min(replica.durable_end())
         };
         let deleted = self.partition.maintain_below(limit).await?;
         if deleted.is_some() {
@@ -429,9 +448,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.check_usable()?;
         let limit = {
             let replica = self.replica.borrow();
-            offset
-                .min(replica.high_watermark())
-                .min(replica.durable_end())
+            offset.min(self.high_watermark()).min(replica.durable_end())
         };
         let deleted = self
             .partition
@@ -561,7 +578,8 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// the end of a leadership.
     fn note(&self, action: &Action, high_watermark_before: Offset) {
         match action {
-            Action::HighWatermark(_) => {
+            Action::HighWatermark(high_watermark) => {
+                self.high_watermark.set(*high_watermark);
                 self.high_watermark_changed.notify(usize::MAX);
             }
             Action::StepDown { epoch } => {

@@ -9,6 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -790,6 +791,122 @@ fn query_answer_is_durable_before_it_is_returned() {
             PushResult::Fenced {
                 epoch: LeaderEpoch(5)
             }
+        );
+    });
+}
+
+/// Regression: on an empty log the state machine accepts writes as soon as
+/// it leads (no marker to wait for), but a record appended before the
+/// leadership's metadata is durable can survive a crash that the metadata
+/// does not, and the replica then refuses to open (its log has an epoch its
+/// history lacks). Found by the simulator (seed 52).
+#[test]
+fn a_produce_waits_until_an_empty_logs_leadership_is_durable() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        let leader = cluster.node(IDS[0]);
+        let mut taking = pin!(leader.become_leader(LeaderEpoch(1), &IDS));
+        assert!(
+            futures::poll!(&mut taking).is_pending(),
+            "the metadata write yields on the yielding disk"
+        );
+        assert_eq!(
+            leader.role(),
+            RoleView::Leader {
+                epoch: LeaderEpoch(1),
+                accepting_writes: true
+            }
+        );
+        let refused = leader.produce(plain(1), Acks::Leader, LONG).await;
+        assert!(
+            matches!(refused, Err(ReplicaError::LeaderNotReady { .. })),
+            "{refused:?}"
+        );
+        taking.await.unwrap();
+        let produced = leader.produce(plain(2), Acks::Leader, LONG).await.unwrap();
+        assert_eq!(produced.base_offset, Offset(0));
+    });
+}
+
+/// A push that truncates a divergent tail and raises the high watermark
+/// past it in one step: while the truncation is carried out (the yielding
+/// disk interleaves a reader), no read below the high watermark may serve
+/// the old tail (sim seed 541 saw the follower's state-machine high
+/// watermark above records it had not cut yet).
+#[test]
+fn a_read_never_sees_a_divergent_tail_below_the_high_watermark() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let old = cluster.node(IDS[0]);
+        for tag in 0..3 {
+            old.produce(plain(tag), Acks::Quorum, LONG).await.unwrap();
+        }
+        let committed_end = old.high_watermark();
+        cluster.cut(IDS[0]);
+        for tag in 100..104 {
+            old.produce(plain(tag), Acks::Leader, LONG).await.unwrap();
+        }
+        assert!(old.durable_end() > committed_end);
+        let leader = cluster.elect(LeaderEpoch(2)).await;
+        let new = cluster.node(leader);
+        for tag in 200..206 {
+            new.produce(plain(tag), Acks::Quorum, LONG).await.unwrap();
+        }
+        // The old leader stays cut off: the push below is the only one.
+        old.become_follower(LeaderEpoch(2), leader).await.unwrap();
+        let push = Push {
+            partition: KEY,
+            epoch: LeaderEpoch(2),
+            leader,
+            start: committed_end,
+            prev_epoch: Some(LeaderEpoch(1)),
+            reset_to: None,
+            hw: new.high_watermark(),
+            log_start: Offset(0),
+            batches: committed(&new, committed_end).await,
+        };
+        let done = Rc::new(Cell::new(false));
+        let reader = {
+            let (old, done) = (old.clone(), done.clone());
+            glommio::spawn_local(async move {
+                let (mut rounds, mut checked) = (0_u32, 0_u32);
+                while !done.get() {
+                    let high_watermark = old.high_watermark();
+                    let mut position = committed_end;
+                    // Records below the high watermark may still be on
+                    // their way to disk (an empty read); never old ones.
+                    while position < high_watermark {
+                        let read = old.read(position, 64 << 10).await.unwrap();
+                        let found = batches::split(&read.chunks, &BatchLimits::default()).unwrap();
+                        for batch in &found {
+                            assert_eq!(batch.epoch, LeaderEpoch(2), "read {:?}", batch.meta());
+                            checked += 1;
+                        }
+                        if read.next_offset <= position {
+                            break;
+                        }
+                        position = read.next_offset;
+                    }
+                    rounds += 1;
+                    glommio::executor().yield_task_queue_now().await;
+                }
+                (rounds, checked)
+            })
+        };
+        old.handle_push(push).await.unwrap();
+        wait_until("the push commits on the old leader", || {
+            old.high_watermark() == new.high_watermark()
+        })
+        .await;
+        done.set(true);
+        let (rounds, checked) = reader.await;
+        assert!(rounds > 1, "the reader ran while the push was carried out");
+        tracing::debug!(rounds, checked, "reads during the push");
+        let read = committed(&old, committed_end).await;
+        assert!(
+            read.iter().all(|batch| batch.epoch == LeaderEpoch(2)),
+            "{read:?}"
         );
     });
 }
