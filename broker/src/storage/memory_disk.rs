@@ -45,6 +45,8 @@ struct State {
     capacity_bytes: u64,
     faults: Vec<Fault>,
     syncs: u64,
+    /// Bumped by every change to any name or byte, synced or not.
+    generation: u64,
     /// Whether every operation yields to the executor once before acting,
     /// so that tests can interleave concurrent appends, flushes and reads.
     yields: bool,
@@ -55,6 +57,9 @@ struct Inode {
     data: Vec<u8>,
     synced: Vec<u8>,
     open_handles: u32,
+    /// Bumped whenever `data` changes, so that readers of
+    /// [`MemoryDisk::file_version`] can cache what they parsed.
+    version: u64,
 }
 
 impl State {
@@ -96,6 +101,7 @@ impl MemoryDisk {
                 capacity_bytes,
                 faults: Vec::new(),
                 syncs: 0,
+                generation: 0,
                 yields: false,
             })),
         }
@@ -104,6 +110,7 @@ impl MemoryDisk {
     /// Power loss: files keep only synced bytes, directories only synced entries.
     pub fn crash(&self) {
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         state.incarnation += 1;
         state.names = state.durable_names.clone();
         let live: BTreeSet<u64> = state.names.values().copied().collect();
@@ -111,6 +118,7 @@ impl MemoryDisk {
         for inode in state.inodes.values_mut() {
             inode.data = inode.synced.clone();
             inode.open_handles = 0;
+            inode.version += 1;
         }
     }
 
@@ -132,6 +140,40 @@ impl MemoryDisk {
         Some(state.inodes[inode].data.clone())
     }
 
+    /// What a crash now would leave of the file at `path`: the synced bytes
+    /// of the file durably named so. `None` if a crash would leave no such
+    /// file.
+    #[must_use]
+    pub fn durable_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.state.borrow();
+        let inode = state.durable_names.get(path)?;
+        Some(state.inodes.get(inode)?.synced.clone())
+    }
+
+    /// A number that changes whenever anything on the disk changes (a name,
+    /// written or synced bytes, a crash): equal generations mean nothing
+    /// changed in between.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.state.borrow().generation
+    }
+
+    /// Names of every file a crash now would leave.
+    #[must_use]
+    pub fn durable_files(&self) -> Vec<PathBuf> {
+        self.state.borrow().durable_names.keys().cloned().collect()
+    }
+
+    /// Identifies the current contents of the file at `path`: its inode and
+    /// a version that changes with every write, truncation and crash. Equal
+    /// versions mean equal contents.
+    #[must_use]
+    pub fn file_version(&self, path: &Path) -> Option<(u64, u64)> {
+        let state = self.state.borrow();
+        let inode = *state.names.get(path)?;
+        Some((inode, state.inodes.get(&inode)?.version))
+    }
+
     /// Replaces a file's contents, durably, as an operator editing a stopped
     /// node's disk would (corruption and truncation tests).
     ///
@@ -139,10 +181,12 @@ impl MemoryDisk {
     /// If the file does not exist.
     pub fn overwrite(&self, path: &Path, contents: Vec<u8>) {
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         let inode = *state.names.get(path).expect("no such file");
         let inode = state.inodes.get_mut(&inode).expect("dangling name");
         inode.synced.clone_from(&contents);
         inode.data = contents;
+        inode.version += 1;
     }
 
     /// Makes every operation yield once before acting (see `yields`).
@@ -171,9 +215,14 @@ impl MemoryDisk {
                 capacity_bytes: state.capacity_bytes,
                 faults: Vec::new(),
                 syncs: 0,
+                generation: 0,
                 yields: state.yields,
             })),
         }
+    }
+
+    fn touch(&self) {
+        self.state.borrow_mut().generation += 1;
     }
 
     async fn maybe_yield(&self) {
@@ -250,6 +299,7 @@ impl Disk for MemoryDisk {
     async fn open(&self, path: &Path, create: bool) -> io::Result<MemoryFile> {
         self.maybe_yield().await;
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         if !state.dirs.contains(&parent(path)) {
             return Err(not_found(&parent(path)));
         }
@@ -277,6 +327,7 @@ impl Disk for MemoryDisk {
     async fn remove(&self, path: &Path) -> io::Result<()> {
         self.maybe_yield().await;
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         let inode = state.names.remove(path).ok_or_else(|| not_found(path))?;
         state.release_if_unreferenced(inode);
         Ok(())
@@ -285,6 +336,7 @@ impl Disk for MemoryDisk {
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.maybe_yield().await;
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         let inode = state.names.remove(from).ok_or_else(|| not_found(from))?;
         state.names.insert(to.to_path_buf(), inode);
         Ok(())
@@ -293,6 +345,7 @@ impl Disk for MemoryDisk {
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.maybe_yield().await;
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         let forgotten: Vec<u64> = state
             .durable_names
             .iter()
@@ -315,6 +368,7 @@ impl Disk for MemoryDisk {
 
     async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         for ancestor in dir.ancestors() {
             state.dirs.insert(ancestor.to_path_buf());
         }
@@ -324,6 +378,7 @@ impl Disk for MemoryDisk {
     async fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.maybe_yield().await;
         let mut state = self.state.borrow_mut();
+        state.generation += 1;
         if !state.dirs.contains(dir) {
             return Err(not_found(dir));
         }
@@ -442,8 +497,11 @@ impl DiskFile for MemoryFile {
                 inode.data.resize(end, 0);
             }
             inode.data[position as usize..end].copy_from_slice(&buffer);
+            inode.version += 1;
             Ok(())
-        })
+        })?;
+        self.disk.touch();
+        Ok(())
     }
 
     async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -464,14 +522,18 @@ impl DiskFile for MemoryFile {
             Ok(())
         })?;
         self.disk.state.borrow_mut().syncs += 1;
+        self.disk.touch();
         Ok(())
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
         self.with_inode(|inode, _| {
             inode.data.resize(len as usize, 0);
+            inode.version += 1;
             Ok(())
-        })
+        })?;
+        self.disk.touch();
+        Ok(())
     }
 
     async fn size(&self) -> io::Result<u64> {
