@@ -227,6 +227,14 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether the failure leaves the log's files in an unknown state, so
+    /// that the log must fence itself: an I/O error or damage. A refusal
+    /// (busy, fenced already, bad arguments) changed nothing on disk.
+    #[must_use]
+    pub fn fences_the_log(&self) -> bool {
+        matches!(self, StorageError::Io { .. } | StorageError::Corrupt { .. })
+    }
+
     /// Whether the failure is a full disk: the reserve refused the append,
     /// a write or sync met `ENOSPC`, or the log was fenced by one. Such
     /// failures travel as the retriable `DISK_FULL`, and a log fenced by one

@@ -48,7 +48,9 @@ impl<D: Disk> PartitionLog<D> {
                     .and_then(|_| next_deletion(closed, total_bytes, &retention, now))
             })
             .await;
-        if let Err(error) = &result {
+        if let Err(error) = &result
+            && error.fences_the_log()
+        {
             self.fence(error);
         }
         result
@@ -73,7 +75,9 @@ impl<D: Disk> PartitionLog<D> {
                     .map(|_| cause)
             })
             .await;
-        if let Err(error) = &result {
+        if let Err(error) = &result
+            && error.fences_the_log()
+        {
             self.fence(error);
         }
         result
@@ -87,6 +91,13 @@ impl<D: Disk> PartitionLog<D> {
         let now = self.shard.clock.now();
         let (victim, deletion, ledger) = {
             let mut state = self.state.borrow_mut();
+            if state.rewriting {
+                // A follower's truncation or reset holds the log; the next
+                // housekeeping round deletes what is due (sim seed 1863:
+                // treating the refusal as a failure fenced the log, and a
+                // broker exits on that).
+                return Ok(None);
+            }
             state.writable()?;
             let closed: Vec<SegmentSummary> = state
                 .segments
@@ -191,10 +202,7 @@ impl<D: Disk> PartitionLog<D> {
     pub async fn truncate_to(&self, offset: Offset) -> Result<Offset, StorageError> {
         let result = self.truncate_inner(offset).await;
         if let Err(error) = &result
-            && matches!(
-                error,
-                StorageError::Io { .. } | StorageError::Corrupt { .. }
-            )
+            && error.fences_the_log()
         {
             self.fence(error);
         }
@@ -306,7 +314,7 @@ impl<D: Disk> PartitionLog<D> {
     pub async fn reset_to(&self, offset: Offset) -> Result<(), StorageError> {
         let result = self.reset_inner(offset).await;
         if let Err(error) = &result
-            && matches!(error, StorageError::Io { .. })
+            && error.fences_the_log()
         {
             self.fence(error);
         }
