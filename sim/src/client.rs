@@ -1,15 +1,18 @@
 //! A producer: appends to whoever it believes leads (from metadata and
-//! not-leader hints), a few requests in flight, each with a unique payload;
-//! a request unanswered for a while is abandoned (its outcome unknown, as
-//! for a real client that times out) and a new one is sent later.
+//! not-leader hints), a few requests in flight, each a real record batch
+//! whose values are unique; a request unanswered for a while is abandoned
+//! (its outcome unknown, as for a real client that times out) and a new
+//! one is sent later.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use corelog_replication::ReplicaId;
+use corelog_wire::batch::{BatchBuilder, Compression, NewRecord};
+use corelog_wire::rng::SplitMix64;
+use corelog_wire::types::TimestampMs;
 
-use crate::network::{Endpoint, Message, Network};
-use crate::rng::Rng;
+use crate::network::{Endpoint, Message};
+use crate::world::World;
 
 /// A request unanswered this long is abandoned, milliseconds.
 const REQUEST_TIMEOUT_MS: u64 = 300;
@@ -20,8 +23,8 @@ const MAX_IN_FLIGHT: usize = 3;
 #[derive(Debug)]
 pub struct Client {
     id: u32,
-    replicas: Vec<ReplicaId>,
-    leader: Option<ReplicaId>,
+    replicas: Vec<u32>,
+    leader: Option<u32>,
     /// Request number to the time it was sent.
     in_flight: BTreeMap<u64, u64>,
     next_request: u64,
@@ -37,7 +40,7 @@ pub struct Client {
 impl Client {
     /// A client of the partition replicated on `replicas`.
     #[must_use]
-    pub fn new(id: u32, replicas: Vec<ReplicaId>, rate_per_million: u64) -> Self {
+    pub fn new(id: u32, replicas: Vec<u32>, rate_per_million: u64) -> Self {
         Self {
             id,
             replicas,
@@ -60,7 +63,9 @@ impl Client {
     /// A message arrives.
     pub fn receive(&mut self, message: Message) {
         match message {
-            Message::Metadata { leader, .. } if leader.is_some() => self.leader = leader,
+            Message::Metadata(published) if published.leader.is_some() => {
+                self.leader = published.leader;
+            }
             Message::AppendOk { request, .. } => {
                 if let Some(sent_ms) = self.in_flight.remove(&request) {
                     self.acknowledged += 1;
@@ -69,7 +74,7 @@ impl Client {
                     }
                 }
             }
-            Message::NotLeader { request, hint } => {
+            Message::AppendFailed { request, hint } => {
                 self.in_flight.remove(&request);
                 self.leader = hint;
             }
@@ -77,31 +82,46 @@ impl Client {
         }
     }
 
-    /// Timers: abandon old requests, maybe send a new one.
-    pub fn tick(&mut self, now_ms: u64, network: &mut Network, rng: &mut Rng) {
+    /// Timers: abandon old requests, maybe send a new one (records
+    /// stamped with `timestamp`).
+    pub fn tick(&mut self, world: &World, rng: &mut SplitMix64, timestamp: TimestampMs) {
+        let now_ms = world.now_ms();
         self.in_flight
             .retain(|_, sent_ms| now_ms < *sent_ms + REQUEST_TIMEOUT_MS);
-        if self.in_flight.len() >= MAX_IN_FLIGHT || !rng.chance(self.rate_per_million) {
+        if self.in_flight.len() >= MAX_IN_FLIGHT || !rng.chance_per_million(self.rate_per_million) {
             return;
         }
         let target = match self.leader {
             Some(leader) => leader,
-            None => self.replicas[rng.below(self.replicas.len() as u64) as usize],
+            None => self.replicas[rng.index(self.replicas.len())],
         };
         let request = self.next_request;
         self.next_request += 1;
-        let records = rng.between(1, 3);
-        let payload = Bytes::from(format!("client {} request {request} x{records}", self.id));
+        let mut builder = BatchBuilder::new(Compression::None);
+        for index in 0..rng.between(1, 3) {
+            let record = NewRecord {
+                value: Some(Bytes::from(format!(
+                    "client {} request {request} record {index}",
+                    self.id
+                ))),
+                timestamp,
+                ..NewRecord::default()
+            };
+            if builder.push(&record).is_err() {
+                return;
+            }
+        }
+        let Ok(batch) = builder.build() else {
+            return;
+        };
         self.in_flight.insert(request, now_ms);
-        network.send(
-            now_ms,
+        world.send(
             Endpoint::Client(self.id),
             Endpoint::Node(target),
             Message::Append {
                 client: self.id,
                 request,
-                records,
-                payload,
+                batch,
             },
         );
     }

@@ -1,204 +1,336 @@
-//! A simulated disk for one node: the partition's log (batches) and the
-//! persisted replica metadata.
+//! A node's disk, and what the checker reads from it.
 //!
-//! Appends go to an unsynced tail; an fsync covers the log as it was when
-//! it started and completes after a simulated delay (group commit: appends
-//! during an fsync wait for the next one). A crash keeps only what an
-//! fsync completed, plus the metadata, which is written durably at once
-//! (the shell's contract for `Action::Persist`). Truncation, reset and
-//! retention are durable at once too.
+//! [`SimDisk`] is the broker's own [`MemoryDisk`] (O_DIRECT alignment
+//! enforced; a crash keeps only synced bytes and synced names) with one
+//! change: every `fdatasync` and directory sync takes a random, simulated
+//! time, so that group commits overlap with pushes, queries, truncations
+//! and crashes as they do on a real disk.
+//!
+//! The checker never asks the replica what its log holds: it parses the
+//! partition directory's files itself ([`LogView`]), either as they are
+//! now (written, synced or not) or as a crash now would leave them (the
+//! durable view), and reads the promised epoch from the replica metadata
+//! file as a crash would leave it.
 
-use corelog_replication::{Batch, ReplicaMeta};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corelog_broker::replica::meta_file::meta_path;
+use corelog_broker::storage::disk::{Disk, DiskFile};
+use corelog_broker::storage::memory_disk::{MemoryDisk, MemoryFile};
+use corelog_broker::storage::segment::SegmentPaths;
+use corelog_replication::ReplicaMeta;
+use corelog_wire::batch::{self, BatchLimits};
+use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};
 
-/// An fsync in flight.
-#[derive(Clone, Copy, Debug)]
-struct Fsync {
-    /// The log end it covers.
-    covers: Offset,
-    /// When it completes.
-    done_at_ms: u64,
+use crate::executor::SimExecutor;
+
+/// How long syncs take: a random number of milliseconds in a range.
+#[derive(Debug)]
+pub struct SyncDelay {
+    executor: SimExecutor,
+    rng: RefCell<SplitMix64>,
+    range_ms: (u64, u64),
 }
 
-/// One node's disk.
+impl SyncDelay {
+    /// Syncs of `range_ms` milliseconds, drawn from `rng`.
+    #[must_use]
+    pub fn new(executor: SimExecutor, rng: SplitMix64, range_ms: (u64, u64)) -> Rc<SyncDelay> {
+        Rc::new(SyncDelay {
+            executor,
+            rng: RefCell::new(rng),
+            range_ms,
+        })
+    }
+
+    async fn wait(&self) {
+        let (low, high) = self.range_ms;
+        let millis = self.rng.borrow_mut().between(low, high);
+        self.executor.sleep(Duration::from_millis(millis)).await;
+    }
+}
+
+/// A [`MemoryDisk`] whose syncs take simulated time.
+#[derive(Clone, Debug)]
+pub struct SimDisk {
+    disk: MemoryDisk,
+    delay: Rc<SyncDelay>,
+}
+
+impl SimDisk {
+    /// `disk` with syncs delayed by `delay`.
+    #[must_use]
+    pub fn new(disk: MemoryDisk, delay: Rc<SyncDelay>) -> SimDisk {
+        SimDisk { disk, delay }
+    }
+}
+
+impl Disk for SimDisk {
+    type File = SimFile;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<SimFile> {
+        Ok(SimFile {
+            file: self.disk.open(path, create).await?,
+            delay: self.delay.clone(),
+        })
+    }
+
+    async fn remove(&self, path: &Path) -> io::Result<()> {
+        self.disk.remove(path).await
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.disk.rename(from, to).await
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.delay.wait().await;
+        self.disk.sync_dir(dir).await
+    }
+
+    async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.disk.create_dir_all(dir).await
+    }
+
+    async fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.disk.remove_dir_all(dir).await
+    }
+
+    async fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.disk.list_dir(dir).await
+    }
+
+    fn free_bytes(&self, dir: &Path) -> io::Result<u64> {
+        self.disk.free_bytes(dir)
+    }
+}
+
+/// A file of a [`SimDisk`].
+#[derive(Debug)]
+pub struct SimFile {
+    file: MemoryFile,
+    delay: Rc<SyncDelay>,
+}
+
+impl DiskFile for SimFile {
+    type Buffer = Vec<u8>;
+    type Read = Vec<u8>;
+
+    fn alignment(&self) -> u64 {
+        self.file.alignment()
+    }
+
+    fn alloc_buffer(&self, len: usize) -> Vec<u8> {
+        self.file.alloc_buffer(len)
+    }
+
+    async fn write_at(&self, buffer: Vec<u8>, position: u64) -> io::Result<()> {
+        self.file.write_at(buffer, position).await
+    }
+
+    async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.file.read_at(position, len).await
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        // The sync covers what was written when it completes: a crash
+        // meanwhile loses all of it, as power loss during an fdatasync does.
+        self.delay.wait().await;
+        self.file.sync_data().await
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.truncate(len).await
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        self.file.size().await
+    }
+}
+
+/// A batch as a segment file holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredBatch {
+    /// First offset.
+    pub base: Offset,
+    /// Last offset.
+    pub last: Offset,
+    /// The leader epoch stamped on it.
+    pub epoch: Option<LeaderEpoch>,
+    /// The whole batch, header included.
+    pub bytes: Bytes,
+}
+
+impl StoredBatch {
+    /// The offset after it.
+    #[must_use]
+    pub fn end(&self) -> Offset {
+        self.last.plus(1)
+    }
+}
+
+/// A partition directory's log as parsed from its segment files: each
+/// segment's base and every whole, CRC-valid batch of it up to its first
+/// damaged or missing byte (what recovery would keep).
 #[derive(Clone, Debug, Default)]
-pub struct Disk {
-    log_start: Offset,
-    batches: Vec<Batch>,
-    durable_end: Offset,
-    fsync: Option<Fsync>,
-    /// The encoded `ReplicaMeta`, as persisted.
-    meta: Option<Vec<u8>>,
-    /// The fenced epoch of the persisted metadata, kept decoded for the
-    /// checker.
-    persisted_fence: LeaderEpoch,
+pub struct LogView {
+    /// Segments in offset order: base offset, batches.
+    segments: Vec<(Offset, Rc<Vec<StoredBatch>>)>,
 }
 
-impl Disk {
-    /// The first offset held.
+impl LogView {
+    /// The first offset held: the first segment's base.
     #[must_use]
     pub fn log_start(&self) -> Offset {
-        self.log_start
+        self.segments.first().map_or(Offset(0), |(base, _)| *base)
     }
 
     /// The offset after the last batch.
     #[must_use]
-    pub fn log_end(&self) -> Offset {
-        self.batches.last().map_or(self.log_start, Batch::end)
-    }
-
-    /// The offset after the last durable batch.
-    #[must_use]
-    pub fn durable_end(&self) -> Offset {
-        self.durable_end
-    }
-
-    /// The batches, oldest first.
-    #[must_use]
-    pub fn batches(&self) -> &[Batch] {
-        &self.batches
-    }
-
-    /// The fenced epoch last persisted.
-    #[must_use]
-    pub fn persisted_fence(&self) -> LeaderEpoch {
-        self.persisted_fence
+    pub fn end(&self) -> Offset {
+        self.segments.last().map_or(Offset(0), |(base, batches)| {
+            batches.last().map_or(*base, StoredBatch::end)
+        })
     }
 
     /// The batch starting at `base`, if any.
     #[must_use]
-    pub fn batch_at(&self, base: Offset) -> Option<&Batch> {
-        self.index_of(base).map(|index| &self.batches[index])
-    }
-
-    fn index_of(&self, base: Offset) -> Option<usize> {
-        self.batches
+    pub fn batch_at(&self, base: Offset) -> Option<&StoredBatch> {
+        let segment = self
+            .segments
+            .partition_point(|(first, _)| *first <= base)
+            .checked_sub(1)?;
+        let batches = &self.segments[segment].1;
+        batches
             .binary_search_by(|batch| batch.base.cmp(&base))
             .ok()
+            .map(|index| &batches[index])
     }
 
-    /// Whether `batch` is held durably, byte for byte.
+    /// The batches that end after `offset`, in offset order.
+    pub fn from(&self, offset: Offset) -> impl Iterator<Item = &StoredBatch> {
+        let first = self
+            .segments
+            .partition_point(|(base, _)| *base <= offset)
+            .saturating_sub(1);
+        self.segments[first.min(self.segments.len())..]
+            .iter()
+            .flat_map(|(_, batches)| batches.iter())
+            .skip_while(move |batch| batch.end() <= offset)
+    }
+
+    /// Whether `batch` is held here, byte for byte.
     #[must_use]
-    pub fn holds_durably(&self, batch: &Batch) -> bool {
-        batch.last < self.durable_end && self.batch_at(batch.base) == Some(batch)
+    pub fn holds(&self, batch: &StoredBatch) -> bool {
+        self.batch_at(batch.base) == Some(batch)
     }
+}
 
-    /// Appends at the log end (unsynced).
-    ///
-    /// # Panics
-    /// If the batch does not start at the log end.
-    pub fn append(&mut self, batch: Batch) {
-        assert_eq!(batch.base, self.log_end(), "append not at the log end");
-        self.batches.push(batch);
+/// Parsed segment files by path, with the contents version they were
+/// parsed at: closed segments never change, so only the active one is
+/// parsed again as it grows.
+#[derive(Debug, Default)]
+pub struct ViewCache {
+    segments: BTreeMap<PathBuf, (FileVersion, Rc<Vec<StoredBatch>>)>,
+}
+
+/// [`MemoryDisk::file_version`]: (inode, contents version).
+type FileVersion = (u64, u64);
+
+/// Segment file paths (with their base offsets) among `paths` in `dir`.
+fn segment_files(paths: Vec<PathBuf>, dir: &Path) -> Vec<(Offset, PathBuf)> {
+    let mut segments: Vec<(Offset, PathBuf)> = paths
+        .into_iter()
+        .filter(|path| path.parent() == Some(dir))
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?;
+            Some((SegmentPaths::parse_log_name(name)?, path))
+        })
+        .collect();
+    segments.sort();
+    segments
+}
+
+fn parse(bytes: &[u8], limits: &BatchLimits) -> Vec<StoredBatch> {
+    batch::batches(bytes, limits)
+        .map_while(Result::ok)
+        .map(|found| StoredBatch {
+            base: found.header.base_offset,
+            last: found.header.last_offset(),
+            epoch: found.header.leader_epoch(),
+            bytes: Bytes::copy_from_slice(found.bytes),
+        })
+        .collect()
+}
+
+fn assemble(segments: impl Iterator<Item = (Offset, Rc<Vec<StoredBatch>>)>) -> LogView {
+    LogView {
+        segments: segments.collect(),
     }
+}
 
-    /// Starts an fsync of everything appended, if none is in flight and
-    /// something is unsynced.
-    pub fn start_fsync(&mut self, now_ms: u64, delay_ms: u64) {
-        if self.fsync.is_none() && self.durable_end < self.log_end() {
-            self.fsync = Some(Fsync {
-                covers: self.log_end(),
-                done_at_ms: now_ms + delay_ms,
-            });
-        }
-    }
-
-    /// When the fsync in flight completes.
-    #[must_use]
-    pub fn fsync_due(&self) -> Option<u64> {
-        self.fsync.map(|fsync| fsync.done_at_ms)
-    }
-
-    /// Completes the fsync in flight if due; returns the new durable end if
-    /// it moved.
-    pub fn complete_fsync(&mut self, now_ms: u64) -> Option<Offset> {
-        let fsync = self.fsync?;
-        if fsync.done_at_ms > now_ms {
-            return None;
-        }
-        self.fsync = None;
-        if fsync.covers > self.durable_end {
-            self.durable_end = fsync.covers;
-            Some(self.durable_end)
-        } else {
-            None
-        }
-    }
-
-    /// Reads whole batches from `start` within `max_bytes` (at least one if
-    /// there is any; none for `max_bytes == 0`).
-    ///
-    /// # Panics
-    /// If `start` is not a batch boundary of this log.
-    #[must_use]
-    pub fn read(&self, start: Offset, max_bytes: u64) -> Vec<Batch> {
-        if max_bytes == 0 || start >= self.log_end() {
-            return Vec::new();
-        }
-        let Some(first) = self.index_of(start) else {
-            panic!("push start {start} is not a batch boundary");
-        };
-        let mut out = Vec::new();
-        let mut bytes = 0u64;
-        for batch in &self.batches[first..] {
-            let size = batch.bytes.len() as u64;
-            if !out.is_empty() && bytes + size > max_bytes {
-                break;
+/// The log in `dir` as its files hold it now, synced or not.
+#[must_use]
+pub fn current_view(
+    disk: &MemoryDisk,
+    dir: &Path,
+    limits: &BatchLimits,
+    cache: &mut ViewCache,
+) -> LogView {
+    let segments = segment_files(disk.files(), dir);
+    cache
+        .segments
+        .retain(|path, _| segments.iter().any(|(_, known)| known == path));
+    let parsed: Vec<(Offset, Rc<Vec<StoredBatch>>)> = segments
+        .into_iter()
+        .filter_map(|(base, path)| {
+            let version = disk.file_version(&path)?;
+            if let Some((known, batches)) = cache.segments.get(&path)
+                && *known == version
+            {
+                return Some((base, batches.clone()));
             }
-            bytes += size;
-            out.push(batch.clone());
-        }
-        out
-    }
+            let batches = Rc::new(parse(&disk.contents(&path)?, limits));
+            cache.segments.insert(path, (version, batches.clone()));
+            Some((base, batches))
+        })
+        .collect();
+    assemble(parsed.into_iter())
+}
 
-    /// Cuts the log to end at `to`, durably.
-    ///
-    /// # Panics
-    /// If `to` is not a batch boundary.
-    pub fn truncate(&mut self, to: Offset) {
-        let keep = self.batches.partition_point(|batch| batch.base < to);
-        let boundary = keep
-            .checked_sub(1)
-            .map_or(self.log_start, |last| self.batches[last].end());
-        assert_eq!(boundary, to, "truncation to {to} not at a batch boundary");
-        self.batches.truncate(keep);
-        self.durable_end = self.durable_end.min(to);
-        if let Some(fsync) = &mut self.fsync {
-            fsync.covers = fsync.covers.min(to);
-        }
-    }
+/// The log in `dir` as a crash now would leave it.
+#[must_use]
+pub fn durable_view(disk: &MemoryDisk, dir: &Path, limits: &BatchLimits) -> LogView {
+    let parsed = segment_files(disk.durable_files(), dir)
+        .into_iter()
+        .filter_map(|(base, path)| {
+            let bytes = disk.durable_contents(&path)?;
+            Some((base, Rc::new(parse(&bytes, limits))))
+        });
+    assemble(parsed)
+}
 
-    /// Discards the log and restarts it empty at `log_start`, durably.
-    pub fn reset(&mut self, log_start: Offset) {
-        self.batches.clear();
-        self.log_start = log_start;
-        self.durable_end = log_start;
-        self.fsync = None;
-    }
-
-    /// Deletes batches below `log_start` (a batch boundary), durably.
-    pub fn delete_before(&mut self, log_start: Offset) {
-        let drop = self.batches.partition_point(|batch| batch.base < log_start);
-        self.batches.drain(..drop);
-        self.log_start = log_start;
-    }
-
-    /// Writes the metadata durably.
-    pub fn persist(&mut self, meta: &ReplicaMeta) {
-        self.meta = Some(meta.encode());
-        self.persisted_fence = meta.fenced_epoch;
-    }
-
-    /// The persisted metadata bytes.
-    #[must_use]
-    pub fn meta_bytes(&self) -> Option<&[u8]> {
-        self.meta.as_deref()
-    }
-
-    /// A crash: the unsynced tail and the fsync in flight are lost.
-    pub fn crash(&mut self) {
-        let durable_end = self.durable_end;
-        self.batches.retain(|batch| batch.last < durable_end);
-        self.fsync = None;
+/// What the replica in `dir` has promised, as a crash now would leave its
+/// metadata file: the fenced epoch (0 without a file) and the epoch it last
+/// led, if any.
+///
+/// # Errors
+/// A metadata file that does not decode.
+pub fn durable_promise(
+    disk: &MemoryDisk,
+    dir: &Path,
+) -> Result<(LeaderEpoch, Option<LeaderEpoch>), String> {
+    match disk.durable_contents(&meta_path(dir)) {
+        None => Ok((LeaderEpoch(0), None)),
+        Some(bytes) => ReplicaMeta::decode(&bytes)
+            .map(|meta| (meta.fenced_epoch, meta.led_epoch))
+            .map_err(|error| format!("replica metadata unreadable: {error}")),
     }
 }

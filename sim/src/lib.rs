@@ -1,12 +1,18 @@
-//! Deterministic simulation of corelog's partition replication.
+//! Deterministic simulation of corelog's partition replication, running
+//! the production code.
 //!
-//! Dev-only (`publish = false`). It runs 3 to 5 nodes, each holding one
-//! replica of one partition as the real [`corelog_replication::Replica`]
-//! state machine, against a simulated network, simulated disks, producers
-//! and a controller model, and checks the replication invariants after
-//! every event. Everything in a run is a function of one `u64` seed: the
-//! simulator's own PRNG ([`rng::Rng`], SplitMix64), `BTreeMap` wherever
-//! order matters, no clock, no threads. A seed replays exactly.
+//! Dev-only (`publish = false`). A run is 3 to 5 simulated brokers, each
+//! hosting one replica of one partition as the broker's own replica shell
+//! ([`corelog_broker::replica::ReplicatedPartition`], which drives the
+//! [`corelog_replication::Replica`] state machine and the broker's storage
+//! engine) on a [`corelog_broker::storage::memory_disk::MemoryDisk`], plus
+//! a controller running the broker's session, election and metadata code,
+//! and producers, all over a simulated network. The replica shell's
+//! runtime seam ([`corelog_broker::executor::Executor`]: spawn, sleep, now)
+//! is implemented by [`executor::SimExecutor`], a single-threaded executor
+//! on simulated time. Everything in a run is a function of one `u64` seed:
+//! one SplitMix64, `BTreeMap` wherever order matters, tasks polled in wake
+//! order, no wall clock, no threads. A seed replays exactly.
 //!
 //! # Replaying a seed
 //!
@@ -22,7 +28,26 @@
 //! sim -- --exact replay --nocapture`). `make sim SEEDS=N` runs `N` seeds
 //! starting at `SIM_FIRST_SEED` (default 0), split over every core.
 //! `cargo test -p corelog-sim --release` (what `make test` runs) runs
-//! seeds 0..2000 in a few seconds.
+//! seeds 0..2000, about a minute on two cores. `scripts/sim-mutations.sh`
+//! plants four known replication bugs and checks that the seeds catch each.
+//!
+//! # What runs, and what is modelled
+//!
+//! Production code: the replica shell and state machine, the storage
+//! engine (segments, indexes, recovery, retention, replica metadata), the
+//! push and query wire conversions, the leadership-following rule
+//! ([`corelog_broker::replica::role_change`]), broker sessions
+//! ([`corelog_broker::cluster::sessions::SessionBook`]), the election
+//! planner and rounds ([`corelog_broker::cluster::election`]) and the
+//! controller's metadata state machine ([`corelog_controller::MetadataState`]).
+//!
+//! Modelled ([`controller`]): Raft. The controller is one process whose
+//! proposals apply after a random commit delay and are never lost; its
+//! leadership moves now and then (a new term: session and election state
+//! start over, rounds in flight are abandoned). Metadata reaches brokers
+//! as a lossy broadcast standing in for the metadata long-poll. Not
+//! simulated: disk I/O errors and a full disk (the real-time nemesis rig
+//! covers those), more than one partition, the TCP framing.
 //!
 //! # Fault model
 //!
@@ -31,18 +56,17 @@
 //!   partitions that form and heal on a random schedule: a node isolated,
 //!   the endpoints split in two, a one-way link failure, a node cut from
 //!   the controller. Clients and the controller are endpoints too.
-//! - Disks ([`disk`]): appends are unsynced until an fsync that completes
-//!   after a random delay (group commit); a crash keeps only fsynced
-//!   batches and the persisted metadata; the node restarts after a random
-//!   down time and recovers (log end = durable end). Retention deletes
-//!   committed, durable prefixes, so followers below a leader's log start
-//!   are reset.
-//! - Controller ([`controller_model`]): reliable itself, but all its
-//!   traffic crosses the faulty network; session-timeout failure
-//!   detection, election rounds with timeouts and retries, occasional
-//!   moves to the preferred replica.
-//! - Clients ([`client`]): append to the believed leader, several in
-//!   flight, time out and move on.
+//! - Disks ([`disk`]): writes are unsynced until an fsync that completes
+//!   after a random delay (group commit); a crash keeps only synced bytes
+//!   (every file cut to its synced length); the node restarts after a
+//!   random down time and recovers through the storage engine's own
+//!   recovery. Retention deletes committed, durable prefixes, so followers
+//!   below a leader's log start are reset.
+//! - Controller ([`controller`]): its traffic crosses the faulty network;
+//!   session-timeout fencing, election rounds with timeouts and retries,
+//!   moves to the preferred replica, leadership failovers.
+//! - Clients ([`client`]): produce with `acks=quorum` to the believed
+//!   leader, several in flight, time out and move on.
 //!
 //! Each run has a faulty phase ([`run::CHAOS_MS`]) and a healed phase
 //! ([`run::HEAL_MS`]: no partitions, loss, duplication or crashes, every
@@ -51,22 +75,24 @@
 //!
 //! # Invariants
 //!
-//! See [`checker`]: acknowledged records never lost or changed; high
-//! watermarks never move back; agreement below high watermarks; one
-//! leader per epoch; a fenced leader commits nothing it wrote after the
-//! fencing; plus the shell-level consistency of each replica's view with
-//! its disk, and the state machine's own assertions (a panic fails the
-//! seed like a violation).
+//! See [`checker`], checked after every task poll, message delivery and
+//! timer: acknowledged records never lost or changed; high watermarks
+//! never move back; agreement below high watermarks; one leader per epoch;
+//! a fenced leader commits nothing it wrote after the fencing. The
+//! durable files (log segments and replica metadata) are parsed and
+//! checked again after every crash, truncation, reset and retention step. The state machine's and the shell's own assertions
+//! count too: a panic fails the seed like a violation.
 
 pub mod checker;
 pub mod client;
-pub mod controller_model;
+pub mod controller;
 pub mod disk;
+pub mod executor;
 pub mod network;
 pub mod node;
-pub mod rng;
 pub mod run;
 pub mod trace;
+pub mod world;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -108,8 +134,8 @@ pub struct Totals {
     pub crashes: u64,
     /// Partitions.
     pub partitions: u64,
-    /// Events.
-    pub events: u64,
+    /// Task polls.
+    pub polls: u64,
     /// Coverage of the interesting paths, summed.
     pub stats: node::Stats,
 }
@@ -122,14 +148,16 @@ impl Totals {
         self.rounds += other.rounds;
         self.crashes += other.crashes;
         self.partitions += other.partitions;
-        self.events += other.events;
+        self.polls += other.polls;
         let (sum, add) = (&mut self.stats, other.stats);
         sum.truncations += add.truncations;
         sum.resets += add.resets;
+        sum.reset_pushes += add.reset_pushes;
         sum.retentions += add.retentions;
         sum.mismatches += add.mismatches;
         sum.leaderships += add.leaderships;
         sum.already_led += add.already_led;
+        sum.resignations += add.resignations;
         sum.restarts += add.restarts;
     }
 }
@@ -148,7 +176,7 @@ pub fn run_seeds(first: u64, count: u64) -> Result<Totals, Failure> {
             rounds: outcome.rounds,
             crashes: outcome.crashes,
             partitions: outcome.partitions,
-            events: outcome.events,
+            polls: outcome.polls,
             stats: outcome.stats,
         });
     }

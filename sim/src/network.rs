@@ -3,53 +3,106 @@
 //! (symmetric and one-way) block links for a while and heal.
 //!
 //! A message is judged when it is delivered: a link blocked at that moment
-//! drops it, as does a destination node that is down.
+//! drops it, as does a destination node that is down. What travels between
+//! replicas and the controller are the inter-broker messages themselves
+//! (`ReplicaPush`, `ReplicaQuery` and their answers, in their wire structs),
+//! converted by the broker's own conversions on both ends.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use corelog_replication::{Push, PushAck, Query, QueryAnswer, ReplicaId, RoleView};
+use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
+use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
+use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};
-
-use crate::rng::Rng;
 
 /// Who can send and receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Endpoint {
-    /// A broker holding one replica.
-    Node(ReplicaId),
-    /// The controller (modelled as one reliable process: the Raft group).
+    /// A broker holding one replica, by node id.
+    Node(u32),
+    /// The controller (one process: its Raft group is modelled as never
+    /// losing its state).
     Controller,
     /// A producer.
     Client(u32),
 }
 
+/// The partition's leadership as the controller publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The metadata version.
+    pub version: u64,
+    /// The leader, if one is elected.
+    pub leader: Option<u32>,
+    /// Its epoch.
+    pub epoch: LeaderEpoch,
+    /// The replica set, preferred first.
+    pub replicas: Vec<u32>,
+}
+
 /// Everything that travels.
 #[derive(Clone, Debug)]
 pub enum Message {
-    /// Leader to follower.
-    Push(Push),
-    /// Follower to leader.
-    PushAck(PushAck),
-    /// Controller to replica.
-    Query(Query),
-    /// Replica to controller.
-    Answer(QueryAnswer),
-    /// Controller to everyone: the partition's leader and epoch.
-    Metadata {
-        /// The leader, if one is elected.
-        leader: Option<ReplicaId>,
-        /// Its epoch.
-        epoch: LeaderEpoch,
-        /// The replica set, preferred first.
-        replicas: Vec<ReplicaId>,
+    /// Leader to follower: a push, with its batches as the raw section.
+    Push {
+        /// The call, for the answer.
+        call: u64,
+        /// The request.
+        request: ReplicaPushRequest,
+        /// The batches, as stored.
+        raw: Bytes,
     },
-    /// Node to controller: liveness and role.
+    /// Controller to replica: an election query.
+    Query {
+        /// The call, for the answer.
+        call: u64,
+        /// The request.
+        request: ReplicaQueryRequest,
+    },
+    /// The answer to a call.
+    Answer {
+        /// The call answered.
+        call: u64,
+        /// The answer.
+        answer: Answer,
+    },
+    /// Controller to everyone: the partition's leadership.
+    Metadata(Published),
+    /// Node to controller: register this process.
+    Register {
+        /// The node.
+        node: u32,
+        /// Its process incarnation.
+        incarnation: u64,
+    },
+    /// Controller to node: the registration applied.
+    Registered {
+        /// The incarnation registered.
+        incarnation: u64,
+    },
+    /// Node to controller: alive, at this metadata version.
     Heartbeat {
         /// The node.
-        node: ReplicaId,
-        /// Its role now.
-        role: RoleView,
+        node: u32,
+        /// Its process incarnation.
+        incarnation: u64,
+        /// The metadata version it applied.
+        metadata_version: u64,
+    },
+    /// Controller to node: the heartbeat's process is not the registered
+    /// one; register again.
+    RegisterAgain {
+        /// The incarnation refused.
+        incarnation: u64,
+    },
+    /// Node to controller: this node cannot take the leadership of `epoch`
+    /// it was given (the broker's `ResignLeadership`).
+    Resign {
+        /// The node.
+        node: u32,
+        /// The epoch it resigns.
+        epoch: LeaderEpoch,
     },
     /// Client to node.
     Append {
@@ -57,25 +110,33 @@ pub enum Message {
         client: u32,
         /// The client's request number.
         request: u64,
-        /// Records in the batch.
-        records: u64,
-        /// The batch bytes (unique per request).
-        payload: Bytes,
+        /// The batch.
+        batch: Bytes,
     },
-    /// Node to client: the record is committed at `offset`.
+    /// Node to client: the batch is committed at `offset`.
     AppendOk {
         /// The request answered.
         request: u64,
         /// The batch's base offset.
         offset: Offset,
     },
-    /// Node to client: not the leader (or stepped down before commit).
-    NotLeader {
+    /// Node to client: not appended (not the leader, stepped down, timed
+    /// out: its outcome is unknown).
+    AppendFailed {
         /// The request answered.
         request: u64,
         /// Who the node believes leads.
-        hint: Option<ReplicaId>,
+        hint: Option<u32>,
     },
+}
+
+/// The answer to a push or a query.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// To a push.
+    Push(ReplicaPushResponse),
+    /// To a query.
+    Query(ReplicaQueryResponse),
 }
 
 /// A message in flight.
@@ -118,7 +179,7 @@ pub struct Network {
     sequence: u64,
     partitions: Vec<Partition>,
     faults: NetworkFaults,
-    rng: Rng,
+    rng: SplitMix64,
     /// Messages dropped by loss or partitions (statistics).
     pub dropped: u64,
 }
@@ -126,7 +187,7 @@ pub struct Network {
 impl Network {
     /// An empty network with these fault rates.
     #[must_use]
-    pub fn new(faults: NetworkFaults, rng: Rng) -> Self {
+    pub fn new(faults: NetworkFaults, rng: SplitMix64) -> Self {
         Self {
             in_flight: BTreeMap::new(),
             sequence: 0,
@@ -139,11 +200,14 @@ impl Network {
 
     /// Sends a message at `now_ms`.
     pub fn send(&mut self, now_ms: u64, from: Endpoint, to: Endpoint, message: Message) {
-        if self.rng.chance(self.faults.loss_per_million) {
+        if self.rng.chance_per_million(self.faults.loss_per_million) {
             self.dropped += 1;
             return;
         }
-        let copies = if self.rng.chance(self.faults.duplicate_per_million) {
+        let copies = if self
+            .rng
+            .chance_per_million(self.faults.duplicate_per_million)
+        {
             2
         } else {
             1
@@ -151,7 +215,10 @@ impl Network {
         for _ in 0..copies {
             let (low, high) = self.faults.delay_ms;
             let mut delay = self.rng.between(low, high);
-            if self.rng.chance(self.faults.long_delay_per_million) {
+            if self
+                .rng
+                .chance_per_million(self.faults.long_delay_per_million)
+            {
                 delay = delay.max(1) * 10;
             }
             self.sequence += 1;

@@ -1,603 +1,658 @@
-//! A simulated broker holding one replica: the I/O shell around
-//! [`Replica`]. It turns messages and disk events into calls on the state
-//! machine and carries out the actions that come back, exactly as the
-//! broker's shell must (Persist/Truncate/Reset durable before the next
-//! action; pushes filled from the local log; client appends acknowledged
-//! once the leader's high watermark passes them).
+//! A simulated broker holding one replica: the production replica shell
+//! ([`ReplicatedPartition`]) on a [`SimDisk`], its pushes carried by a
+//! [`SimPushTransport`], its tasks and clock the simulator's.
+//!
+//! The host does what the broker's runtime does around a replica and no
+//! more: it opens the replica at start (recovering from the disk), follows
+//! the leadership the controller publishes with the broker's own
+//! [`role_change`] rule, hands it pushes, queries and produce requests
+//! converted by the broker's own wire conversions, gives it the time
+//! (`tick`), runs its housekeeping (retention), and registers and
+//! heartbeats with the controller. A crash drops every task of the process
+//! and every unsynced byte; the restarted process is a new incarnation.
 
-use std::collections::VecDeque;
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
 
-use bytes::Bytes;
-use corelog_replication::{
-    Action, Batch, BatchMeta, PartitionKey, PushResult, RecoveredLog, Replica, ReplicaConfig,
-    ReplicaId, ReplicaMeta, ReplicationError, RoleView,
+use bytes::{Bytes, BytesMut};
+use corelog_broker::clock::Clock;
+use corelog_broker::metadata::{ReplicationView, TopicConfig};
+use corelog_broker::partition::PartitionSpec;
+use corelog_broker::replica::peer_transport::{
+    ack_from_wire, ack_to_wire, push_from_wire, push_refusal, push_request,
 };
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_broker::replica::{
+    Acks, PushTransport, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange,
+    TransportError, resignation, role_change,
+};
+use corelog_broker::storage::disk::Disk;
+use corelog_broker::storage::memory_disk::MemoryDisk;
+use corelog_broker::storage::{
+    CacheKey, DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
+};
+use corelog_replication::wire::{answer_to_wire, partition_key, query_from_wire, query_refusal};
+use corelog_replication::{
+    Batch, Push, PushAck, PushResult, ReplicaConfig, ReplicaId, ReplicationError,
+};
+use corelog_wire::batch::{self, BatchLimits};
+use corelog_wire::error::ErrorCode;
+use corelog_wire::types::TimestampMs;
+use futures::future::LocalBoxFuture;
 
-use crate::checker::{Checker, Incarnation};
-use crate::disk::Disk;
-use crate::network::{Endpoint, Message, Network};
-use crate::rng::Rng;
-use crate::trace::Trace;
+use crate::disk::{SimDisk, SyncDelay};
+use crate::executor::{Owner, SimExecutor};
+use crate::network::{Answer, Endpoint, Message, Published};
+use crate::world::{Incarnation, Report, World};
 
-/// How often a node tells the controller it is alive, milliseconds.
-const HEARTBEAT_MS: u64 = 20;
+/// The replica as the simulator runs it.
+pub type Replica = ReplicatedPartition<SimDisk>;
 
-/// What a node's handlers need from the rest of the simulation.
-#[derive(Debug)]
-pub struct Ctx<'a> {
-    /// The current time.
-    pub now_ms: u64,
-    /// The network.
-    pub network: &'a mut Network,
-    /// The invariant checker.
-    pub checker: &'a mut Checker,
-    /// Randomness for disk timings and retention.
-    pub rng: &'a mut Rng,
-    /// The event log.
-    pub trace: &'a mut Trace,
-    /// Fsync delay range, milliseconds.
-    pub fsync_ms: (u64, u64),
-    /// Set when data was removed from a disk (truncation, reset), so that
-    /// the run checks durability of committed records across disks.
-    pub removed_data: Option<&'static str>,
-    /// Coverage counters.
-    pub stats: &'a mut Stats,
+/// The partition's directory on every node's disk.
+pub const PARTITION_DIR: &str = "/data/events-0";
+/// The simulated wall clock starts here (2026-01-01), so that records'
+/// timestamps look like a real broker's.
+const EPOCH_MS: i64 = 1_767_225_600_000;
+
+/// How the nodes of a run are set up, drawn per seed.
+#[derive(Clone, Debug)]
+pub struct NodeSettings {
+    /// The partition's topic id.
+    pub topic_id: u64,
+    /// The replicas' tunables.
+    pub replica: ReplicaConfig,
+    /// The broker's storage settings.
+    pub log: LogConfig,
+    /// The topic's settings.
+    pub topic: TopicConfig,
+    /// A produce not committed in this long fails (outcome unknown).
+    pub produce_timeout: Duration,
+    /// A push not answered in this long counts as lost.
+    pub push_timeout: Duration,
+    /// Heartbeats to the controller, this often.
+    pub heartbeat_ms: u64,
+    /// Fsync duration range, milliseconds.
+    pub sync_ms: (u64, u64),
 }
 
-/// How often the interesting paths ran: a simulator that never truncates
+/// How often the interesting paths ran: a simulation that never truncates
 /// or resets proves little about them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {
-    /// Follower truncations.
+    /// Follower truncations (seen by the checker as a log end moving back).
     pub truncations: u64,
-    /// Follower resets (catch-up from below retention).
+    /// Follower resets (catch-up from below the leader's log start, seen by
+    /// the checker as the log restarting elsewhere).
     pub resets: u64,
+    /// Pushes sent that reset a follower to the leader's log start.
+    pub reset_pushes: u64,
     /// Retention deletions.
     pub retentions: u64,
-    /// Mismatch answers sent.
+    /// Mismatch acknowledgements received by leaders.
     pub mismatches: u64,
     /// Leaderships taken.
     pub leaderships: u64,
     /// Leaderships refused because the replica led the epoch before.
     pub already_led: u64,
+    /// Leaderships resigned because they could never be taken.
+    pub resignations: u64,
     /// Restarts.
     pub restarts: u64,
 }
 
-/// A client append waiting for the high watermark.
-#[derive(Clone, Debug)]
-struct Pending {
-    client: u32,
-    request: u64,
-    batch: Batch,
+/// A push, for the trace.
+fn describe_push(push: &Push) -> String {
+    let batches: Vec<_> = push.batches.iter().map(Batch::meta).collect();
+    format!(
+        "push e{} from {} start {} prev {:?} reset {:?} hw {} {batches:?}",
+        push.epoch, push.leader, push.start, push.prev_epoch, push.reset_to, push.hw
+    )
+}
+
+/// The wall-clock time at simulated time `now_ms`.
+#[must_use]
+pub fn wall_clock(now_ms: u64) -> TimestampMs {
+    let elapsed = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    TimestampMs(EPOCH_MS.saturating_add(elapsed))
+}
+
+/// The simulated wall clock.
+#[derive(Debug)]
+struct SimClock(SimExecutor);
+
+impl Clock for SimClock {
+    fn now(&self) -> TimestampMs {
+        wall_clock(self.0.now_ms())
+    }
+}
+
+/// A log fence without an injected disk fault is a bug: the broker would
+/// exit, the simulation reports it.
+struct FenceReporter {
+    world: Rc<World>,
+    node: Incarnation,
+}
+
+impl StorageObserver for FenceReporter {
+    fn on_flush(&self, _bytes: u64, _elapsed: Duration) {}
+
+    fn on_fenced(&self, dir: &Path, error: &StorageError) {
+        self.world.report(Report::Violation(format!(
+            "{:?}: log in {} fenced without a disk fault: {error}",
+            self.node,
+            dir.display()
+        )));
+    }
+}
+
+/// Pushes over the simulated network, as `ReplicaPush` requests.
+#[derive(Debug)]
+pub struct SimPushTransport {
+    world: Rc<World>,
+    from: u32,
+    topic_id: u64,
+    timeout: Duration,
+    stats: Rc<RefCell<Stats>>,
+}
+
+impl PushTransport for SimPushTransport {
+    fn send_push(
+        &self,
+        to: ReplicaId,
+        push: Push,
+    ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
+        Box::pin(async move {
+            if let Some(reset_to) = push.reset_to {
+                self.stats.borrow_mut().reset_pushes += 1;
+                let from = self.from;
+                self.world
+                    .log(|| format!("{from}: push resetting {to} to {reset_to}"));
+            }
+            let request = push_request(self.topic_id, 0, &push);
+            let mut raw = BytesMut::new();
+            for batch in &push.batches {
+                raw.extend_from_slice(&batch.bytes);
+            }
+            let raw = raw.freeze();
+            let answer = self
+                .world
+                .call(
+                    Endpoint::Node(self.from),
+                    Endpoint::Node(to.0),
+                    |call| Message::Push { call, request, raw },
+                    self.timeout,
+                )
+                .await;
+            let unreachable = |reason: &str| TransportError::Unreachable {
+                to,
+                reason: reason.to_owned(),
+            };
+            let ack = match answer {
+                Some(Answer::Push(response)) => ack_from_wire(to, &push, response)?,
+                Some(Answer::Query(_)) => return Err(unreachable("a query answer to a push")),
+                None => return Err(unreachable("no answer in time")),
+            };
+            if matches!(ack.result, PushResult::Mismatch { .. }) {
+                self.stats.borrow_mut().mismatches += 1;
+            }
+            Ok(ack)
+        })
+    }
+}
+
+/// One running process of a node.
+#[derive(Debug)]
+struct Process {
+    owner: Owner,
+    stats: Rc<RefCell<Stats>>,
+    /// The replica, once opened.
+    replica: RefCell<Option<Rc<Replica>>>,
+    /// The newest leadership published to this process.
+    published: RefCell<Option<Published>>,
+    registered: Cell<bool>,
+    last_heartbeat_ms: Cell<u64>,
 }
 
 /// One simulated broker.
 #[derive(Debug)]
 pub struct Node {
-    id: ReplicaId,
+    id: u32,
+    world: Rc<World>,
+    settings: Rc<NodeSettings>,
+    disk: MemoryDisk,
+    delay: Rc<SyncDelay>,
+    stats: Rc<RefCell<Stats>>,
     incarnation: u64,
-    partition: PartitionKey,
-    config: ReplicaConfig,
-    /// `None` while the node is down.
-    replica: Option<Replica>,
-    disk: Disk,
-    pending: Vec<Pending>,
-    known_leader: Option<ReplicaId>,
+    /// `None` while down.
+    process: Option<Rc<Process>>,
     restart_at_ms: Option<u64>,
-    last_heartbeat_ms: u64,
 }
 
 impl Node {
-    /// A node with an empty disk, up.
+    /// A node with an empty disk, started.
     #[must_use]
-    pub fn new(id: ReplicaId, partition: PartitionKey, config: ReplicaConfig) -> Self {
-        Self {
+    pub fn new(
+        id: u32,
+        world: Rc<World>,
+        settings: Rc<NodeSettings>,
+        delay: Rc<SyncDelay>,
+        stats: Rc<RefCell<Stats>>,
+    ) -> Node {
+        let disk = MemoryDisk::new(512, 1 << 40);
+        let mut node = Node {
             id,
+            world,
+            settings,
+            disk,
+            delay,
+            stats,
             incarnation: 0,
-            partition,
-            config,
-            replica: Some(Replica::new(id, partition, config)),
-            disk: Disk::default(),
-            pending: Vec::new(),
-            known_leader: None,
+            process: None,
             restart_at_ms: None,
-            last_heartbeat_ms: 0,
-        }
+        };
+        node.start();
+        node
     }
 
     /// This node's id.
     #[must_use]
-    pub fn id(&self) -> ReplicaId {
+    pub fn id(&self) -> u32 {
         self.id
     }
 
-    /// The current incarnation.
+    /// The current process.
     #[must_use]
     pub fn incarnation(&self) -> Incarnation {
         (self.id, self.incarnation)
     }
 
-    /// The disk.
+    /// The disk, for the checker.
     #[must_use]
-    pub fn disk(&self) -> &Disk {
+    pub fn disk(&self) -> &MemoryDisk {
         &self.disk
     }
 
-    /// The replica, if the node is up.
+    /// The replica, if the node is up and it is open.
     #[must_use]
-    pub fn replica(&self) -> Option<&Replica> {
-        self.replica.as_ref()
+    pub fn replica(&self) -> Option<Rc<Replica>> {
+        self.process.as_ref()?.replica.borrow().clone()
     }
 
     /// Whether the node is down.
     #[must_use]
     pub fn is_down(&self) -> bool {
-        self.replica.is_none()
+        self.process.is_none()
     }
 
-    /// When the node's next fsync completes.
-    #[must_use]
-    pub fn fsync_due(&self) -> Option<u64> {
-        self.replica.as_ref().and(self.disk.fsync_due())
+    fn owner(&self) -> Owner {
+        (self.id, self.incarnation)
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::Node(self.id)
+    }
+
+    /// Starts a new process: opens (recovers) the replica on its own task.
+    fn start(&mut self) {
+        self.incarnation += 1;
+        self.restart_at_ms = None;
+        let process = Rc::new(Process {
+            owner: self.owner(),
+            stats: self.stats.clone(),
+            replica: RefCell::new(None),
+            published: RefCell::new(None),
+            registered: Cell::new(false),
+            last_heartbeat_ms: Cell::new(0),
+        });
+        self.process = Some(process.clone());
+        let executor = self.world.executor.clone();
+        let world = self.world.clone();
+        let settings = self.settings.clone();
+        let disk = SimDisk::new(self.disk.clone(), self.delay.clone());
+        let probe = self.disk.clone();
+        let stats = self.stats.clone();
+        let (id, incarnation) = (self.id, self.incarnation);
+        executor.spawn(self.owner(), async move {
+            let storage = ShardStorage {
+                clock: Rc::new(SimClock(world.executor.clone())),
+                space: Rc::new(DiskSpace::new(0, move || {
+                    probe.free_bytes(Path::new(PARTITION_DIR))
+                })),
+                cache: TailCache::new(64 << 10),
+                observer: Rc::new(FenceReporter {
+                    world: world.clone(),
+                    node: (id, incarnation),
+                }),
+            };
+            let spec = ReplicaSpec {
+                id: ReplicaId(id),
+                key: partition_key(settings.topic_id, 0),
+                config: settings.replica,
+                partition: PartitionSpec {
+                    topic: "events",
+                    index: 0,
+                    dir: Path::new(PARTITION_DIR),
+                    config: settings.topic,
+                    broker_log: settings.log,
+                    cache_key: CacheKey(0),
+                    data_signal: Default::default(),
+                    producer_state_retention_ms: 1 << 40,
+                },
+            };
+            let transport = Rc::new(SimPushTransport {
+                world: world.clone(),
+                from: id,
+                topic_id: settings.topic_id,
+                timeout: settings.push_timeout,
+                stats,
+            });
+            let executor = world.executor.for_owner((id, incarnation));
+            match ReplicatedPartition::open(disk, spec, storage, transport, executor).await {
+                Ok(replica) => {
+                    world.log(|| {
+                        format!(
+                            "{id}: opened (incarnation {incarnation}), log {}..{}, hw {}, {:?}",
+                            replica.log_start(),
+                            replica.durable_end(),
+                            replica.high_watermark(),
+                            replica.meta()
+                        )
+                    });
+                    *process.replica.borrow_mut() = Some(replica);
+                    follow(&world, &process, id);
+                }
+                Err(error) => world.report(Report::Violation(format!(
+                    "{id}: the replica does not open after a crash: {error}"
+                ))),
+            }
+        });
     }
 
     /// A message arrives.
-    pub fn receive(&mut self, from: Endpoint, message: Message, ctx: &mut Ctx<'_>) {
-        let Some(replica) = self.replica.as_mut() else {
+    pub fn receive(&mut self, from: Endpoint, message: Message) {
+        let Some(process) = self.process.clone() else {
             return;
         };
-        let now = ctx.now_ms;
-        let result = match message {
-            Message::Push(push) => replica.on_push(push, now),
-            Message::PushAck(ack) => replica.on_push_ack(&ack, now),
-            Message::Query(query) => replica.on_query(&query),
-            Message::Metadata {
-                leader,
-                epoch,
-                replicas,
-            } => {
-                self.known_leader = leader;
-                self.on_metadata(leader, epoch, &replicas, ctx);
-                return;
+        match message {
+            Message::Push { call, request, raw } => {
+                let limits = self.settings.log.batch_limits;
+                let world = self.world.clone();
+                let id = self.id;
+                self.serve(&process, from, call, move |replica| async move {
+                    let push = match push_from_wire(&request, raw, &limits) {
+                        Ok(push) => push,
+                        Err(error) => {
+                            return Answer::Push(push_refusal(error.code(), error.to_string()));
+                        }
+                    };
+                    world.log(|| format!("{id}: receives {}", describe_push(&push)));
+                    let response = match replica.handle_push(push).await {
+                        Ok(ack) => {
+                            world.log(|| format!("{id}: answers {:?}", ack.result));
+                            ack_to_wire(&ack)
+                        }
+                        Err(error) => push_refusal(error.code(), error.to_string()),
+                    };
+                    Answer::Push(response)
+                });
+            }
+            Message::Query { call, request } => {
+                self.serve(&process, from, call, move |replica| async move {
+                    let response = match replica.handle_query(query_from_wire(&request)).await {
+                        Ok(answer) => answer_to_wire(&answer),
+                        Err(error) => query_refusal(error.code(), error.to_string()),
+                    };
+                    Answer::Query(response)
+                });
+            }
+            Message::Answer { call, answer } => self.world.answer(call, answer),
+            Message::Metadata(published) => {
+                let newer = process
+                    .published
+                    .borrow()
+                    .as_ref()
+                    .is_none_or(|known| published.version > known.version);
+                if newer {
+                    *process.published.borrow_mut() = Some(published);
+                    follow(&self.world, &process, self.id);
+                }
+            }
+            Message::Registered { incarnation } if incarnation == self.incarnation => {
+                process.registered.set(true);
+            }
+            Message::RegisterAgain { incarnation } if incarnation == self.incarnation => {
+                process.registered.set(false);
             }
             Message::Append {
                 client,
                 request,
-                records,
-                payload,
-            } => {
-                self.on_append(client, request, records, payload, ctx);
-                return;
-            }
-            Message::Answer(_)
-            | Message::Heartbeat { .. }
-            | Message::AppendOk { .. }
-            | Message::NotLeader { .. } => {
-                panic!("{from:?} sent a node a message for the controller or a client")
-            }
-        };
-        self.after_call(result, ctx);
-    }
-
-    fn after_call(&mut self, result: Result<Vec<Action>, ReplicationError>, ctx: &mut Ctx<'_>) {
-        match result {
-            Ok(actions) => self.apply(actions, ctx),
-            Err(error) => self.refused(&error, ctx),
-        }
-    }
-
-    /// A refused call: expected ones (stale metadata) are traced; one that
-    /// reveals two leaders in an epoch is a violation.
-    fn refused(&mut self, error: &ReplicationError, ctx: &mut Ctx<'_>) {
-        if matches!(error, ReplicationError::AlreadyLed { .. }) {
-            ctx.stats.already_led += 1;
-        }
-        ctx.trace
-            .log(ctx.now_ms, || format!("{}: refused: {error}", self.id));
-        if matches!(error, ReplicationError::ConflictingLeader { .. }) {
-            ctx.checker
-                .report(format!("{:?}: {error}", self.incarnation()));
-        }
-    }
-
-    fn on_metadata(
-        &mut self,
-        leader: Option<ReplicaId>,
-        epoch: LeaderEpoch,
-        replicas: &[ReplicaId],
-        ctx: &mut Ctx<'_>,
-    ) {
-        let Some(leader) = leader else {
-            return;
-        };
-        let Some(replica) = self.replica.as_mut() else {
-            return;
-        };
-        let now = ctx.now_ms;
-        if leader == self.id {
-            let already =
-                matches!(replica.role(), RoleView::Leader { epoch: led, .. } if led == epoch);
-            let result = replica.become_leader(epoch, replicas, now);
-            if result.is_ok() && !already {
-                ctx.stats.leaderships += 1;
-                ctx.trace
-                    .log(now, || format!("{}: leads epoch {epoch}", self.id));
-                ctx.checker.on_leader(self.incarnation(), epoch, &self.disk);
-            }
-            self.after_call(result, ctx);
-        } else {
-            let result = replica.become_follower(epoch, leader, now);
-            // Stale metadata (an epoch below the fence) is expected.
-            if !matches!(result, Err(ReplicationError::Fenced { .. })) {
-                self.after_call(result, ctx);
+                batch,
+            } => self.produce(&process, client, request, batch),
+            other => {
+                self.world.log(|| format!("{}: ignores {other:?}", self.id));
             }
         }
     }
 
-    fn on_append(
-        &mut self,
-        client: u32,
-        request: u64,
-        records: u64,
-        payload: Bytes,
-        ctx: &mut Ctx<'_>,
-    ) {
-        let Some(replica) = self.replica.as_mut() else {
-            return;
-        };
-        let RoleView::Leader {
-            epoch,
-            accepting_writes: true,
-        } = replica.role()
-        else {
-            let hint = self.known_leader;
-            ctx.network.send(
-                ctx.now_ms,
-                Endpoint::Node(self.id),
-                Endpoint::Client(client),
-                Message::NotLeader { request, hint },
-            );
-            return;
-        };
-        let base = self.disk.log_end();
-        let batch = Batch {
-            base,
-            last: base.plus(records - 1),
-            epoch,
-            bytes: payload,
-        };
-        self.disk.append(batch.clone());
-        replica.on_local_append(batch.meta());
-        self.pending.push(Pending {
-            client,
-            request,
-            batch,
+    /// Answers call `call` from `from` with what `handle` makes of it, on
+    /// the process's own task; refuses while the replica is not open.
+    fn serve<F, Fut>(&self, process: &Rc<Process>, from: Endpoint, call: u64, handle: F)
+    where
+        F: FnOnce(Rc<Replica>) -> Fut + 'static,
+        Fut: Future<Output = Answer> + 'static,
+    {
+        let world = self.world.clone();
+        let me = self.endpoint();
+        let replica = process.replica.borrow().clone();
+        self.world.executor.spawn(process.owner, async move {
+            let answer = match replica {
+                Some(replica) => handle(replica).await,
+                None => {
+                    let message = "the replica is not open yet; retry".to_owned();
+                    match from {
+                        Endpoint::Controller => {
+                            Answer::Query(query_refusal(ErrorCode::LeaderNotAvailable, message))
+                        }
+                        _ => Answer::Push(push_refusal(ErrorCode::LeaderNotAvailable, message)),
+                    }
+                }
+            };
+            world.send(me, from, Message::Answer { call, answer });
         });
-        let actions = replica.poll_sends(ctx.now_ms);
-        self.start_fsync(ctx);
-        self.apply(actions, ctx);
     }
 
-    /// Timers: restart when due; the replica's tick; the heartbeat to the
-    /// controller; now and then, retention.
-    pub fn tick(&mut self, ctx: &mut Ctx<'_>, retention_per_million: u64) {
-        if self.replica.is_none() {
-            if self.restart_at_ms.is_some_and(|at| at <= ctx.now_ms) {
-                self.restart(ctx);
+    /// A client's batch: produced with `acks=quorum`, answered when
+    /// committed (reported to the checker) or failed.
+    fn produce(&self, process: &Rc<Process>, client: u32, request: u64, batch: Bytes) {
+        let Some(replica) = process.replica.borrow().clone() else {
+            return;
+        };
+        let world = self.world.clone();
+        let (me, by) = (self.endpoint(), self.incarnation());
+        let timeout = self.settings.produce_timeout;
+        let limits: BatchLimits = self.settings.log.batch_limits;
+        let hint = process
+            .published
+            .borrow()
+            .as_ref()
+            .and_then(|published| published.leader);
+        self.world.executor.spawn(process.owner, async move {
+            let values = match batch::decode_records(&batch, &limits) {
+                Ok(records) => records
+                    .into_iter()
+                    .filter_map(|record| record.value)
+                    .collect(),
+                Err(error) => {
+                    world.report(Report::Violation(format!(
+                        "a client batch does not decode: {error}"
+                    )));
+                    return;
+                }
+            };
+            let reply = match replica
+                .produce(BytesMut::from(&batch[..]), Acks::Quorum, timeout)
+                .await
+            {
+                Ok(produced) => {
+                    world.report(Report::Acknowledged {
+                        by,
+                        client,
+                        request,
+                        base: produced.base_offset,
+                        values,
+                    });
+                    Message::AppendOk {
+                        request,
+                        offset: produced.base_offset,
+                    }
+                }
+                Err(error) => {
+                    world.log(|| {
+                        format!(
+                            "{}: append of client {client} request {request} failed: {error}",
+                            by.0
+                        )
+                    });
+                    Message::AppendFailed { request, hint }
+                }
+            };
+            world.send(me, Endpoint::Client(client), reply);
+        });
+    }
+
+    /// Timers: restart when due; the replica's tick; registration and
+    /// heartbeats; housekeeping when `maintain`.
+    pub fn tick(&mut self, maintain: bool) {
+        let now = self.world.now_ms();
+        let Some(process) = self.process.clone() else {
+            if self.restart_at_ms.is_some_and(|at| at <= now) {
+                self.restart();
             }
             return;
+        };
+        let replica = process.replica.borrow().clone();
+        if let Some(replica) = &replica {
+            replica.tick();
         }
-        if let Some(replica) = self.replica.as_mut() {
-            let actions = replica.tick(ctx.now_ms);
-            self.apply(actions, ctx);
-        }
-        if ctx.now_ms >= self.last_heartbeat_ms + HEARTBEAT_MS
-            && let Some(replica) = &self.replica
-        {
-            self.last_heartbeat_ms = ctx.now_ms;
-            let role = replica.role();
-            ctx.network.send(
-                ctx.now_ms,
-                Endpoint::Node(self.id),
-                Endpoint::Controller,
+        if now >= process.last_heartbeat_ms.get() + self.settings.heartbeat_ms {
+            process.last_heartbeat_ms.set(now);
+            let message = if process.registered.get() {
                 Message::Heartbeat {
                     node: self.id,
-                    role,
-                },
-            );
-        }
-        if ctx.rng.chance(retention_per_million) {
-            self.retain(ctx);
-        }
-    }
-
-    /// Deletes a random committed, durable prefix.
-    fn retain(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(replica) = self.replica.as_mut() else {
-            return;
-        };
-        let limit = replica.high_watermark().min(replica.durable_end());
-        let candidates: Vec<Offset> = self
-            .disk
-            .batches()
-            .iter()
-            .map(Batch::end)
-            .take_while(|end| *end <= limit)
-            .collect();
-        if candidates.is_empty() {
-            return;
-        }
-        let pick = candidates[ctx.rng.below(candidates.len() as u64) as usize];
-        self.disk.delete_before(pick);
-        ctx.stats.retentions += 1;
-        let actions = replica.advance_log_start(pick);
-        ctx.trace
-            .log(ctx.now_ms, || format!("{}: retention to {pick}", self.id));
-        self.apply(actions, ctx);
-    }
-
-    /// Completes a due fsync and tells the replica.
-    pub fn complete_fsync(&mut self, ctx: &mut Ctx<'_>) {
-        if self.replica.is_none() {
-            return;
-        }
-        if let Some(durable_end) = self.disk.complete_fsync(ctx.now_ms)
-            && let Some(replica) = self.replica.as_mut()
-        {
-            let actions = replica.on_local_durable(durable_end);
-            self.apply(actions, ctx);
-        }
-        self.start_fsync(ctx);
-    }
-
-    fn start_fsync(&mut self, ctx: &mut Ctx<'_>) {
-        let (low, high) = ctx.fsync_ms;
-        let delay = ctx.rng.between(low, high);
-        self.disk.start_fsync(ctx.now_ms, delay);
-    }
-
-    /// Crashes the node: only durable data survives; it restarts at
-    /// `restart_at_ms`.
-    pub fn crash(&mut self, restart_at_ms: u64, ctx: &mut Ctx<'_>) {
-        if self.replica.take().is_none() {
-            return;
-        }
-        ctx.trace.log(ctx.now_ms, || {
-            format!(
-                "{}: crash (durable end {})",
-                self.id,
-                self.disk.durable_end()
-            )
-        });
-        self.disk.crash();
-        self.pending.clear();
-        self.restart_at_ms = Some(restart_at_ms);
-        ctx.removed_data = Some("a crash");
-    }
-
-    /// Restarts from the disk: decode the metadata, recover the replica.
-    pub fn restart(&mut self, ctx: &mut Ctx<'_>) {
-        self.restart_at_ms = None;
-        self.incarnation += 1;
-        ctx.stats.restarts += 1;
-        ctx.checker.forget_incarnation(self.incarnation());
-        let meta = match self.disk.meta_bytes().map(ReplicaMeta::decode) {
-            None => ReplicaMeta::new(),
-            Some(Ok(meta)) => meta,
-            Some(Err(error)) => {
-                ctx.checker.report(format!(
-                    "{}: persisted metadata unreadable: {error}",
-                    self.id
-                ));
-                return;
-            }
-        };
-        let log = RecoveredLog {
-            log_start: self.disk.log_start(),
-            log_end: self.disk.log_end(),
-            last_epoch: self.disk.batches().last().map(|batch| batch.epoch),
-        };
-        ctx.trace.log(ctx.now_ms, || {
-            format!("{}: restart, {log:?}, fence {}", self.id, meta.fenced_epoch)
-        });
-        match Replica::recover(self.id, self.partition, self.config, meta, log) {
-            Ok((replica, actions)) => {
-                self.replica = Some(replica);
-                self.apply(actions, ctx);
-            }
-            Err(error) => ctx
-                .checker
-                .report(format!("{}: recovery refused: {error}", self.id)),
-        }
-    }
-
-    /// Carries out actions in order; actions produced on the way (the
-    /// marker's append) run after them.
-    fn apply(&mut self, actions: Vec<Action>, ctx: &mut Ctx<'_>) {
-        let mut queue: VecDeque<Action> = actions.into();
-        while let Some(action) = queue.pop_front() {
-            let Some(replica) = self.replica.as_mut() else {
-                return;
+                    incarnation: self.incarnation,
+                    metadata_version: process
+                        .published
+                        .borrow()
+                        .as_ref()
+                        .map_or(0, |published| published.version),
+                }
+            } else {
+                Message::Register {
+                    node: self.id,
+                    incarnation: self.incarnation,
+                }
             };
-            match action {
-                Action::Persist(meta) => self.disk.persist(&meta),
-                Action::AppendMarker { epoch } => {
-                    let base = self.disk.log_end();
-                    let marker = Batch {
-                        base,
-                        last: base,
-                        epoch,
-                        bytes: Bytes::from(format!("marker {epoch} by {}", self.id)),
-                    };
-                    self.disk.append(marker);
-                    replica.on_local_append(BatchMeta {
-                        base,
-                        last: base,
-                        epoch,
-                    });
-                    self.start_fsync(ctx);
-                    queue.extend(self.replica_mut().poll_sends(ctx.now_ms));
-                }
-                Action::SendPush {
-                    to,
-                    mut push,
-                    max_bytes,
-                } => {
-                    push.batches = self.disk.read(push.start, max_bytes);
-                    replica.on_push_sent(to, push.end());
-                    ctx.network.send(
-                        ctx.now_ms,
-                        Endpoint::Node(self.id),
-                        Endpoint::Node(to),
-                        Message::Push(push),
-                    );
-                }
-                Action::Append { batches } => {
-                    for batch in batches {
-                        self.disk.append(batch);
+            self.world
+                .send(self.endpoint(), Endpoint::Controller, message);
+        }
+        if maintain && let Some(replica) = replica {
+            let world = self.world.clone();
+            let stats = self.stats.clone();
+            let id = self.id;
+            self.world.executor.spawn(process.owner, async move {
+                match replica.maintain().await {
+                    Ok(Some(deleted)) => {
+                        stats.borrow_mut().retentions += 1;
+                        world.log(|| format!("{id}: retention deleted {deleted:?}"));
                     }
-                    self.start_fsync(ctx);
+                    Ok(None) => {}
+                    Err(error) => world.log(|| format!("{id}: housekeeping failed: {error}")),
                 }
-                Action::Truncate { to } => {
-                    ctx.trace
-                        .log(ctx.now_ms, || format!("{}: truncate to {to}", self.id));
-                    self.disk.truncate(to);
-                    ctx.stats.truncations += 1;
-                    ctx.removed_data = Some("a truncation");
+            });
+        }
+    }
+
+    /// Crashes the process: its tasks stop where they are, only synced
+    /// bytes and names survive; it restarts at `restart_at_ms`.
+    pub fn crash(&mut self, restart_at_ms: u64) {
+        if self.process.take().is_none() {
+            return;
+        }
+        self.world.executor.cancel(self.owner());
+        self.disk.crash();
+        self.restart_at_ms = Some(restart_at_ms);
+        let id = self.id;
+        self.world
+            .log(|| format!("{id}: crash, restarting at {restart_at_ms}"));
+    }
+
+    /// Starts a new process on the disk as the crash left it.
+    pub fn restart(&mut self) {
+        if self.process.is_some() {
+            return;
+        }
+        self.stats.borrow_mut().restarts += 1;
+        self.start();
+    }
+}
+
+/// Starts the role change the newest published leadership asks of the
+/// replica, if it is open and one is asked (the runtime's
+/// `follow_leadership`).
+fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
+    let Some(replica) = process.replica.borrow().clone() else {
+        return;
+    };
+    let Some(published) = process.published.borrow().clone() else {
+        return;
+    };
+    let view = ReplicationView {
+        replicas: published.replicas.clone(),
+        leader: published.leader,
+        epoch: published.epoch,
+        local: true,
+    };
+    let Some(change) = role_change(replica.role(), &view, id) else {
+        return;
+    };
+    let task_world = world.clone();
+    let stats = process.stats.clone();
+    world.executor.spawn(process.owner, async move {
+        let world = task_world;
+        let result = match &change {
+            RoleChange::Lead { epoch, replicas } => replica.become_leader(*epoch, replicas).await,
+            RoleChange::Follow { epoch, leader } => replica.become_follower(*epoch, *leader).await,
+        };
+        match result {
+            Ok(()) => {
+                if matches!(change, RoleChange::Lead { .. }) {
+                    stats.borrow_mut().leaderships += 1;
                 }
-                Action::Reset { log_start } => {
-                    ctx.trace
-                        .log(ctx.now_ms, || format!("{}: reset to {log_start}", self.id));
-                    self.disk.reset(log_start);
-                    ctx.stats.resets += 1;
-                    ctx.removed_data = Some("a reset");
+                world.log(|| format!("{id}: {change:?}"));
+            }
+            Err(ReplicaError::Refused(error @ ReplicationError::ConflictingLeader { .. })) => {
+                world.report(Report::Violation(format!(
+                    "{id}: {change:?} refused: {error}"
+                )));
+            }
+            Err(error) => {
+                if matches!(
+                    error,
+                    ReplicaError::Refused(ReplicationError::AlreadyLed { .. })
+                ) {
+                    stats.borrow_mut().already_led += 1;
                 }
-                Action::SendAck { to, ack } => {
-                    if let PushResult::Mismatch {
-                        last_epoch,
-                        log_end,
-                    } = ack.result
-                    {
-                        ctx.stats.mismatches += 1;
-                        ctx.trace.log(ctx.now_ms, || {
-                            format!(
-                                "{}: mismatch to {to} in epoch {}: last epoch {last_epoch:?}, \
-                                 log end {log_end}",
-                                self.id, ack.epoch
-                            )
-                        });
-                    }
-                    ctx.network.send(
-                        ctx.now_ms,
-                        Endpoint::Node(self.id),
-                        Endpoint::Node(to),
-                        Message::PushAck(ack),
+                world.log(|| format!("{id}: {change:?} refused: {error}"));
+                if let Some(epoch) = resignation(&change, &error) {
+                    stats.borrow_mut().resignations += 1;
+                    world.send(
+                        Endpoint::Node(id),
+                        Endpoint::Controller,
+                        Message::Resign { node: id, epoch },
                     );
-                }
-                Action::SendAnswer { answer } => ctx.network.send(
-                    ctx.now_ms,
-                    Endpoint::Node(self.id),
-                    Endpoint::Controller,
-                    Message::Answer(answer),
-                ),
-                Action::HighWatermark(high_watermark) => {
-                    self.on_high_watermark(high_watermark, ctx);
-                }
-                Action::StepDown { epoch } => {
-                    ctx.trace.log(ctx.now_ms, || {
-                        format!("{}: steps down from {epoch}", self.id)
-                    });
-                    self.fail_pending(ctx);
                 }
             }
         }
-    }
-
-    fn replica_mut(&mut self) -> &mut Replica {
-        match self.replica.as_mut() {
-            Some(replica) => replica,
-            None => panic!("node {} is down", self.id),
-        }
-    }
-
-    fn on_high_watermark(&mut self, high_watermark: Offset, ctx: &mut Ctx<'_>) {
-        let leading = match self.replica.as_ref().map(Replica::role) {
-            Some(RoleView::Leader { epoch, .. }) => Some(epoch),
-            _ => None,
-        };
-        ctx.checker
-            .on_high_watermark(self.incarnation(), high_watermark, &self.disk, leading);
-        if leading.is_none() {
-            return;
-        }
-        let committed = self
-            .pending
-            .iter()
-            .take_while(|pending| pending.batch.last < high_watermark)
-            .count();
-        for pending in self.pending.drain(..committed) {
-            ctx.checker
-                .on_acknowledged((self.id, self.incarnation), &pending.batch);
-            ctx.network.send(
-                ctx.now_ms,
-                Endpoint::Node(self.id),
-                Endpoint::Client(pending.client),
-                Message::AppendOk {
-                    request: pending.request,
-                    offset: pending.batch.base,
-                },
-            );
-        }
-    }
-
-    fn fail_pending(&mut self, ctx: &mut Ctx<'_>) {
-        for pending in self.pending.drain(..) {
-            ctx.network.send(
-                ctx.now_ms,
-                Endpoint::Node(self.id),
-                Endpoint::Client(pending.client),
-                Message::NotLeader {
-                    request: pending.request,
-                    hint: None,
-                },
-            );
-        }
-    }
-
-    /// Checks that the state machine's view of the log is the disk's, and
-    /// that a leader whose marker committed covers every acknowledged
-    /// record.
-    pub fn check(&self, checker: &mut Checker) {
-        let Some(replica) = &self.replica else {
-            return;
-        };
-        let view = (
-            replica.log_start(),
-            replica.log_end(),
-            replica.durable_end(),
-        );
-        let disk = (
-            self.disk.log_start(),
-            self.disk.log_end(),
-            self.disk.durable_end(),
-        );
-        if view != disk {
-            checker.report(format!(
-                "{}: replica sees (start, end, durable) {view:?}, disk has {disk:?}",
-                self.id
-            ));
-        }
-        if let RoleView::Leader { epoch, .. } = replica.role()
-            && let Some(epoch_start) = replica.meta().history.start_of(epoch)
-        {
-            checker.check_leader_covers_acknowledged(
-                self.incarnation(),
-                epoch,
-                replica.high_watermark(),
-                epoch_start,
-            );
-        }
-    }
+    });
 }

@@ -1,30 +1,46 @@
 //! One simulated run: a cluster built from a seed, driven through a chaotic
-//! phase and a healed phase, with every invariant checked after every
-//! event.
+//! phase and a healed phase, with every invariant checked after every step
+//! (every task poll, every message delivery, every timer).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
 
-use corelog_replication::{PartitionKey, ReplicaConfig, ReplicaId};
+use corelog_broker::cluster::election::ElectionTimings;
+use corelog_broker::metadata::{CleanupPolicy, TopicConfig};
+use corelog_broker::storage::{LogConfig, RetentionPolicy};
+use corelog_replication::{ReplicaConfig, RoleView};
+use corelog_wire::batch::BatchLimits;
+use corelog_wire::rng::SplitMix64;
+use corelog_wire::types::{LeaderEpoch, Offset};
 
 use crate::checker::Checker;
 use crate::client::Client;
-use crate::controller_model::Controller;
-use crate::disk::Disk;
+use crate::controller::{Controller, ControllerSettings};
+use crate::disk::{LogView, SyncDelay, ViewCache, current_view, durable_promise, durable_view};
+use crate::executor::SimExecutor;
 use crate::network::{Endpoint, Envelope, Network, NetworkFaults};
-use crate::node::{Ctx, Node, Stats};
-use crate::rng::Rng;
+use crate::node::{Node, NodeSettings, PARTITION_DIR, Stats, wall_clock};
 use crate::trace::Trace;
+use crate::world::{Incarnation, Report, World};
 
-/// Timer resolution: nodes, the controller and clients tick this often,
-/// milliseconds. Messages and fsyncs complete at their exact times.
+/// Timer resolution of the nodes, the controller and the clients,
+/// milliseconds. Messages, fsyncs and the replicas' own timers fire at
+/// their exact times.
 pub const TICK_MS: u64 = 5;
 /// Length of the faulty phase, milliseconds of simulated time.
-pub const CHAOS_MS: u64 = 2_000;
+pub const CHAOS_MS: u64 = 2_500;
 /// Length of the healed phase that follows, in which the cluster must
 /// elect a leader and acknowledge new appends.
-pub const HEAL_MS: u64 = 1_500;
+pub const HEAL_MS: u64 = 2_000;
+/// How long a leadership counts as fresh for
+/// [`SimConfig::fresh_leader_crash_per_million`], milliseconds.
+pub const FRESH_LEADER_MS: u64 = 30;
+/// Task polls at one instant beyond which the run is a livelock.
+const POLLS_PER_INSTANT_MAX: u64 = 200_000;
 
 thread_local! {
     /// The simulated time of the run on this thread, so that a panic (a
@@ -38,9 +54,6 @@ pub fn last_time_ms() -> u64 {
     NOW_MS.with(Cell::get)
 }
 
-/// The one partition simulated.
-const PARTITION: PartitionKey = PartitionKey(1);
-
 /// Everything about a run that the seed decides before it starts.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -48,50 +61,137 @@ pub struct SimConfig {
     pub node_count: u32,
     /// Network fault rates.
     pub network: NetworkFaults,
-    /// Fsync delay range, milliseconds.
-    pub fsync_ms: (u64, u64),
     /// Crash chance per node per tick, per million.
     pub crash_per_million: u64,
+    /// Extra crash chance per tick of a node that leads, per million:
+    /// leadership churn, which the hard cases need (a leader that takes
+    /// over an older epoch's uncommitted suffix and dies before its
+    /// marker is replicated, Raft fig. 8).
+    pub leader_crash_per_million: u64,
+    /// Extra crash chance per tick of a leader in its first
+    /// [`FRESH_LEADER_MS`], per million: the window in which its marker is
+    /// not yet on a majority.
+    pub fresh_leader_crash_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
     /// Chance per tick that a partition forms, per million.
     pub partition_per_million: u64,
     /// Partition duration range, milliseconds.
     pub partition_ms: (u64, u64),
-    /// Retention chance per node per tick, per million.
-    pub retention_per_million: u64,
+    /// Housekeeping (retention) chance per node per tick, per million.
+    pub maintain_per_million: u64,
     /// Append chance per client per tick, per million.
     pub client_rate_per_million: u64,
-    /// The replicas' tunables.
-    pub replica: ReplicaConfig,
+    /// The nodes.
+    pub node: NodeSettings,
+    /// The controller.
+    pub controller: ControllerSettings,
 }
 
 impl SimConfig {
     /// Draws a configuration: some seeds are calm, some very faulty.
     #[must_use]
-    pub fn draw(rng: &mut Rng) -> Self {
+    pub fn draw(rng: &mut SplitMix64) -> Self {
         let delay_high = rng.between(1, 20);
-        let fsync_high = rng.between(1, 15);
+        let session_ms = rng.between(80, 300);
+        // A third of the seeds roll tiny segments, so that retention outruns a
+        // follower that is down or cut off and it must be reset.
+        let segment_bytes = if rng.below(3) == 0 {
+            rng.between(4, 6) << 10
+        } else {
+            rng.between(8, 32) << 10
+        };
+        let limits = BatchLimits {
+            batch_bytes_max: 4 << 10,
+            decompressed_bytes_max: 1 << 20,
+        };
+        let retention_bytes = (rng.below(3) > 0).then(|| rng.between(1, 6) * segment_bytes);
+        let resend_timeout_ms = rng.between(30, 120);
+        // A quarter of the seeds churn leaders hard on three nodes, with
+        // tiny pushes and a lossy network: the interleavings where a new
+        // leader holds an older epoch's uncommitted suffix and dies before
+        // its marker is on a majority (Raft fig. 8) need all of that.
+        let churn = rng.below(4) == 0;
         Self {
-            node_count: rng.between(3, 5) as u32,
+            node_count: if churn { 3 } else { rng.between(3, 5) as u32 },
             network: NetworkFaults {
-                loss_per_million: rng.below(100_000),
+                loss_per_million: if churn {
+                    rng.between(50_000, 250_000)
+                } else {
+                    rng.below(100_000)
+                },
                 duplicate_per_million: rng.below(50_000),
                 delay_ms: (1, delay_high),
                 long_delay_per_million: rng.below(20_000),
             },
-            fsync_ms: (1, fsync_high),
             crash_per_million: rng.below(2_500),
-            restart_ms: (rng.between(5, 50), rng.between(50, 400)),
+            leader_crash_per_million: if churn {
+                rng.between(10_000, 60_000)
+            } else if rng.below(2) == 0 {
+                0
+            } else {
+                rng.below(40_000)
+            },
+            fresh_leader_crash_per_million: if churn {
+                rng.between(100_000, 500_000)
+            } else if rng.below(2) == 0 {
+                0
+            } else {
+                rng.below(300_000)
+            },
+            restart_ms: (rng.between(5, 50), rng.between(50, 1_000)),
             partition_per_million: rng.below(10_000),
             partition_ms: (20, rng.between(50, 600)),
-            retention_per_million: rng.below(4_000),
+            maintain_per_million: rng.between(5_000, 50_000),
             client_rate_per_million: rng.between(100_000, 500_000),
-            replica: ReplicaConfig {
-                resend_timeout_ms: rng.between(30, 120),
-                heartbeat_interval_ms: rng.between(10, 50),
-                max_inflight_records: rng.between(4, 64),
-                max_push_bytes: rng.between(30, 400),
+            node: NodeSettings {
+                topic_id: 0,
+                replica: ReplicaConfig {
+                    resend_timeout_ms,
+                    heartbeat_interval_ms: rng.between(10, 50),
+                    max_inflight_records: rng.between(4, 64),
+                    max_push_bytes: if churn {
+                        rng.between(60, 200)
+                    } else {
+                        rng.between(100, 1_500)
+                    },
+                },
+                log: LogConfig {
+                    segment_bytes,
+                    segment_ms: 1 << 40,
+                    retention: RetentionPolicy {
+                        retention_ms: None,
+                        retention_bytes: None,
+                    },
+                    index_interval_bytes: 1024,
+                    flush_bytes_max: 64 << 10,
+                    batch_limits: limits,
+                },
+                topic: TopicConfig {
+                    retention_ms: None,
+                    retention_bytes,
+                    segment_bytes,
+                    segment_ms: 1 << 40,
+                    max_message_bytes: 4 << 10,
+                    cleanup_policy: CleanupPolicy::Delete,
+                },
+                produce_timeout: Duration::from_millis(rng.between(150, 500)),
+                push_timeout: Duration::from_millis(resend_timeout_ms * 3),
+                heartbeat_ms: (session_ms / 4).max(TICK_MS),
+                sync_ms: (1, rng.between(1, 15)),
+            },
+            controller: ControllerSettings {
+                session_timeout: Duration::from_millis(session_ms),
+                elections: ElectionTimings {
+                    retry_interval: Duration::from_millis(rng.between(40, 200)),
+                    preferred_settle_time: Duration::from_millis(rng.between(200, 800)),
+                    preferred_retry_interval: Duration::from_millis(rng.between(300, 1_500)),
+                },
+                query_timeout: Duration::from_millis(rng.between(40, 150)),
+                commit_ms: (1, rng.between(1, 10)),
+                tick_ms: 10,
+                broadcast_ms: 50,
+                failover_per_million: rng.below(4_000),
             },
         }
     }
@@ -110,8 +210,8 @@ pub struct Outcome {
     pub crashes: u64,
     /// Partitions formed.
     pub partitions: u64,
-    /// Events processed.
-    pub events: u64,
+    /// Task polls.
+    pub polls: u64,
     /// Coverage of the interesting paths.
     pub stats: Stats,
 }
@@ -137,19 +237,48 @@ impl fmt::Display for Failure {
     }
 }
 
+/// What the checker last saw of a node's replica: a step that changes
+/// none of it needs no new check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Observation {
+    who: Incarnation,
+    generation: u64,
+    high_watermark: Offset,
+    role: RoleView,
+    log_start: Offset,
+    log_end: Offset,
+    durable_end: Offset,
+}
+
+/// The checker's per-node memory.
+#[derive(Debug, Default)]
+struct Watch {
+    last: Option<Observation>,
+    /// Disk generation of `fence` and `led`.
+    fence_generation: Option<u64>,
+    /// The durably promised epoch.
+    fence: LeaderEpoch,
+    /// The epoch durably recorded as led.
+    led: Option<LeaderEpoch>,
+    cache: ViewCache,
+}
+
 /// The whole simulated world.
-#[derive(Debug)]
 struct Sim {
     seed: u64,
     config: SimConfig,
-    now_ms: u64,
-    nodes: BTreeMap<ReplicaId, Node>,
+    world: Rc<World>,
+    nodes: BTreeMap<u32, Node>,
     controller: Controller,
     clients: BTreeMap<u32, Client>,
-    network: Network,
     checker: Checker,
-    rng: Rng,
-    trace: Trace,
+    watches: BTreeMap<u32, Watch>,
+    /// A step removed data (a crash): check durability after it.
+    removed: Option<&'static str>,
+    /// Each node's current leadership: epoch, and since when.
+    leading_since: BTreeMap<u32, (LeaderEpoch, u64)>,
+    rng: SplitMix64,
+    stats: Rc<RefCell<Stats>>,
     outcome: Outcome,
 }
 
@@ -159,36 +288,52 @@ struct Sim {
 /// The first invariant violation, or a lack of progress once healed.
 pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
     NOW_MS.with(|now| now.set(0));
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let config = SimConfig::draw(&mut rng);
-    let mut trace = Trace::new(trace);
-    trace.log(0, || format!("seed {seed}: {config:?}"));
-    let replicas: Vec<ReplicaId> = (1..=config.node_count).map(ReplicaId).collect();
-    let client_ids = vec![1, 2];
+    let trace = Trace::new(trace);
     let network = Network::new(config.network, rng.fork());
+    let world = Rc::new(World::new(SimExecutor::new(), network, trace));
+    world.log(|| format!("seed {seed}: {config:?}"));
+    let ids: Vec<u32> = (1..=config.node_count).collect();
+    let client_ids = vec![1, 2];
+    let settings = Rc::new(config.node.clone());
+    let stats = Rc::new(RefCell::new(Stats::default()));
+    let nodes = ids
+        .iter()
+        .map(|id| {
+            let delay = SyncDelay::new(world.executor.clone(), rng.fork(), settings.sync_ms);
+            let node = Node::new(*id, world.clone(), settings.clone(), delay, stats.clone());
+            (*id, node)
+        })
+        .collect();
+    let controller = Controller::new(
+        world.clone(),
+        config.controller,
+        &ids,
+        &client_ids,
+        rng.fork(),
+    );
+    let clients = client_ids
+        .iter()
+        .map(|id| {
+            let client = Client::new(*id, ids.clone(), config.client_rate_per_million);
+            (*id, client)
+        })
+        .collect();
     let mut sim = Sim {
         seed,
-        now_ms: 0,
-        nodes: replicas
-            .iter()
-            .map(|id| (*id, Node::new(*id, PARTITION, config.replica)))
-            .collect(),
-        controller: Controller::new(PARTITION, replicas.clone(), client_ids.clone()),
-        clients: client_ids
-            .iter()
-            .map(|id| {
-                (
-                    *id,
-                    Client::new(*id, replicas.clone(), config.client_rate_per_million),
-                )
-            })
-            .collect(),
-        network,
-        checker: Checker::default(),
-        rng,
-        trace,
-        outcome: Outcome::default(),
+        checker: Checker::new(config.node.log.batch_limits),
         config,
+        world,
+        nodes,
+        controller,
+        clients,
+        watches: BTreeMap::new(),
+        removed: None,
+        leading_since: BTreeMap::new(),
+        rng,
+        stats,
+        outcome: Outcome::default(),
     };
     sim.run()?;
     Ok(sim.outcome)
@@ -198,7 +343,7 @@ impl Sim {
     fn fail(&self, message: String) -> Failure {
         Failure {
             seed: self.seed,
-            time_ms: self.now_ms,
+            time_ms: self.world.now_ms(),
             message,
         }
     }
@@ -208,126 +353,139 @@ impl Sim {
         let mut next_tick_ms = 0;
         let mut healed = false;
         loop {
-            let next_message = self.network.next_due().unwrap_or(u64::MAX);
-            let next_fsync = self
-                .nodes
-                .values()
-                .filter_map(Node::fsync_due)
-                .min()
-                .unwrap_or(u64::MAX);
-            let next = next_tick_ms.min(next_message).min(next_fsync);
+            self.run_ready()?;
+            let executor = &self.world.executor;
+            let next = [
+                Some(next_tick_ms),
+                self.world.network.borrow().next_due(),
+                executor.next_timer_ms(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(next_tick_ms);
             if next > end_ms {
                 break;
             }
-            self.now_ms = next;
+            executor.advance_to(next);
             NOW_MS.with(|now| now.set(next));
-            if !healed && self.now_ms >= CHAOS_MS {
+            if !healed && next >= CHAOS_MS {
                 healed = true;
                 self.heal();
             }
-            while let Some(envelope) = self.network.deliver(self.now_ms) {
-                self.deliver(envelope)?;
+            loop {
+                let envelope = self.world.network.borrow_mut().deliver(next);
+                let Some(envelope) = envelope else {
+                    break;
+                };
+                self.deliver(envelope);
             }
-            if next_fsync <= self.now_ms {
-                let due: Vec<ReplicaId> = self
-                    .nodes
-                    .values()
-                    .filter(|node| node.fsync_due().is_some_and(|at| at <= self.now_ms))
-                    .map(Node::id)
-                    .collect();
-                for id in due {
-                    self.with_node(id, |node, ctx| node.complete_fsync(ctx))?;
-                }
-            }
-            if next_tick_ms <= self.now_ms {
-                self.tick(healed)?;
+            if next_tick_ms <= next {
+                self.tick(healed);
                 next_tick_ms += TICK_MS;
             }
+            self.check()?;
         }
+        self.removed = Some("the end of the run");
+        self.check()?;
         self.check_progress()
     }
 
-    /// Runs `f` on node `id` with a context, then checks the invariants.
-    fn with_node(
-        &mut self,
-        id: ReplicaId,
-        f: impl FnOnce(&mut Node, &mut Ctx<'_>),
-    ) -> Result<(), Failure> {
-        self.outcome.events += 1;
-        let removed_data = {
-            let Some(node) = self.nodes.get_mut(&id) else {
-                return Ok(());
-            };
-            let mut ctx = Ctx {
-                now_ms: self.now_ms,
-                network: &mut self.network,
-                checker: &mut self.checker,
-                rng: &mut self.rng,
-                trace: &mut self.trace,
-                fsync_ms: self.config.fsync_ms,
-                removed_data: None,
-                stats: &mut self.outcome.stats,
-            };
-            f(node, &mut ctx);
-            ctx.removed_data
-        };
-        self.check(removed_data)
+    /// Polls every ready task, checking after each.
+    fn run_ready(&mut self) -> Result<(), Failure> {
+        let mut polls = 0;
+        while self.world.executor.poll_one() {
+            polls += 1;
+            self.outcome.polls += 1;
+            self.check()?;
+            if polls > POLLS_PER_INSTANT_MAX {
+                return Err(self.fail(format!(
+                    "livelock: {POLLS_PER_INSTANT_MAX} task polls without time moving"
+                )));
+            }
+        }
+        Ok(())
     }
 
-    fn deliver(&mut self, envelope: Envelope) -> Result<(), Failure> {
+    fn deliver(&mut self, envelope: Envelope) {
         let Envelope { from, to, message } = envelope;
         match to {
-            Endpoint::Node(id) => self.with_node(id, |node, ctx| node.receive(from, message, ctx)),
-            Endpoint::Controller => {
-                self.controller
-                    .receive(message, self.now_ms, &mut self.network, &mut self.trace);
-                Ok(())
+            Endpoint::Node(id) => {
+                if let Some(node) = self.nodes.get_mut(&id) {
+                    node.receive(from, message);
+                }
             }
+            Endpoint::Controller => self.controller.receive(from, message),
             Endpoint::Client(id) => {
                 if let Some(client) = self.clients.get_mut(&id) {
                     client.receive(message);
                 }
-                Ok(())
             }
         }
     }
 
-    fn tick(&mut self, healed: bool) -> Result<(), Failure> {
+    fn tick(&mut self, healed: bool) {
         if !healed {
-            self.inject_faults()?;
+            self.inject_faults();
         }
-        self.network.heal_due(self.now_ms);
-        let retention = self.config.retention_per_million;
-        let ids: Vec<ReplicaId> = self.nodes.keys().copied().collect();
-        for id in ids {
-            self.with_node(id, |node, ctx| node.tick(ctx, retention))?;
+        self.world
+            .network
+            .borrow_mut()
+            .heal_due(self.world.now_ms());
+        for node in self.nodes.values_mut() {
+            let maintain = self
+                .rng
+                .chance_per_million(self.config.maintain_per_million);
+            node.tick(maintain);
         }
-        self.controller.tick(
-            self.now_ms,
-            &mut self.network,
-            &mut self.rng,
-            &mut self.trace,
-        );
+        self.controller.tick(!healed);
+        let timestamp = wall_clock(self.world.now_ms());
         for client in self.clients.values_mut() {
-            client.tick(self.now_ms, &mut self.network, &mut self.rng);
+            client.tick(&self.world, &mut self.rng, timestamp);
         }
-        Ok(())
     }
 
-    fn inject_faults(&mut self) -> Result<(), Failure> {
-        let ids: Vec<ReplicaId> = self.nodes.keys().copied().collect();
-        for id in ids {
-            if self.rng.chance(self.config.crash_per_million) {
+    fn inject_faults(&mut self) {
+        let now_ms = self.world.now_ms();
+        for (id, node) in &mut self.nodes {
+            let leading = node.replica().and_then(|replica| match replica.role() {
+                RoleView::Leader { epoch, .. } => Some(epoch),
+                _ => None,
+            });
+            let fresh = match leading {
+                Some(epoch) => {
+                    let since = self.leading_since.entry(*id).or_insert((epoch, now_ms));
+                    if since.0 != epoch {
+                        *since = (epoch, now_ms);
+                    }
+                    now_ms < since.1 + FRESH_LEADER_MS
+                }
+                None => {
+                    self.leading_since.remove(id);
+                    false
+                }
+            };
+            let mut chance = self.config.crash_per_million;
+            if leading.is_some() {
+                chance += self.config.leader_crash_per_million;
+            }
+            if fresh {
+                chance += self.config.fresh_leader_crash_per_million;
+            }
+            if !node.is_down() && self.rng.chance_per_million(chance) {
                 let (low, high) = self.config.restart_ms;
-                let restart_at = self.now_ms + self.rng.between(low, high);
+                let restart_at = self.world.now_ms() + self.rng.between(low, high);
                 self.outcome.crashes += 1;
-                self.with_node(id, |node, ctx| node.crash(restart_at, ctx))?;
+                node.crash(restart_at);
+                self.removed = Some("a crash");
             }
         }
-        if self.rng.chance(self.config.partition_per_million) {
+        if self
+            .rng
+            .chance_per_million(self.config.partition_per_million)
+        {
             self.form_partition();
         }
-        Ok(())
     }
 
     /// A random partition: a node isolated, the cluster split in two, a
@@ -337,7 +495,7 @@ impl Sim {
         let mut everyone = nodes.clone();
         everyone.push(Endpoint::Controller);
         everyone.extend(self.clients.keys().map(|id| Endpoint::Client(*id)));
-        let pick = |rng: &mut Rng, from: &[Endpoint]| from[rng.below(from.len() as u64) as usize];
+        let pick = |rng: &mut SplitMix64, from: &[Endpoint]| from[rng.index(from.len())];
         let mut links = BTreeSet::new();
         let kind = self.rng.below(4);
         match kind {
@@ -378,49 +536,153 @@ impl Sim {
             }
         }
         let (low, high) = self.config.partition_ms;
-        let heal_at = self.now_ms + self.rng.between(low, high);
+        let heal_at = self.world.now_ms() + self.rng.between(low, high);
         self.outcome.partitions += 1;
-        let now = self.now_ms;
-        self.trace.log(now, || {
-            format!("partition {kind} until {heal_at}: {links:?}")
-        });
-        self.network.partition(links, heal_at);
+        self.world
+            .log(|| format!("partition {kind} until {heal_at}: {links:?}"));
+        self.world.network.borrow_mut().partition(links, heal_at);
     }
 
     /// The end of the faulty phase: heal the network, restart every node,
     /// and start counting progress.
     fn heal(&mut self) {
-        let now = self.now_ms;
-        self.trace
-            .log(now, || "heal: network healed, nodes restarting".to_string());
-        self.network.heal_all();
+        self.world
+            .log(|| "heal: network healed, nodes restarting".to_string());
+        self.world.network.borrow_mut().heal_all();
+        let now = self.world.now_ms();
         for client in self.clients.values_mut() {
             client.mark(now);
         }
-        let down: Vec<ReplicaId> = self
-            .nodes
-            .values()
-            .filter(|node| node.is_down())
-            .map(Node::id)
-            .collect();
-        for id in down {
-            // Errors surface through the checker on the next check.
-            let _ = self.with_node(id, |node, ctx| node.restart(ctx));
+        for node in self.nodes.values_mut() {
+            node.restart();
         }
     }
 
-    fn check(&mut self, removed_data: Option<&'static str>) -> Result<(), Failure> {
-        let disks: BTreeMap<ReplicaId, &Disk> = self
-            .nodes
-            .iter()
-            .map(|(id, node)| (*id, node.disk()))
-            .collect();
-        if let Some(why) = removed_data {
-            self.checker.check_durability(&disks, why);
-        }
-        self.checker.track_fences(&disks);
+    /// Checks every invariant the last step may have touched.
+    fn check(&mut self) -> Result<(), Failure> {
+        let limits = self.config.node.log.batch_limits;
+        let dir = Path::new(PARTITION_DIR);
+        let mut fences_moved = false;
+        let mut removed = self.removed.take();
         for node in self.nodes.values() {
-            node.check(&mut self.checker);
+            let id = node.id();
+            let watch = self.watches.entry(id).or_default();
+            let generation = node.disk().generation();
+            if watch.fence_generation != Some(generation) {
+                watch.fence_generation = Some(generation);
+                match durable_promise(node.disk(), dir) {
+                    Ok((fence, led)) => {
+                        fences_moved |= fence != watch.fence;
+                        watch.fence = fence;
+                        watch.led = led;
+                    }
+                    Err(error) => self.checker.report(format!("node {id}: {error}")),
+                }
+            }
+            let Some(replica) = node.replica() else {
+                continue;
+            };
+            let who = node.incarnation();
+            let observation = Observation {
+                who,
+                generation,
+                high_watermark: replica.high_watermark(),
+                role: replica.role(),
+                log_start: replica.log_start(),
+                log_end: replica.appended_end(),
+                durable_end: replica.durable_end(),
+            };
+            let previous = watch.last.filter(|seen| seen.who == who);
+            if previous == Some(observation) {
+                continue;
+            }
+            watch.last = Some(observation);
+            if let Some(reason) = replica.broken() {
+                self.checker.report(format!(
+                    "{who:?}: replica fenced without a disk fault: {reason}"
+                ));
+                continue;
+            }
+            if let Some(previous) = previous {
+                let moved_start = observation.log_start != previous.log_start;
+                if moved_start && observation.log_end != previous.log_end {
+                    self.stats.borrow_mut().resets += 1;
+                    removed = Some("a reset");
+                } else if observation.log_end < previous.log_end {
+                    self.stats.borrow_mut().truncations += 1;
+                    removed = Some("a truncation");
+                } else if moved_start {
+                    removed.get_or_insert("retention");
+                }
+            }
+            let view = current_view(node.disk(), dir, &limits, &mut watch.cache);
+            let leading = match observation.role {
+                RoleView::Leader { epoch, .. } => Some(epoch),
+                _ => None,
+            };
+            // A leadership counts once it is durable: before, the replica
+            // appends nothing in it, and a crash then forgets it (so the
+            // restarted process may take the same epoch, harmlessly).
+            if let Some(epoch) = leading
+                && watch.led == Some(epoch)
+            {
+                fences_moved |= self.checker.on_leader(who, epoch);
+            }
+            self.checker
+                .on_high_watermark(who, observation.high_watermark, &view, leading);
+            if let Some(epoch) = leading {
+                self.checker
+                    .check_leader_holds(who, epoch, &view, observation.durable_end);
+                if let Some(start) = replica.meta().history.start_of(epoch) {
+                    self.checker.check_leader_covers_acknowledged(
+                        who,
+                        epoch,
+                        observation.high_watermark,
+                        start,
+                    );
+                }
+            }
+        }
+        if fences_moved {
+            let fences: BTreeMap<u32, LeaderEpoch> = self
+                .watches
+                .iter()
+                .map(|(id, watch)| (*id, watch.fence))
+                .collect();
+            let nodes = &self.nodes;
+            self.checker.track_fences(&fences, |who| {
+                let node = nodes.get(&who.0).filter(|node| node.incarnation() == who)?;
+                Some(node.replica()?.appended_end())
+            });
+        }
+        let reports = std::mem::take(&mut *self.world.reports.borrow_mut());
+        for report in reports {
+            match report {
+                Report::Acknowledged {
+                    by,
+                    client,
+                    request,
+                    base,
+                    values,
+                } => {
+                    self.world.log(|| {
+                        format!(
+                            "{}: acknowledged client {client} request {request} at {base}",
+                            by.0
+                        )
+                    });
+                    self.checker.on_acknowledged(by, base, &values);
+                }
+                Report::Violation(message) => self.checker.report(message),
+            }
+        }
+        if let Some(why) = removed {
+            let disks: BTreeMap<u32, LogView> = self
+                .nodes
+                .values()
+                .map(|node| (node.id(), durable_view(node.disk(), dir, &limits)))
+                .collect();
+            self.checker.check_durability(&disks, why);
         }
         match self.checker.violation() {
             Some(violation) => Err(self.fail(violation.to_string())),
@@ -434,6 +696,7 @@ impl Sim {
         self.outcome.acknowledged = self.checker.ack_count;
         self.outcome.committed = self.checker.committed_count();
         self.outcome.rounds = self.controller.rounds;
+        self.outcome.stats = *self.stats.borrow();
         let progress: u64 = self
             .clients
             .values()
@@ -445,18 +708,19 @@ impl Sim {
                 .values()
                 .map(|node| match node.replica() {
                     Some(replica) => format!(
-                        "{}: {:?} hw {} end {}",
+                        "{}: {:?} hw {} durable end {}",
                         node.id(),
                         replica.role(),
                         replica.high_watermark(),
-                        replica.log_end()
+                        replica.durable_end()
                     ),
-                    None => format!("{}: down", node.id()),
+                    None => format!("{}: down or opening", node.id()),
                 })
                 .collect();
             return Err(self.fail(format!(
-                "no append acknowledged in {HEAL_MS} ms after healing; controller: {:?}; {}",
-                self.controller.current(),
+                "no append acknowledged in {HEAL_MS} ms after healing; controller publishes \
+                 {:?}; {}",
+                self.controller.published(),
                 roles.join("; ")
             )));
         }

@@ -23,14 +23,14 @@ fn report(result: Result<corelog_sim::Totals, Failure>, started: Instant) {
             let seconds = started.elapsed().as_secs_f64();
             println!(
                 "{} seeds passed in {seconds:.1} s ({:.0} seeds/s): {} appends acknowledged, \
-                 {} election rounds, {} crashes, {} partitions, {} events; {:?}",
+                 {} election rounds, {} crashes, {} partitions, {} task polls; {:?}",
                 totals.seeds,
                 totals.seeds as f64 / seconds,
                 totals.acknowledged,
                 totals.rounds,
                 totals.crashes,
                 totals.partitions,
-                totals.events,
+                totals.polls,
                 totals.stats
             );
         }
