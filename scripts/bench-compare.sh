@@ -13,7 +13,8 @@
 # build with the latencies, the broker's CPU seconds and the load
 # generator's; the raw reports go to $OUT (default target/bench-compare).
 # Environment: SHARDS (2), PORT (17400), DURATION (60), PEAK_DURATION (10),
-# E2E_DURATION (30), STORAGE=0 to skip the storage benchmark.
+# E2E_DURATION (30), STORAGE=0 to skip the storage benchmark, STORAGE_ARGS
+# (flags for `corelog-bench storage`, e.g. "--rounds 1 --seconds 3").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:?usage: bench-compare.sh OLD_BIN_DIR NEW_BIN_DIR [ROUNDS]}
@@ -26,6 +27,13 @@ mkdir -p "$out"
 load=$new/corelog-bench
 ticks=$(getconf CLK_TCK)
 
+broker=
+cleanup() {
+    if [ -n "$broker" ]; then kill "$broker" 2>/dev/null && wait "$broker" 2>/dev/null; fi
+    rm -rf "${TMPDIR:-/var/tmp}"/corelog-compare.*
+}
+trap cleanup EXIT
+
 cpu_seconds() { # utime + stime of a process, in seconds
     awk -v t="$ticks" '{ printf "%.1f", ($14 + $15) / t }' "/proc/$1/stat"
 }
@@ -36,7 +44,8 @@ phase() { # build label round name broker-pid args...
     local before report user_sys
     before=$(cpu_seconds "$broker")
     report=$out/$label-$round-$name.txt
-    { TIMEFORMAT='%U %S'; time "$load" "$@" > "$report" 2>&1; } 2> "$report.time"
+    # A failed run (records not seen in time, say) is reported, not fatal.
+    { TIMEFORMAT='%U %S'; time "$load" "$@" > "$report" 2>&1 || true; } 2> "$report.time"
     local after
     after=$(cpu_seconds "$broker")
     user_sys=$(awk '{ printf "%.1f", $1 + $2 }' "$report.time")
@@ -51,10 +60,14 @@ run_build() { # label bin-dir round
     local label=$1 bin=$2 round=$3
     local data
     data=$(mktemp -d "${TMPDIR:-/var/tmp}/corelog-compare.XXXXXX")
+    # Write-back of an earlier build or run stalls every fdatasync: start
+    # each build on a quiet disk.
+    sync
+    sleep 5
     "$bin/corelogd" --data-dir "$data" --shards "$shards" \
         --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$((port + 80))" \
         --disk-reserve-bytes $((1 << 30)) 2> "$out/$label-$round-broker.log" &
-    local broker=$!
+    broker=$!
     for _ in $(seq 1 300); do
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
         sleep 0.1
@@ -67,10 +80,12 @@ run_build() { # label bin-dir round
     phase "$label" "$round" e2e "$broker" e2e "${common[@]}" --topic seed-e2e \
         --rate 100000 --duration "${E2E_DURATION:-30}"
     kill "$broker" && wait "$broker" 2>/dev/null || true
+    broker=
     rm -rf "$data"
     if [ "${STORAGE:-1}" != 0 ]; then
         local report=$out/$label-$round-storage.txt
-        "$bin/corelog-bench" storage > "$report" 2>&1 || true
+        # shellcheck disable=SC2086 # STORAGE_ARGS is a list of flags
+        "$bin/corelog-bench" storage ${STORAGE_ARGS:-} > "$report" 2>&1 || true
         printf '%-4s round %s storage   %s\n' "$label" "$round" \
             "$(grep -E -m1 -i 'p50|p99|MB/s|records/s' "$report" | tr -s ' ' || true)"
     fi
