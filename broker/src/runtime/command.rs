@@ -86,6 +86,9 @@ pub enum ShardCommand {
         /// Answered once the shard's partitions match the snapshot.
         reply: oneshot::Sender<()>,
     },
+    /// Start serving clients: every shard applied a snapshot the node
+    /// serves from (see [`MetadataSnapshot::serving`]).
+    Serve,
     /// To shard 0: create topics.
     CreateTopics {
         /// The topics.

@@ -274,6 +274,7 @@ impl Shard {
                 self.apply_snapshot(snapshot).await;
                 let _answered = reply.send(());
             }
+            ShardCommand::Serve => self.mark_ready(),
             ShardCommand::CreateTopics {
                 topics,
                 validate_only,

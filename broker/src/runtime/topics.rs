@@ -145,8 +145,12 @@ impl Shard {
     }
 
     /// Sends `snapshot` to every shard (this one included) and waits until
-    /// all have applied it.
+    /// all have applied it. Once every shard applied one the node serves
+    /// from, all start serving: a connection accepted on one shard may ask
+    /// for a partition another shard leads, so no shard serves before the
+    /// slowest is done.
     pub async fn broadcast(&self, snapshot: Arc<MetadataSnapshot>) {
+        let serving = snapshot.serving;
         let mut answers = Vec::new();
         for (index, peer) in self.peers.iter().enumerate() {
             if index == self.id.index() {
@@ -164,6 +168,15 @@ impl Shard {
         self.apply_snapshot(snapshot).await;
         for answer in answers {
             let _applied = answer.await;
+        }
+        if serving && !self.is_ready.get() {
+            for (index, peer) in self.peers.iter().enumerate() {
+                if index != self.id.index() {
+                    // A shard gone means the broker is stopping.
+                    let _sent = peer.send_async(ShardCommand::Serve).await;
+                }
+            }
+            self.mark_ready();
         }
     }
 
@@ -185,7 +198,6 @@ impl Shard {
         self.metrics
             .partitions
             .set(self.replicas.borrow().len() as i64);
-        let serving = snapshot.serving;
         *self.snapshot.borrow_mut() = snapshot;
         let deadline = Instant::now() + ROLE_CHANGES_TIMEOUT;
         if !wait_until(&role_changes.done, deadline, || role_changes.all_done()).await {
@@ -194,9 +206,6 @@ impl Shard {
                 pending = role_changes.pending(),
                 "replicas still changing their roles after {ROLE_CHANGES_TIMEOUT:?}"
             );
-        }
-        if serving {
-            self.mark_ready();
         }
     }
 }
