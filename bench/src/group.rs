@@ -26,11 +26,10 @@ use bytes::Bytes;
 use clap::Args;
 use corelog_client::group::{GroupConfig, GroupConsumer};
 use corelog_client::{Admin, ClientConfig, Producer, ProducerConfig, ProducerRecord};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::in_flight::InFlight;
 use crate::load::{LoadArgs, ProduceReport, ensure_topic, print_produce, run_producers};
 
 #[derive(Debug, Args)]
@@ -385,7 +384,7 @@ async fn produce_backlog(load: &LoadArgs, count: u64) -> Result<(), String> {
     .map_err(|error| format!("producer cannot connect: {error}"))?;
     let start = Instant::now();
     let value = Bytes::from(vec![b'b'; load.record_bytes.max(8)]);
-    let mut pending = FuturesUnordered::new();
+    let mut pending = InFlight::new();
     let mut failed = 0u64;
     for index in 0..count {
         let record = ProducerRecord::new(load.topic.clone(), value.clone())
@@ -395,7 +394,7 @@ async fn produce_backlog(load: &LoadArgs, count: u64) -> Result<(), String> {
             .await
             .map_err(|error| error.to_string())?;
         pending.push(delivery);
-        while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
+        while let Some(done) = pending.completed() {
             failed += u64::from(done.is_err());
         }
     }

@@ -16,12 +16,11 @@ use clap::Args;
 use corelog_client::{
     Acks, Admin, ClientConfig, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord,
 };
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
+use crate::in_flight::InFlight;
 use crate::report::{Latency, latency_histogram, millis};
 
 /// Options shared by the modes that produce.
@@ -239,7 +238,7 @@ async fn produce_share(
     on_ack: Option<AckHook>,
 ) {
     let rate = args.rate as f64 / producers as f64;
-    let mut pending = FuturesUnordered::new();
+    let mut pending = InFlight::new();
     let mut sequence = 0u64;
     let mut local = latency_histogram();
     loop {
@@ -272,7 +271,7 @@ async fn produce_share(
             }
             sequence += 1;
             // Collect what completed meanwhile, without waiting.
-            while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
+            while let Some(done) = pending.completed() {
                 complete(done, shared, &mut local, on_ack.as_ref()).await;
             }
         }

@@ -19,6 +19,7 @@
 mod e2e;
 mod failover;
 mod group;
+mod in_flight;
 mod load;
 mod produce;
 mod report;
