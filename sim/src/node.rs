@@ -336,9 +336,9 @@ impl Node {
                     config: settings.topic,
                     broker_log: settings.log,
                     cache_key: CacheKey(0),
-                    data_signal: Default::default(),
                     producer_state_retention_ms: 1 << 40,
                 },
+                high_watermark_signal: Default::default(),
             };
             let transport = Rc::new(SimPushTransport {
                 world: world.clone(),

@@ -860,9 +860,9 @@ mod tests {
                     batch_limits: limits,
                 },
                 cache_key: CacheKey(0),
-                data_signal: Arc::new(Event::new()),
                 producer_state_retention_ms: 1 << 40,
             },
+            high_watermark_signal: Arc::new(Event::new()),
         };
         let replica = ReplicatedPartition::open(
             disk.clone(),

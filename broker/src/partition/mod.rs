@@ -13,13 +13,11 @@ pub mod producer_state;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::BytesMut;
 use corelog_wire::batch::{self, BatchError, BatchHeader, BatchLimits, HEADER_BYTES};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
-use event_listener::Event;
 
 use crate::metadata::TopicConfig;
 use crate::metadata::topic_config::log_config;
@@ -238,8 +236,6 @@ pub struct PartitionSpec<'a> {
     pub broker_log: LogConfig,
     /// Key in the shard's tail cache.
     pub cache_key: CacheKey,
-    /// Notified whenever the committed end moves.
-    pub data_signal: Arc<Event>,
     /// Forget idempotent producers idle this long.
     pub producer_state_retention_ms: i64,
 }
@@ -256,13 +252,12 @@ impl<D: Disk> Partition<D> {
         shard: ShardStorage,
     ) -> Result<Self, StorageError> {
         let log_config = log_config(&spec.config, &spec.broker_log);
-        let log = PartitionLog::open_with_signal(
+        let log = PartitionLog::open(
             disk.clone(),
             spec.dir,
             log_config,
             shard.clone(),
             spec.cache_key,
-            spec.data_signal,
         )
         .await?;
         let partition = Partition {

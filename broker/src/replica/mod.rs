@@ -117,6 +117,11 @@ pub struct ReplicaSpec<'a> {
     pub config: ReplicaConfig,
     /// The partition's directory and settings.
     pub partition: PartitionSpec<'a>,
+    /// Notified whenever the high watermark moves (and when the replica
+    /// fences or steps down): readers long-poll on it. Only the high
+    /// watermark wakes them, not the local durable end, which on a leader
+    /// moves before the high watermark does.
+    pub high_watermark_signal: Arc<Event>,
 }
 
 /// How the last leadership of this replica ended: the epoch, and the high
@@ -235,10 +240,7 @@ impl<D: Disk> ReplicatedPartition<D> {
     ) -> Result<Rc<Self>, ReplicaError> {
         let dir = spec.partition.dir.to_path_buf();
         let clock = shard.clock.clone();
-        // One signal for "the committed end moved": the partition notifies
-        // it when its log becomes durable, this shell when the high
-        // watermark moves; readers long-poll on it either way.
-        let high_watermark_changed = spec.partition.data_signal.clone();
+        let high_watermark_changed = spec.high_watermark_signal;
         let observer = shard.observer.clone();
         let partition = Partition::open(disk.clone(), spec.partition, shard).await?;
         let meta = meta_file::load(&disk, &dir).await?.unwrap_or_default();

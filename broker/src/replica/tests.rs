@@ -23,6 +23,7 @@ use corelog_wire::batch::{
 use corelog_wire::error::ErrorCode;
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 use event_listener::Event;
+use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use glommio::{LocalExecutorBuilder, Placement};
 
@@ -235,9 +236,9 @@ impl Cluster {
                     batch_limits: limits,
                 },
                 cache_key: CacheKey(0),
-                data_signal: Arc::new(Event::new()),
                 producer_state_retention_ms: 1 << 40,
             },
+            high_watermark_signal: Arc::new(Event::new()),
         };
         let incarnation = self.network.incarnations.get() + 1;
         self.network.incarnations.set(incarnation);
@@ -945,6 +946,36 @@ fn reads_stop_at_the_high_watermark() {
             batches::split(&read.chunks, &BatchLimits::default()).unwrap()[0].base,
             produced.base_offset
         );
+    });
+}
+
+/// Readers long-poll on the high watermark signal. A leader's local flush
+/// moves its durable end before the high watermark: waking readers then
+/// only makes them read nothing and wait again (on a single node, one
+/// wasted read pass per partition per group commit).
+#[test]
+fn a_local_flush_that_commits_nothing_does_not_wake_readers() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
+        cluster.cut(IDS[1]);
+        cluster.cut(IDS[2]);
+        let high_watermark = leader.high_watermark();
+        let signal = leader.high_watermark_signal();
+        let woken = signal.listen();
+        leader.produce(plain(1), Acks::Leader, LONG).await.unwrap();
+        assert!(leader.durable_end() > high_watermark, "flushed locally");
+        assert_eq!(leader.high_watermark(), high_watermark);
+        assert!(
+            woken.now_or_never().is_none(),
+            "readers were woken although nothing new is readable"
+        );
+        let moved = signal.listen();
+        cluster.heal(IDS[1]);
+        moved.await;
+        assert!(leader.high_watermark() > high_watermark);
     });
 }
 

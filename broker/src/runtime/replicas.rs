@@ -120,9 +120,9 @@ impl Shard {
                 config: view.record.config,
                 broker_log: self.config.log,
                 cache_key: cache_key(id),
-                data_signal: partition.data_signal.clone(),
                 producer_state_retention_ms: self.config.producer_state_retention_ms,
             },
+            high_watermark_signal: partition.data_signal.clone(),
         };
         let transport = Rc::new(PeerPushTransport::new(
             self.brokers.clone(),

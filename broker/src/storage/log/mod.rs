@@ -251,22 +251,6 @@ impl<D: Disk> PartitionLog<D> {
         shard: ShardStorage,
         cache_key: CacheKey,
     ) -> Result<Self, StorageError> {
-        Self::open_with_signal(disk, dir, config, shard, cache_key, Arc::new(Event::new())).await
-    }
-
-    /// [`PartitionLog::open`], notifying `durable_signal` whenever the durable
-    /// end moves (a signal shared with waiters elsewhere, such as other shards).
-    ///
-    /// # Errors
-    /// As [`PartitionLog::open`].
-    pub async fn open_with_signal(
-        disk: D,
-        dir: &Path,
-        config: LogConfig,
-        shard: ShardStorage,
-        cache_key: CacheKey,
-        durable_signal: Arc<Event>,
-    ) -> Result<Self, StorageError> {
         config.validate()?;
         let recovered = recovery::recover(&disk, dir, &config, shard.clock.now()).await?;
         let active = recovered
@@ -301,7 +285,7 @@ impl<D: Disk> PartitionLog<D> {
             shard,
             cache_key,
             state: RefCell::new(state),
-            durable_changed: durable_signal,
+            durable_changed: Arc::new(Event::new()),
             metadata: async_lock::Mutex::new(()),
         };
         // From here on the log is open: a crash is not a clean shutdown.
@@ -869,13 +853,6 @@ impl<D: Disk> PartitionLog<D> {
     #[must_use]
     pub fn fenced(&self) -> Option<String> {
         self.state.borrow().fenced.clone()
-    }
-
-    /// The signal notified whenever the durable end moves; listen before
-    /// checking [`PartitionLog::durable_end`] to wait for new data without a race.
-    #[must_use]
-    pub fn durable_signal(&self) -> Arc<Event> {
-        self.durable_changed.clone()
     }
 
     /// Bytes appended but not yet durable.
