@@ -178,6 +178,8 @@ pub struct Network {
     in_flight: BTreeMap<(u64, u64), Envelope>,
     sequence: u64,
     partitions: Vec<Partition>,
+    /// Links cut by a fault schedule, until it heals them.
+    cuts: BTreeSet<(Endpoint, Endpoint)>,
     faults: NetworkFaults,
     rng: SplitMix64,
     /// Messages dropped by loss or partitions (statistics).
@@ -192,6 +194,7 @@ impl Network {
             in_flight: BTreeMap::new(),
             sequence: 0,
             partitions: Vec::new(),
+            cuts: BTreeSet::new(),
             faults,
             rng,
             dropped: 0,
@@ -256,9 +259,30 @@ impl Network {
     }
 
     fn blocked(&self, from: Endpoint, to: Endpoint) -> bool {
-        self.partitions
-            .iter()
-            .any(|partition| partition.blocked.contains(&(from, to)))
+        self.cuts.contains(&(from, to))
+            || self
+                .partitions
+                .iter()
+                .any(|partition| partition.blocked.contains(&(from, to)))
+    }
+
+    /// Cuts the link `from` -> `to` until [`Network::heal_cuts`]: what is
+    /// in flight on it is lost.
+    pub fn cut(&mut self, from: Endpoint, to: Endpoint) {
+        self.cuts.insert((from, to));
+    }
+
+    /// Heals the links [`Network::cut`] cut.
+    pub fn heal_cuts(&mut self) {
+        self.cuts.clear();
+    }
+
+    /// Loses every message in flight from `from` (a crash that takes what
+    /// its process had sent but the network not yet delivered).
+    pub fn lose_in_flight_from(&mut self, from: Endpoint) {
+        let before = self.in_flight.len();
+        self.in_flight.retain(|_, envelope| envelope.from != from);
+        self.dropped += (before - self.in_flight.len()) as u64;
     }
 
     /// Blocks the directed links `links` until `heal_at_ms`.
@@ -279,6 +303,7 @@ impl Network {
     /// run, where liveness is checked.
     pub fn heal_all(&mut self) {
         self.partitions.clear();
+        self.cuts.clear();
         self.faults.loss_per_million = 0;
         self.faults.duplicate_per_million = 0;
         self.faults.long_delay_per_million = 0;

@@ -99,6 +99,12 @@ pub struct Stats {
     pub resignations: u64,
     /// Restarts.
     pub restarts: u64,
+    /// Fig. 8 chains the schedule drove to their last election.
+    pub fig8_chains: u64,
+    /// Old-epoch suffixes a new leader got onto a follower before its
+    /// marker (the fig. 8 schedule's third step; only safe if not counted
+    /// committed).
+    pub fig8_suffixes: u64,
 }
 
 /// A push, for the trace.

@@ -13,7 +13,7 @@ use corelog_broker::cluster::election::ElectionTimings;
 use corelog_broker::metadata::{CleanupPolicy, TopicConfig};
 use corelog_broker::storage::{LogConfig, RetentionPolicy};
 use corelog_replication::{ReplicaConfig, RoleView};
-use corelog_wire::batch::BatchLimits;
+use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};
 
@@ -22,7 +22,8 @@ use crate::client::Client;
 use crate::controller::{Controller, ControllerSettings};
 use crate::disk::{LogView, SyncDelay, ViewCache, current_view, durable_promise, durable_view};
 use crate::executor::SimExecutor;
-use crate::network::{Endpoint, Envelope, Network, NetworkFaults};
+use crate::fig8::{Act, Fig8Schedule, NodeView};
+use crate::network::{Answer, Endpoint, Envelope, Message, Network, NetworkFaults};
 use crate::node::{Node, NodeSettings, PARTITION_DIR, Stats, wall_clock};
 use crate::trace::Trace;
 use crate::world::{Incarnation, Report, World};
@@ -72,6 +73,12 @@ pub struct SimConfig {
     /// [`FRESH_LEADER_MS`], per million: the window in which its marker is
     /// not yet on a majority.
     pub fresh_leader_crash_per_million: u64,
+    /// Chance that a leader which has committed nothing in its epoch yet
+    /// crashes right after a follower's push answer reached it, per
+    /// million: it dies between its first acknowledgement and its
+    /// marker's commitment, with an older epoch's suffix perhaps on a
+    /// majority (Raft fig. 8).
+    pub first_ack_crash_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
     /// Chance per tick that a partition forms, per million.
@@ -86,6 +93,9 @@ pub struct SimConfig {
     pub node: NodeSettings,
     /// The controller.
     pub controller: ControllerSettings,
+    /// Whether the faults follow the [`Fig8Schedule`] (on three nodes, with
+    /// tiny pushes) instead of random crashes and partitions.
+    pub fig8_schedule: bool,
 }
 
 impl SimConfig {
@@ -112,7 +122,7 @@ impl SimConfig {
         // leader holds an older epoch's uncommitted suffix and dies before
         // its marker is on a majority (Raft fig. 8) need all of that.
         let churn = rng.below(4) == 0;
-        Self {
+        let mut config = Self {
             node_count: if churn { 3 } else { rng.between(3, 5) as u32 },
             network: NetworkFaults {
                 loss_per_million: if churn {
@@ -193,7 +203,32 @@ impl SimConfig {
                 broadcast_ms: 50,
                 failover_per_million: rng.below(4_000),
             },
+            // Drawn last, so that the draws before it keep their values.
+            first_ack_crash_per_million: if churn {
+                rng.between(200_000, 800_000)
+            } else if rng.below(2) == 0 {
+                0
+            } else {
+                rng.below(200_000)
+            },
+            fig8_schedule: false,
+        };
+        // One seed in eight follows the fig. 8 schedule: it brings its own
+        // crashes and cuts, and a lossy network or random crashes would
+        // only break its chain.
+        if rng.below(8) == 0 {
+            config.fig8_schedule = true;
+            config.node_count = 3;
+            config.network.loss_per_million = config.network.loss_per_million.min(10_000);
+            config.network.long_delay_per_million = 0;
+            config.crash_per_million = 0;
+            config.leader_crash_per_million = 0;
+            config.fresh_leader_crash_per_million = 0;
+            config.first_ack_crash_per_million = 0;
+            config.partition_per_million = 0;
+            config.node.replica.max_push_bytes = rng.between(60, 200);
         }
+        config
     }
 }
 
@@ -263,6 +298,16 @@ struct Watch {
     cache: ViewCache,
 }
 
+/// A node's leadership, as the fault injector first saw it.
+#[derive(Clone, Copy, Debug)]
+struct Leadership {
+    epoch: LeaderEpoch,
+    since_ms: u64,
+    /// The high watermark then: until it moves, nothing of this epoch is
+    /// committed.
+    high_watermark: Offset,
+}
+
 /// The whole simulated world.
 struct Sim {
     seed: u64,
@@ -275,8 +320,13 @@ struct Sim {
     watches: BTreeMap<u32, Watch>,
     /// A step removed data (a crash): check durability after it.
     removed: Option<&'static str>,
-    /// Each node's current leadership: epoch, and since when.
-    leading_since: BTreeMap<u32, (LeaderEpoch, u64)>,
+    /// Each node's current leadership as first seen.
+    leaderships: BTreeMap<u32, Leadership>,
+    /// Nodes to crash once the tasks ready now have run, and whether the
+    /// fig. 8 schedule restarts them (rather than a random delay).
+    crash_soon: Vec<(u32, bool)>,
+    /// The fig. 8 schedule, on the seeds that follow it.
+    schedule: Option<Fig8Schedule>,
     rng: SplitMix64,
     stats: Rc<RefCell<Stats>>,
     outcome: Outcome,
@@ -320,6 +370,7 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
             (*id, client)
         })
         .collect();
+    let schedule = config.fig8_schedule.then(Fig8Schedule::default);
     let mut sim = Sim {
         seed,
         checker: Checker::new(config.node.log.batch_limits),
@@ -330,7 +381,9 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
         clients,
         watches: BTreeMap::new(),
         removed: None,
-        leading_since: BTreeMap::new(),
+        leaderships: BTreeMap::new(),
+        crash_soon: Vec::new(),
+        schedule,
         rng,
         stats,
         outcome: Outcome::default(),
@@ -354,6 +407,11 @@ impl Sim {
         let mut healed = false;
         loop {
             self.run_ready()?;
+            if !self.crash_soon.is_empty() {
+                self.crash_soon_now();
+                self.check()?;
+                self.drive_schedule();
+            }
             let executor = &self.world.executor;
             let next = [
                 Some(next_tick_ms),
@@ -379,6 +437,7 @@ impl Sim {
                     break;
                 };
                 self.deliver(envelope);
+                self.drive_schedule();
             }
             if next_tick_ms <= next {
                 self.tick(healed);
@@ -398,6 +457,7 @@ impl Sim {
             polls += 1;
             self.outcome.polls += 1;
             self.check()?;
+            self.drive_schedule();
             if polls > POLLS_PER_INSTANT_MAX {
                 return Err(self.fail(format!(
                     "livelock: {POLLS_PER_INSTANT_MAX} task polls without time moving"
@@ -411,6 +471,36 @@ impl Sim {
         let Envelope { from, to, message } = envelope;
         match to {
             Endpoint::Node(id) => {
+                let push_answer = matches!(
+                    message,
+                    Message::Answer {
+                        answer: Answer::Push(_),
+                        ..
+                    }
+                );
+                if push_answer && self.world.now_ms() < CHAOS_MS {
+                    self.maybe_crash_after_first_ack(id);
+                }
+                if let (Some(schedule), Endpoint::Node(sender)) = (&mut self.schedule, from)
+                    && self.world.now_ms() < CHAOS_MS
+                {
+                    let limits = self.config.node.log.batch_limits;
+                    let pushed_epoch = match &message {
+                        Message::Push { raw, .. } => batch::batches(raw, &limits)
+                            .flatten()
+                            .filter_map(|found| found.header.leader_epoch())
+                            .max(),
+                        _ => None,
+                    };
+                    let now_ms = self.world.now_ms();
+                    let acts = schedule.on_deliver(sender, id, push_answer, pushed_epoch, now_ms);
+                    if acts.contains(&Act::Lose) {
+                        self.world
+                            .log(|| format!("fig. 8 schedule: loses a push {sender} -> {id}"));
+                        return;
+                    }
+                    self.carry_out_schedule(acts);
+                }
                 if let Some(node) = self.nodes.get_mut(&id) {
                     node.receive(from, message);
                 }
@@ -445,26 +535,163 @@ impl Sim {
         }
     }
 
+    /// The leadership `id` holds now, recorded as first seen.
+    fn leadership(&mut self, id: u32) -> Option<Leadership> {
+        let replica = self.nodes.get(&id)?.replica();
+        let Some(RoleView::Leader { epoch, .. }) = replica.as_ref().map(|replica| replica.role())
+        else {
+            self.leaderships.remove(&id);
+            return None;
+        };
+        let seen = Leadership {
+            epoch,
+            since_ms: self.world.now_ms(),
+            high_watermark: replica.map_or(Offset(0), |replica| replica.high_watermark()),
+        };
+        let known = self.leaderships.entry(id).or_insert(seen);
+        if known.epoch != epoch {
+            *known = seen;
+        }
+        Some(*known)
+    }
+
+    /// A push answer is reaching `id`: if it leads an epoch that has
+    /// committed nothing yet, perhaps crash it once the answer is handled.
+    fn maybe_crash_after_first_ack(&mut self, id: u32) {
+        let Some(leadership) = self.leadership(id) else {
+            return;
+        };
+        let committed_nothing = self.nodes[&id]
+            .replica()
+            .is_some_and(|replica| replica.high_watermark() == leadership.high_watermark);
+        if committed_nothing
+            && self
+                .rng
+                .chance_per_million(self.config.first_ack_crash_per_million)
+        {
+            self.world
+                .log(|| format!("{id}: crashes once its first push answer is handled"));
+            self.crash_soon.push((id, false));
+        }
+    }
+
+    fn crash_soon_now(&mut self) {
+        for (id, scheduled) in std::mem::take(&mut self.crash_soon) {
+            if scheduled {
+                self.scheduled_crash(id);
+            } else {
+                self.crash(id);
+            }
+        }
+    }
+
+    /// Lets the fig. 8 schedule look at the nodes, and does what it asks.
+    fn drive_schedule(&mut self) {
+        let now_ms = self.world.now_ms();
+        if now_ms >= CHAOS_MS {
+            return;
+        }
+        let Some(schedule) = &mut self.schedule else {
+            return;
+        };
+        let views: Vec<NodeView> = self
+            .nodes
+            .values()
+            .map(|node| {
+                let replica = node.replica();
+                let role = replica
+                    .as_ref()
+                    .map_or(RoleView::Offline, |replica| replica.role());
+                let marker = match (&replica, role) {
+                    (Some(replica), RoleView::Leader { epoch, .. }) => {
+                        replica.meta().history.start_of(epoch)
+                    }
+                    _ => None,
+                };
+                NodeView {
+                    id: node.id(),
+                    down: node.is_down() || replica.is_none(),
+                    role,
+                    appended_end: replica
+                        .as_ref()
+                        .map_or(Offset(0), |replica| replica.appended_end()),
+                    durable_end: replica
+                        .as_ref()
+                        .map_or(Offset(0), |replica| replica.durable_end()),
+                    marker,
+                }
+            })
+            .collect();
+        let chains = schedule.completed;
+        let acts = schedule.observe(&views, now_ms);
+        if schedule.completed > chains {
+            self.stats.borrow_mut().fig8_chains += 1;
+        }
+        self.carry_out_schedule(acts);
+    }
+
+    fn carry_out_schedule(&mut self, acts: Vec<Act>) {
+        for act in acts {
+            self.world.log(|| format!("fig. 8 schedule: {act:?}"));
+            match act {
+                Act::Cut { from, to } => self
+                    .world
+                    .network
+                    .borrow_mut()
+                    .cut(Endpoint::Node(from), Endpoint::Node(to)),
+                Act::HealCuts => self.world.network.borrow_mut().heal_cuts(),
+                Act::Crash(id) => self.scheduled_crash(id),
+                Act::CrashAfterHandling(id) => {
+                    self.stats.borrow_mut().fig8_suffixes += 1;
+                    self.crash_soon.push((id, true));
+                }
+                Act::Lose => {}
+                Act::Restart(id) => {
+                    if let Some(node) = self.nodes.get_mut(&id) {
+                        node.restart();
+                    }
+                }
+            }
+        }
+    }
+
+    /// A crash the schedule asked for: what the node had sent is lost with
+    /// it, and it stays down until the schedule restarts it.
+    fn scheduled_crash(&mut self, id: u32) {
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        if !node.is_down() {
+            self.outcome.crashes += 1;
+            node.crash(u64::MAX);
+            self.removed = Some("a crash");
+        }
+        self.world
+            .network
+            .borrow_mut()
+            .lose_in_flight_from(Endpoint::Node(id));
+    }
+
+    fn crash(&mut self, id: u32) {
+        let (low, high) = self.config.restart_ms;
+        let restart_at = self.world.now_ms() + self.rng.between(low, high);
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        if !node.is_down() {
+            self.outcome.crashes += 1;
+            node.crash(restart_at);
+            self.removed = Some("a crash");
+        }
+    }
+
     fn inject_faults(&mut self) {
         let now_ms = self.world.now_ms();
-        for (id, node) in &mut self.nodes {
-            let leading = node.replica().and_then(|replica| match replica.role() {
-                RoleView::Leader { epoch, .. } => Some(epoch),
-                _ => None,
-            });
-            let fresh = match leading {
-                Some(epoch) => {
-                    let since = self.leading_since.entry(*id).or_insert((epoch, now_ms));
-                    if since.0 != epoch {
-                        *since = (epoch, now_ms);
-                    }
-                    now_ms < since.1 + FRESH_LEADER_MS
-                }
-                None => {
-                    self.leading_since.remove(id);
-                    false
-                }
-            };
+        let ids: Vec<u32> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let leading = self.leadership(id);
+            let fresh =
+                leading.is_some_and(|leadership| now_ms < leadership.since_ms + FRESH_LEADER_MS);
             let mut chance = self.config.crash_per_million;
             if leading.is_some() {
                 chance += self.config.leader_crash_per_million;
@@ -472,12 +699,8 @@ impl Sim {
             if fresh {
                 chance += self.config.fresh_leader_crash_per_million;
             }
-            if !node.is_down() && self.rng.chance_per_million(chance) {
-                let (low, high) = self.config.restart_ms;
-                let restart_at = self.world.now_ms() + self.rng.between(low, high);
-                self.outcome.crashes += 1;
-                node.crash(restart_at);
-                self.removed = Some("a crash");
+            if !self.nodes[&id].is_down() && self.rng.chance_per_million(chance) {
+                self.crash(id);
             }
         }
         if self
