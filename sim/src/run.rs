@@ -298,6 +298,15 @@ struct Watch {
     cache: ViewCache,
 }
 
+/// Who brings a crashed node back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restart {
+    /// It restarts after a random down time.
+    AfterDownTime,
+    /// The fig. 8 schedule restarts it; what it had sent is lost with it.
+    BySchedule,
+}
+
 /// A node's leadership, as the fault injector first saw it.
 #[derive(Clone, Copy, Debug)]
 struct Leadership {
@@ -322,9 +331,8 @@ struct Sim {
     removed: Option<&'static str>,
     /// Each node's current leadership as first seen.
     leaderships: BTreeMap<u32, Leadership>,
-    /// Nodes to crash once the tasks ready now have run, and whether the
-    /// fig. 8 schedule restarts them (rather than a random delay).
-    crash_soon: Vec<(u32, bool)>,
+    /// Nodes to crash once the tasks ready now have run.
+    crash_soon: Vec<(u32, Restart)>,
     /// The fig. 8 schedule, on the seeds that follow it.
     schedule: Option<Fig8Schedule>,
     rng: SplitMix64,
@@ -571,17 +579,13 @@ impl Sim {
         {
             self.world
                 .log(|| format!("{id}: crashes once its first push answer is handled"));
-            self.crash_soon.push((id, false));
+            self.crash_soon.push((id, Restart::AfterDownTime));
         }
     }
 
     fn crash_soon_now(&mut self) {
-        for (id, scheduled) in std::mem::take(&mut self.crash_soon) {
-            if scheduled {
-                self.scheduled_crash(id);
-            } else {
-                self.crash(id);
-            }
+        for (id, restart) in std::mem::take(&mut self.crash_soon) {
+            self.crash(id, restart);
         }
     }
 
@@ -640,10 +644,10 @@ impl Sim {
                     .borrow_mut()
                     .cut(Endpoint::Node(from), Endpoint::Node(to)),
                 Act::HealCuts => self.world.network.borrow_mut().heal_cuts(),
-                Act::Crash(id) => self.scheduled_crash(id),
+                Act::Crash(id) => self.crash(id, Restart::BySchedule),
                 Act::CrashAfterHandling(id) => {
                     self.stats.borrow_mut().fig8_suffixes += 1;
-                    self.crash_soon.push((id, true));
+                    self.crash_soon.push((id, Restart::BySchedule));
                 }
                 Act::Lose => {}
                 Act::Restart(id) => {
@@ -655,26 +659,20 @@ impl Sim {
         }
     }
 
-    /// A crash the schedule asked for: what the node had sent is lost with
-    /// it, and it stays down until the schedule restarts it.
-    fn scheduled_crash(&mut self, id: u32) {
-        let Some(node) = self.nodes.get_mut(&id) else {
-            return;
+    fn crash(&mut self, id: u32, restart: Restart) {
+        let restart_at = match restart {
+            Restart::AfterDownTime => {
+                let (low, high) = self.config.restart_ms;
+                self.world.now_ms() + self.rng.between(low, high)
+            }
+            Restart::BySchedule => {
+                self.world
+                    .network
+                    .borrow_mut()
+                    .lose_in_flight_from(Endpoint::Node(id));
+                u64::MAX
+            }
         };
-        if !node.is_down() {
-            self.outcome.crashes += 1;
-            node.crash(u64::MAX);
-            self.removed = Some("a crash");
-        }
-        self.world
-            .network
-            .borrow_mut()
-            .lose_in_flight_from(Endpoint::Node(id));
-    }
-
-    fn crash(&mut self, id: u32) {
-        let (low, high) = self.config.restart_ms;
-        let restart_at = self.world.now_ms() + self.rng.between(low, high);
         let Some(node) = self.nodes.get_mut(&id) else {
             return;
         };
@@ -700,7 +698,7 @@ impl Sim {
                 chance += self.config.fresh_leader_crash_per_million;
             }
             if !self.nodes[&id].is_down() && self.rng.chance_per_million(chance) {
-                self.crash(id);
+                self.crash(id, Restart::AfterDownTime);
             }
         }
         if self

@@ -294,6 +294,18 @@ impl Cluster {
         }
     }
 
+    /// A leader of epoch 1 with one committed record, then cut off from
+    /// both followers: it can append and sync, but commit nothing more.
+    async fn leader_cut_off() -> (Rc<Self>, Rc<Node>) {
+        let cluster = Self::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
+        cluster.cut(IDS[1]);
+        cluster.cut(IDS[2]);
+        (cluster, leader)
+    }
+
     /// A controller's election round for `epoch` among the reachable
     /// replicas, then publication.
     async fn elect(&self, epoch: LeaderEpoch) -> ReplicaId {
@@ -565,12 +577,7 @@ fn follower_below_the_leaders_log_start_is_reset() {
 #[test]
 fn produce_without_a_reachable_quorum_is_not_acknowledged() {
     on_executor(|| async {
-        let cluster = Cluster::default().await;
-        cluster.publish(IDS[0], LeaderEpoch(1)).await;
-        let leader = cluster.node(IDS[0]);
-        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
-        cluster.cut(IDS[1]);
-        cluster.cut(IDS[2]);
+        let (cluster, leader) = Cluster::leader_cut_off().await;
         let high_watermark = leader.high_watermark();
         let error = leader
             .produce(plain(1), Acks::Quorum, Duration::from_millis(200))
@@ -915,12 +922,7 @@ fn a_read_never_sees_a_divergent_tail_below_the_high_watermark() {
 #[test]
 fn reads_stop_at_the_high_watermark() {
     on_executor(|| async {
-        let cluster = Cluster::default().await;
-        cluster.publish(IDS[0], LeaderEpoch(1)).await;
-        let leader = cluster.node(IDS[0]);
-        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
-        cluster.cut(IDS[1]);
-        cluster.cut(IDS[2]);
+        let (cluster, leader) = Cluster::leader_cut_off().await;
         let produced = leader.produce(plain(1), Acks::Leader, LONG).await.unwrap();
         let high_watermark = leader.high_watermark();
         assert_eq!(high_watermark, produced.base_offset);
@@ -956,12 +958,7 @@ fn reads_stop_at_the_high_watermark() {
 #[test]
 fn a_local_flush_that_commits_nothing_does_not_wake_readers() {
     on_executor(|| async {
-        let cluster = Cluster::default().await;
-        cluster.publish(IDS[0], LeaderEpoch(1)).await;
-        let leader = cluster.node(IDS[0]);
-        leader.produce(plain(0), Acks::Quorum, LONG).await.unwrap();
-        cluster.cut(IDS[1]);
-        cluster.cut(IDS[2]);
+        let (cluster, leader) = Cluster::leader_cut_off().await;
         let high_watermark = leader.high_watermark();
         let signal = leader.high_watermark_signal();
         let woken = signal.listen();
