@@ -64,6 +64,31 @@ fn a_seed_replays_identically() {
     }
 }
 
+/// A replay must not depend on real time: seed 128 (a fig. 8 schedule
+/// seed with many contended replica locks) on four threads at once, twice,
+/// so that the threads' real timings differ, gives one outcome. It did not
+/// while the replica shell's locks switched to a fairness mode after 0.5 ms
+/// of wall-clock waiting (`async_lock::Mutex`).
+#[test]
+fn a_replay_does_not_depend_on_real_time() {
+    let outcomes: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| match run_seed(128, false) {
+                    Ok(outcome) => format!("{outcome:?}"),
+                    Err(failure) => failure.to_string(),
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("the seed runner does not panic"))
+            .collect()
+    });
+    for outcome in &outcomes {
+        assert_eq!(outcome, &outcomes[0]);
+    }
+}
+
 /// `SIM_SEED=N` replays one seed with its trace when `SIM_TRACE=1`;
 /// `SIM_SEEDS=N` runs N seeds from `SIM_FIRST_SEED` (default 0) on every
 /// core. Without either, nothing (the seeds above already ran).

@@ -176,8 +176,10 @@ pub struct ReplicatedPartition<D: Disk> {
     /// Told when the replica's metadata cannot be written.
     observer: Rc<dyn StorageObserver>,
     /// Held by each state-machine call that may emit durable actions, until
-    /// they are carried out.
-    apply: async_lock::Mutex<()>,
+    /// they are carried out. `futures`' mutex, not `async_lock`'s: that one
+    /// changes its hand-over order after 0.5 ms of wall-clock waiting, so
+    /// the simulator's replays would depend on real time.
+    apply: futures::lock::Mutex<()>,
     /// Tasks waiting for the log to become durable up to some offset.
     durability_waits: Cell<usize>,
     /// Notified when `durability_waits` drops to zero.
@@ -265,7 +267,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             origin: executor.now(),
             executor,
             observer,
-            apply: async_lock::Mutex::new(()),
+            apply: futures::lock::Mutex::new(()),
             durability_waits: Cell::new(0),
             durability_waits_done: Event::new(),
             high_watermark_changed,

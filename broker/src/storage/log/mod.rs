@@ -19,7 +19,6 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -198,11 +197,12 @@ pub struct PartitionLog<D: Disk> {
     cache_key: CacheKey,
     state: RefCell<LogState<D>>,
     /// Signalled whenever `durable_end` moves, a flush ends or the log is
-    /// fenced. Shared (`Arc`) so that waiters on other shards — long-polling
-    /// fetches — can listen too.
-    durable_changed: Arc<Event>,
+    /// fenced. Readers wait on the replica's high watermark instead.
+    durable_changed: Event,
     /// Serialises checkpoint and ledger writes (roll, retention, close).
-    metadata: async_lock::Mutex<()>,
+    /// `futures`' mutex: its hand-over order does not depend on wall-clock
+    /// time (see the replica shell's `apply`).
+    metadata: futures::lock::Mutex<()>,
 }
 
 impl<D: Disk> std::fmt::Debug for PartitionLog<D> {
@@ -285,8 +285,8 @@ impl<D: Disk> PartitionLog<D> {
             shard,
             cache_key,
             state: RefCell::new(state),
-            durable_changed: Arc::new(Event::new()),
-            metadata: async_lock::Mutex::new(()),
+            durable_changed: Event::new(),
+            metadata: futures::lock::Mutex::new(()),
         };
         // From here on the log is open: a crash is not a clean shutdown.
         log.store_checkpoint(false).await?;
