@@ -7,7 +7,7 @@
 //! itself, so each poll of the set re-polls up to 32 of them for nothing
 //! (futures-rs #2053, tokio #2390). A generator catching up after a stall
 //! polls the set after every send, so that waste made it the bottleneck:
-//! measured, 75 % of its CPU in `poll_next`/`wake_by_ref`, three times its
+//! measured, 74 % of its CPU in `poll_next`/`wake_by_ref`, three times its
 //! usual CPU, and tens of seconds of "latency" while the broker idled.
 //! Polled unconstrained, a receiver is pending only when its delivery is.
 

@@ -13,12 +13,12 @@ use crate::meta::ReplicaMeta;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Write this metadata durably (atomically) before acting on anything
-    /// after it.
+    /// after it, then call [`crate::Replica::on_persisted`] with it.
     Persist(ReplicaMeta),
     /// Leader only: append the epoch-start marker, a control batch of one
     /// record stamped `epoch`, at the log end, then call
     /// [`crate::Replica::on_local_append`] with it. Writes are accepted once
-    /// it is appended.
+    /// it is appended (and the leadership's `Persist` is durable).
     AppendMarker {
         /// The new leader epoch.
         epoch: LeaderEpoch,

@@ -25,7 +25,8 @@
 //!   preferred replica. No majority, no leader.
 //! - **Leader** ([`Replica::become_leader`]): starts a history run at its log
 //!   end, appends a one-record epoch-start marker (unless the log is empty:
-//!   no older record exists then), then takes client appends
+//!   no older record exists then), then, once the leadership is durable
+//!   ([`Replica::on_persisted`]), takes client appends
 //!   ([`Replica::on_local_append`]). It pushes to each follower
 //!   ([`Replica::poll_sends`], [`Action::SendPush`]), pipelined up to
 //!   [`ReplicaConfig::max_inflight_records`], and counts durable ends: the

@@ -44,7 +44,6 @@ impl<D: Disk> ReplicatedPartition<D> {
                 *self.replicas.borrow_mut() = replicas.to_vec();
                 self.acks_received.borrow_mut().clear();
             }
-            let _taking = TakingLeadership::start(&self.taking_leadership);
             self.carry_out(actions, before).await?.appended_end
         };
         if let Some(end) = marker_end {
@@ -140,15 +139,15 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(produced)
     }
 
-    /// The epoch a produce may append in now: not before the leadership is
-    /// durable (its marker appended, or on an empty log its metadata
-    /// written).
+    /// The epoch a produce may append in now: not before the state machine
+    /// accepts writes (the leadership's metadata written and its marker
+    /// appended; an empty log needs no marker).
     fn writable_epoch(&self) -> Result<LeaderEpoch, ReplicaError> {
         match self.role() {
             RoleView::Leader {
                 epoch,
                 accepting_writes: true,
-            } if !self.taking_leadership.get() => Ok(epoch),
+            } => Ok(epoch),
             RoleView::Leader { epoch, .. } => Err(ReplicaError::LeaderNotReady { epoch }),
             role => Err(ReplicaError::NotLeader { role }),
         }
@@ -364,23 +363,6 @@ impl<D: Disk> ReplicatedPartition<D> {
             return false;
         }
         true
-    }
-}
-
-/// Marks a `become_leader` as carrying out its actions until dropped (also
-/// when its future is dropped half-way).
-struct TakingLeadership<'a>(&'a std::cell::Cell<bool>);
-
-impl<'a> TakingLeadership<'a> {
-    fn start(flag: &'a std::cell::Cell<bool>) -> Self {
-        flag.set(true);
-        TakingLeadership(flag)
-    }
-}
-
-impl Drop for TakingLeadership<'_> {
-    fn drop(&mut self) {
-        self.0.set(false);
     }
 }
 

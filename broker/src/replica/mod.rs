@@ -188,11 +188,6 @@ pub struct ReplicatedPartition<D: Disk> {
     /// replica is fenced.
     high_watermark_changed: Arc<Event>,
     ended_term: Cell<Option<EndedTerm>>,
-    /// A `become_leader` is carrying out its actions: the state machine
-    /// already accepts writes on an empty log (no marker to wait for), but
-    /// the leadership is not durable yet, and no record may be appended
-    /// before it is.
-    taking_leadership: Cell<bool>,
     /// The high watermark readers see: the state machine's, once the
     /// actions before it are carried out. A push can truncate a divergent
     /// tail and raise the high watermark past it in one step; until the
@@ -272,7 +267,6 @@ impl<D: Disk> ReplicatedPartition<D> {
             durability_waits_done: Event::new(),
             high_watermark_changed,
             ended_term: Cell::new(None),
-            taking_leadership: Cell::new(false),
             high_watermark: Cell::new(high_watermark),
             pump: Cell::new(Pump::Idle),
             replicas: RefCell::new(Vec::new()),
@@ -557,6 +551,7 @@ impl<D: Disk> ReplicatedPartition<D> {
                     self.observer.on_fenced(&self.dir, &error);
                     return Err(error.into());
                 }
+                self.replica.borrow_mut().on_persisted(&meta);
             }
             Action::AppendMarker { epoch } => {
                 carried.appended_end = Some(self.append_marker(epoch)?);

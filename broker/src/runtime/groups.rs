@@ -130,12 +130,9 @@ impl Shard {
     /// Every group on every shard: (group, state, members, generation).
     pub async fn list_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
         let mut groups = self.local_groups();
-        for (index, peer) in self.peers.iter().enumerate() {
-            if index == self.id.index() {
-                continue;
-            }
+        for shard in self.other_shards() {
             let (reply, answer) = oneshot::channel();
-            if peer.try_send(ShardCommand::ListGroups { reply }).is_ok()
+            if shard.try_send(ShardCommand::ListGroups { reply }).is_ok()
                 && let Ok(listed) = answer.await
             {
                 groups.extend(listed);

@@ -201,6 +201,16 @@ impl Shard {
         }
     }
 
+    /// The command channels of this node's other shards.
+    pub(super) fn other_shards(&self) -> impl Iterator<Item = &flume::Sender<ShardCommand>> {
+        let me = self.id.index();
+        self.peers
+            .iter()
+            .enumerate()
+            .filter(move |(index, _)| *index != me)
+            .map(|(_, shard)| shard)
+    }
+
     /// Marks the shard serving and wakes what waited for it.
     pub(super) fn mark_ready(&self) {
         if !self.is_ready.replace(true) {

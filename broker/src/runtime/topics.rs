@@ -152,16 +152,13 @@ impl Shard {
     pub async fn broadcast(&self, snapshot: Arc<MetadataSnapshot>) {
         let serving = snapshot.serving;
         let mut answers = Vec::new();
-        for (index, peer) in self.peers.iter().enumerate() {
-            if index == self.id.index() {
-                continue;
-            }
+        for shard in self.other_shards() {
             let (reply, answer) = oneshot::channel();
             let command = ShardCommand::ApplySnapshot {
                 snapshot: snapshot.clone(),
                 reply,
             };
-            if peer.send_async(command).await.is_ok() {
+            if shard.send_async(command).await.is_ok() {
                 answers.push(answer);
             }
         }
@@ -170,11 +167,9 @@ impl Shard {
             let _applied = answer.await;
         }
         if serving && !self.is_ready.get() {
-            for (index, peer) in self.peers.iter().enumerate() {
-                if index != self.id.index() {
-                    // A shard gone means the broker is stopping.
-                    let _sent = peer.send_async(ShardCommand::Serve).await;
-                }
+            for shard in self.other_shards() {
+                // A shard gone means the broker is stopping.
+                let _sent = shard.send_async(ShardCommand::Serve).await;
             }
             self.mark_ready();
         }

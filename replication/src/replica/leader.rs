@@ -95,14 +95,16 @@ impl Replica {
             })
             .collect();
         // An empty log needs no marker: no older epoch's record exists that
-        // counting could commit (Raft fig. 8), so writes start at once, and
-        // a new partition's first record is at offset 0.
+        // counting could commit (Raft fig. 8), so writes start as soon as
+        // the leadership is durable, and a new partition's first record is
+        // at offset 0.
         let empty = self.log_start == self.log_end;
         self.role = Role::Leader(LeaderState {
             epoch,
             replicas,
             epoch_start: self.log_end,
             marker_appended: empty,
+            leadership_durable: false,
             followers,
         });
         actions.push(self.persist());
@@ -117,8 +119,9 @@ impl Replica {
     /// client batches), right after assigning its offsets, in order.
     ///
     /// # Panics
-    /// If this replica is not leading, or the batch is not at the log end in
-    /// the leader's epoch, or the first batch is not the one-record marker
+    /// If this replica is not leading, its leadership is not durable yet
+    /// ([`Replica::on_persisted`]), the batch is not at the log end in the
+    /// leader's epoch, or the first batch is not the one-record marker
     /// (shell bugs).
     pub fn on_local_append(&mut self, batch: BatchMeta) {
         let log_end = self.log_end;
@@ -135,6 +138,11 @@ impl Replica {
             "batch {batch:?} not at the log end {log_end}"
         );
         assert!(batch.last >= batch.base, "empty batch {batch:?}");
+        assert!(
+            leader.leadership_durable,
+            "batch {batch:?} appended before the leadership of {} is durable",
+            leader.epoch
+        );
         if !leader.marker_appended {
             assert!(
                 batch.base == leader.epoch_start && batch.last == batch.base,

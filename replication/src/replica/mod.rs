@@ -117,6 +117,11 @@ struct LeaderState {
     /// stop between older records by counting (Raft fig. 8).
     epoch_start: Offset,
     marker_appended: bool,
+    /// The shell reported the `Persist` naming this leadership durable
+    /// ([`Replica::on_persisted`]). Until then no record may be appended:
+    /// after a crash the replica would hold records of an epoch its
+    /// metadata does not know it led, and could lead that epoch again.
+    leadership_durable: bool,
     followers: BTreeMap<ReplicaId, Progress>,
 }
 
@@ -300,7 +305,7 @@ impl Replica {
             Role::Offline => RoleView::Offline,
             Role::Leader(leader) => RoleView::Leader {
                 epoch: leader.epoch,
-                accepting_writes: leader.marker_appended,
+                accepting_writes: leader.marker_appended && leader.leadership_durable,
             },
             Role::Follower(follower) => RoleView::Follower {
                 epoch: follower.epoch,
@@ -326,10 +331,24 @@ impl Replica {
         }
     }
 
-    /// Whether the shell may assign offsets to a client append now.
+    /// Whether the shell may assign offsets to a client append now: the
+    /// leadership is durable and its marker appended (an empty log needs
+    /// none).
     #[must_use]
     pub fn accepting_writes(&self) -> bool {
-        matches!(&self.role, Role::Leader(leader) if leader.marker_appended)
+        matches!(&self.role, Role::Leader(leader)
+            if leader.marker_appended && leader.leadership_durable)
+    }
+
+    /// The shell carried out an [`Action::Persist`]: `meta` is durable.
+    /// A leader whose leadership it names starts accepting writes (once
+    /// its marker, if any, is appended).
+    pub fn on_persisted(&mut self, meta: &ReplicaMeta) {
+        if let Role::Leader(leader) = &mut self.role
+            && meta.led_epoch >= Some(leader.epoch)
+        {
+            leader.leadership_durable = true;
+        }
     }
 
     /// A controller query for an election of `query.new_epoch`.

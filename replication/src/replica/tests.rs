@@ -80,10 +80,25 @@ fn push(epoch: u32, start: u64, prev: Option<u32>, hw: u64, batches: Vec<Batch>)
     }
 }
 
+/// `a` becomes the leader of `epoch` over `replicas`, and its shell carries
+/// out the `Persist`es; the other actions are returned.
+fn lead(a: &mut Replica, epoch: u32, replicas: &[ReplicaId]) -> Vec<Action> {
+    let actions = a.become_leader(e(epoch), replicas, 0).unwrap();
+    for action in &actions {
+        if let Action::Persist(meta) = action {
+            a.on_persisted(meta);
+        }
+    }
+    actions
+        .into_iter()
+        .filter(|action| !matches!(action, Action::Persist(_)))
+        .collect()
+}
+
 /// A leads `epoch` over A, B, C with its marker appended.
 fn leader(runs: &[(u32, u64)], end: u64, epoch: u32) -> Replica {
     let mut a = replica(A, runs, end, epoch - 1);
-    a.become_leader(e(epoch), &[A, B, C], 0).unwrap();
+    lead(&mut a, epoch, &[A, B, C]);
     a.on_local_append(BatchMeta {
         base: o(end),
         last: o(end),
@@ -162,6 +177,8 @@ fn become_leader_persists_the_promise_before_asking_for_the_marker() {
         a.poll_sends(0).is_empty(),
         "nothing is pushed before the marker"
     );
+    a.on_persisted(meta);
+    assert!(!a.accepting_writes(), "the marker is not appended yet");
     a.on_local_append(BatchMeta {
         base: o(5),
         last: o(5),
@@ -183,7 +200,22 @@ fn a_leader_of_an_empty_log_takes_writes_at_once_and_commits_them_by_majority() 
         matches!(actions[..], [Action::Persist(_)]),
         "no marker: no older record exists that counting could commit: {actions:?}"
     );
+    assert!(
+        !a.accepting_writes(),
+        "no write before the leadership is durable"
+    );
+    let Action::Persist(meta) = &actions[0] else {
+        unreachable!()
+    };
+    a.on_persisted(meta);
     assert!(a.accepting_writes());
+    assert!(matches!(
+        a.role(),
+        RoleView::Leader {
+            accepting_writes: true,
+            ..
+        }
+    ));
     a.on_local_append(BatchMeta {
         base: o(0),
         last: o(2),
@@ -197,7 +229,7 @@ fn a_leader_of_an_empty_log_takes_writes_at_once_and_commits_them_by_majority() 
     );
     // A replica set of one commits what its own log made durable.
     let mut alone = replica(A, &[], 0, 0);
-    alone.become_leader(e(1), &[A], 0).unwrap();
+    lead(&mut alone, 1, &[A]);
     alone.on_local_append(BatchMeta {
         base: o(0),
         last: o(0),
@@ -239,6 +271,18 @@ fn become_leader_refuses_a_fenced_epoch_and_an_epoch_led_before_a_restart() {
         Err(ReplicationError::AlreadyLed { epoch: e(4) })
     );
     assert!(restarted.become_leader(e(5), &[A, B, C], 0).is_ok());
+}
+
+#[test]
+#[should_panic(expected = "before the leadership of 1 is durable")]
+fn a_local_append_before_the_leadership_is_durable_is_a_bug() {
+    let mut a = replica(A, &[], 0, 0);
+    a.become_leader(e(1), &[A, B, C], 0).unwrap();
+    a.on_local_append(BatchMeta {
+        base: o(0),
+        last: o(0),
+        epoch: e(1),
+    });
 }
 
 #[test]
@@ -874,7 +918,7 @@ fn a_follower_with_an_epoch_the_leader_lacks_is_repaired_exactly() {
     let mut follower_log = log_of(&[(1, 0, 4)], "shared");
     follower_log.extend(log_of(&[(2, 5, 9), (2, 10, 14)], "old"));
     let mut a = replica(A, &[(1, 0)], 10, 2);
-    a.become_leader(e(3), &[A, B], 0).unwrap();
+    lead(&mut a, 3, &[A, B]);
     a.on_local_append(BatchMeta {
         base: o(10),
         last: o(10),
@@ -987,7 +1031,7 @@ proptest! {
         let mut follower_log = log_of(&shared_log, "shared");
         follower_log.extend(log_of(&follower_spec[shared_log.len()..], "follower"));
         let mut a = replica(A, &runs(&leader_spec), leader_end, epoch);
-        a.become_leader(e(new_epoch), &[A, B], 0).unwrap();
+        lead(&mut a, new_epoch, &[A, B]);
         a.on_local_append(BatchMeta { base: o(leader_end), last: o(leader_end), epoch: e(new_epoch) });
         a.on_local_durable(o(leader_end + 1));
         let mut b = replica(B, &runs(&follower_spec), follower_end, epoch);
