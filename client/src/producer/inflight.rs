@@ -69,9 +69,15 @@ pub(crate) fn classify(code: ErrorCode, is_first_unacked: bool) -> Verdict {
     match code {
         ErrorCode::None => Verdict::Success,
         ErrorCode::InvalidProducerEpoch => Verdict::Fenced,
-        ErrorCode::OutOfOrderSequence if !is_first_unacked => Verdict::Retry {
-            refresh_metadata: false,
-        },
+        // An earlier batch is still unacknowledged (refused retriably, or on
+        // its way): the partition's leader has not seen the sequence before
+        // this one yet, or, when that was the first batch, has no state for
+        // the producer at all. Resent in order after it, this one fits.
+        ErrorCode::OutOfOrderSequence | ErrorCode::UnknownProducerId if !is_first_unacked => {
+            Verdict::Retry {
+                refresh_metadata: false,
+            }
+        }
         // Retrying the same bytes under an id the broker forgot cannot
         // succeed, although the code is marked retriable for clients that
         // re-initialise first; this client does, through AbortPartition.
@@ -495,6 +501,13 @@ mod tests {
         assert_eq!(
             classify(ErrorCode::UnknownProducerId, true),
             Verdict::AbortPartition
+        );
+        assert_eq!(
+            classify(ErrorCode::UnknownProducerId, false),
+            Verdict::Retry {
+                refresh_metadata: false
+            },
+            "the first batch of the producer is still unacknowledged"
         );
         assert_eq!(
             classify(ErrorCode::InvalidProducerEpoch, true),

@@ -40,7 +40,9 @@
 //! When the broker reports a real sequence gap (`OUT_OF_ORDER_SEQUENCE` for
 //! a batch all of whose predecessors were acknowledged), a conflicting
 //! payload (`DUPLICATE_SEQUENCE_CONFLICT`) or a forgotten producer
-//! (`UNKNOWN_PRODUCER_ID`), the producer fails that batch with the broker's
+//! (`UNKNOWN_PRODUCER_ID`, likewise only when every predecessor was
+//! acknowledged: before that, the leader may just not hold the producer's
+//! first batch yet, and the batch is resent after it), the producer fails that batch with the broker's
 //! error, fails the partition's other unacknowledged batches with
 //! [`ClientError::Aborted`], waits until nothing is in flight anywhere, and
 //! continues under a new producer id (sequences restart at 0). Nothing is

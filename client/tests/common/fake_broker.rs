@@ -4,7 +4,8 @@
 //! It implements what the client relies on — the ApiVersions-first rule,
 //! idempotent produce with duplicate detection (same sequence and bytes →
 //! the original offset; same sequence, other bytes → conflict; gap → out of
-//! order), whole-batch fetch with long polling, ListOffsets, topic admin,
+//! order; no state for the producer and a sequence other than 0 → unknown
+//! producer), whole-batch fetch with long polling, ListOffsets, topic admin,
 //! and retention gaps — plus faults a real broker cannot be asked for: lose
 //! the reply of an appended batch, answer an error instead of appending,
 //! hold produce answers back.
@@ -749,6 +750,11 @@ pub(crate) fn append(
     };
     let identity = header.producer;
     if identity.is_idempotent() {
+        // As the real broker: no state yet and a batch that does not start
+        // the sequence (its predecessor was refused or is still on its way).
+        if identity.base_sequence != 0 && !log.producers.contains_key(&identity.producer_id) {
+            return (ErrorCode::UnknownProducerId, -1);
+        }
         let producer = log.producers.entry(identity.producer_id).or_default();
         if let Some(&(_, crc, base_offset)) = producer
             .recent
