@@ -65,8 +65,8 @@ fn a_seed_replays_identically() {
 }
 
 /// A replay must not depend on real time: seed 128 (a fig. 8 schedule
-/// seed with many contended replica locks) on four threads at once, twice,
-/// so that the threads' real timings differ, gives one outcome. It did not
+/// seed with many contended replica locks) on eight threads at once, so
+/// that the threads' real timings differ, gives one outcome. It did not
 /// while the replica shell's locks switched to a fairness mode after 0.5 ms
 /// of wall-clock waiting (`async_lock::Mutex`).
 #[test]

@@ -42,8 +42,8 @@
 //! payload (`DUPLICATE_SEQUENCE_CONFLICT`) or a forgotten producer
 //! (`UNKNOWN_PRODUCER_ID`, likewise only when every predecessor was
 //! acknowledged: before that, the leader may just not hold the producer's
-//! first batch yet, and the batch is resent after it), the producer fails that batch with the broker's
-//! error, fails the partition's other unacknowledged batches with
+//! first batch yet, and the batch is resent after it), the producer fails
+//! that batch with the broker's error, fails the partition's other unacknowledged batches with
 //! [`ClientError::Aborted`], waits until nothing is in flight anywhere, and
 //! continues under a new producer id (sequences restart at 0). Nothing is
 //! resent under the new id automatically: a failed record was not

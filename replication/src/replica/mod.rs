@@ -125,6 +125,14 @@ struct LeaderState {
     followers: BTreeMap<ReplicaId, Progress>,
 }
 
+impl LeaderState {
+    /// The leadership is durable and its marker appended (an empty log
+    /// needs none): client appends may take offsets.
+    fn accepts_writes(&self) -> bool {
+        self.marker_appended && self.leadership_durable
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct FollowerState {
     epoch: LeaderEpoch,
@@ -305,7 +313,7 @@ impl Replica {
             Role::Offline => RoleView::Offline,
             Role::Leader(leader) => RoleView::Leader {
                 epoch: leader.epoch,
-                accepting_writes: leader.marker_appended && leader.leadership_durable,
+                accepting_writes: leader.accepts_writes(),
             },
             Role::Follower(follower) => RoleView::Follower {
                 epoch: follower.epoch,
@@ -336,8 +344,7 @@ impl Replica {
     /// none).
     #[must_use]
     pub fn accepting_writes(&self) -> bool {
-        matches!(&self.role, Role::Leader(leader)
-            if leader.marker_appended && leader.leadership_durable)
+        matches!(&self.role, Role::Leader(leader) if leader.accepts_writes())
     }
 
     /// The shell carried out an [`Action::Persist`]: `meta` is durable.
