@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use corelog_client::{ClientError, ErrorCode, Producer, ProducerRecord, partition_for_key};
+use corelog_wire::batch::{BatchHeader, BatchLimits};
 
 use common::fake_broker::FakeBroker;
 use common::producer_config;
@@ -457,4 +458,55 @@ async fn a_broker_slow_to_answer_handshakes_only_delays_the_producer() {
         values(&broker, 0),
         vec![(0, "a".to_owned()), (1, "b".to_owned())]
     );
+}
+
+/// Issue 14's stall, from the client's side: records that arrive while a
+/// partition's in-flight window is full join one batch (up to
+/// `batch_bytes`), not one batch per linger. Closing batches at their
+/// linger deadline made a producer that fell behind send ever smaller
+/// batches, whose per-batch cost on the brokers kept it behind.
+#[tokio::test]
+async fn records_that_wait_for_the_in_flight_window_join_one_batch() {
+    let broker = FakeBroker::start().await;
+    broker.create_topic("t", 1);
+    let mut config = corelog_client::ProducerConfig {
+        linger: Duration::from_millis(2),
+        max_in_flight_per_partition: 1,
+        // Longer than the hold below, so that nothing is resent.
+        ack_timeout: Duration::from_secs(2),
+        ..producer_config(&broker.addr())
+    };
+    config.client.request_timeout = Duration::from_secs(5);
+    let producer = Producer::connect(config).await.unwrap();
+    producer.prepare_topic("t").await.unwrap();
+    broker.hold_produce(true);
+    let record = |i: usize| ProducerRecord::new("t", format!("{i}")).partition(0);
+    let first = producer.send(record(0)).await.unwrap();
+    common::wait_until(5, "the first batch is on the wire", || {
+        broker.produce_received() == 1
+    })
+    .await;
+    // Each record arrives five lingers after the one before, while the
+    // window (one batch) is held by the first.
+    let mut waiting = Vec::new();
+    for i in 1..=20 {
+        waiting.push(producer.send(record(i)).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    broker.hold_produce(false);
+    assert_eq!(first.await.unwrap().offset.0, 0);
+    for (i, delivery) in (1..).zip(waiting) {
+        assert_eq!(delivery.await.unwrap().offset.0, i);
+    }
+    let records_per_batch: Vec<u32> = broker
+        .attempts()
+        .iter()
+        .map(|attempt| {
+            BatchHeader::parse(&attempt.bytes, &BatchLimits::default())
+                .unwrap()
+                .record_count
+        })
+        .collect();
+    assert_eq!(records_per_batch, [1, 20]);
+    producer.close().await.unwrap();
 }

@@ -13,11 +13,17 @@
 //! # Closing batches
 //!
 //! A partition has at most one open batch. It closes (becomes ready) when
-//! the next record would take it past `batch_bytes`, when it has been open
-//! for `linger`, on `flush`, or when the producer closes. Ready batches
-//! wait in FIFO order per partition; the sender takes them in that order and
-//! only then assigns their sequence numbers and encodes them (so that a
-//! producer id change never leaves stale sequences in waiting batches).
+//! the next record would take it past `batch_bytes`, on `flush`, or when
+//! the producer closes. Once it has been open for `linger` it may be sent,
+//! but it stays open until the sender takes it: while the partition's
+//! in-flight window is full, records keep joining it up to `batch_bytes`
+//! (as Kafka's accumulator does). Closing it at the linger deadline instead
+//! made a producer that fell behind queue one small batch per linger per
+//! partition, and the per-batch cost of those kept it behind (issue 14's
+//! stall). Ready batches wait in FIFO order per partition; the sender takes
+//! them in that order, then the open one, and only then assigns their
+//! sequence numbers and encodes them (so that a producer id change never
+//! leaves stale sequences in waiting batches).
 //!
 //! Concurrency: one `std::sync::Mutex`, held for short, await-free steps.
 
@@ -390,10 +396,10 @@ impl Accumulator {
         Ok(id)
     }
 
-    /// Closes open batches that lingered long enough (all of them when
-    /// `force`, or after close), and returns the partitions that have ready
-    /// batches and the next instant something here needs the sender: a
-    /// linger deadline or a delivery deadline.
+    /// Returns the partitions that have something to send (a ready batch,
+    /// or an open one that lingered long enough) and the next instant
+    /// something here needs the sender: a linger deadline or a delivery
+    /// deadline. With `force`, or after close, open batches close first.
     pub(crate) fn ready(
         &self,
         now: Instant,
@@ -402,35 +408,54 @@ impl Accumulator {
     ) -> (Vec<TopicPartition>, Option<Instant>) {
         let mut state = lock(&self.state);
         let force = force || state.closed.is_some();
+        let linger = self.config.linger;
         let mut ready = Vec::new();
         let mut next: Option<Instant> = None;
         let mut earliest = |at: Instant| next = Some(next.map_or(at, |next| next.min(at)));
         for (topic_partition, queue) in &mut state.queues {
-            if let Some(open) = &queue.open {
-                let linger_end = open.created_at + self.config.linger;
-                if force || linger_end <= now {
-                    if let Some(open) = queue.open.take() {
-                        queue.ready.push_back(open);
-                    }
-                } else {
-                    earliest(linger_end);
-                    earliest(open.created_at + delivery_timeout);
-                }
+            if force && let Some(open) = queue.open.take() {
+                queue.ready.push_back(open);
             }
-            if let Some(first) = queue.ready.front() {
-                earliest(first.created_at + delivery_timeout);
+            let oldest = queue.ready.front().or(queue.open.as_ref());
+            if let Some(oldest) = oldest {
+                earliest(oldest.created_at + delivery_timeout);
+            }
+            let lingered = match &queue.open {
+                Some(open) if open.created_at + linger > now => {
+                    earliest(open.created_at + linger);
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            };
+            if lingered || !queue.ready.is_empty() {
                 ready.push(topic_partition.clone());
             }
         }
         (ready, next)
     }
 
-    /// Takes the oldest ready batch of a partition.
-    pub(crate) fn pop_ready(&self, topic_partition: &TopicPartition) -> Option<PendingBatch> {
-        lock(&self.state)
-            .queues
-            .get_mut(topic_partition)
-            .and_then(|queue| queue.ready.pop_front())
+    /// Takes the next batch of a partition to send: the oldest ready one,
+    /// else the open one once it has lingered by `now` (closing it).
+    pub(crate) fn pop_ready(
+        &self,
+        topic_partition: &TopicPartition,
+        now: Instant,
+    ) -> Option<PendingBatch> {
+        let linger = self.config.linger;
+        let mut state = lock(&self.state);
+        let queue = state.queues.get_mut(topic_partition)?;
+        if let Some(batch) = queue.ready.pop_front() {
+            return Some(batch);
+        }
+        if queue
+            .open
+            .as_ref()
+            .is_some_and(|open| open.created_at + linger <= now)
+        {
+            return queue.open.take();
+        }
+        None
     }
 
     /// Removes every unsent batch created at or before `deadline` (their
@@ -569,14 +594,14 @@ mod tests {
         drop(append(&accumulator, 0, 250));
         let (ready, _) = accumulator.ready(Instant::now(), false, timeout);
         assert_eq!(ready, [tp(0)]);
-        let batch = accumulator.pop_ready(&tp(0)).unwrap();
+        let batch = accumulator.pop_ready(&tp(0), Instant::now()).unwrap();
         assert_eq!(batch.records.len(), 3);
         assert!(batch.builder.uncompressed_bytes() <= 1000);
-        assert!(accumulator.pop_ready(&tp(0)).is_none());
+        assert!(accumulator.pop_ready(&tp(0), Instant::now()).is_none());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn batch_closes_after_linger_and_the_deadline_is_reported() {
+    async fn a_batch_may_be_sent_after_linger_and_the_deadline_is_reported() {
         let accumulator = Accumulator::new(config(1 << 16, 1 << 20));
         let timeout = Duration::from_secs(120);
         let start = Instant::now();
@@ -594,8 +619,39 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         let (ready, next) = accumulator.ready(Instant::now(), false, timeout);
         assert_eq!(ready, [tp(1)]);
-        // Now only the delivery deadline of the ready batch remains.
+        // Now only the delivery deadline of the lingered batch remains.
         assert_eq!(next, Some(start + timeout));
+    }
+
+    /// Issue 14's stall: closing a batch at its linger deadline left a
+    /// producer whose in-flight window was full with one small batch per
+    /// linger per partition, and their per-batch cost kept it behind.
+    #[tokio::test(start_paused = true)]
+    async fn a_lingered_batch_keeps_taking_records_until_the_sender_takes_it() {
+        let accumulator = Accumulator::new(config(1 << 16, 1 << 20));
+        let timeout = Duration::from_secs(120);
+        // The sender cannot take anything for 20 lingers (its window is
+        // full) while a record arrives every linger.
+        for _ in 0..20 {
+            drop(append(&accumulator, 0, 100));
+            tokio::time::advance(Duration::from_millis(5)).await;
+            let (ready, next) = accumulator.ready(Instant::now(), false, timeout);
+            assert_eq!(ready, [tp(0)]);
+            assert!(next.is_some_and(|next| next > Instant::now()));
+        }
+        let batch = accumulator.pop_ready(&tp(0), Instant::now()).unwrap();
+        assert_eq!(batch.records.len(), 20);
+        assert!(accumulator.pop_ready(&tp(0), Instant::now()).is_none());
+        // The next record opens a batch that lingers afresh.
+        drop(append(&accumulator, 0, 100));
+        assert!(accumulator.pop_ready(&tp(0), Instant::now()).is_none());
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert_eq!(
+            accumulator
+                .pop_ready(&tp(0), Instant::now())
+                .map(|batch| batch.records.len()),
+            Some(1)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -641,7 +697,7 @@ mod tests {
         assert_eq!(markers.len(), 2);
         let (ready, _) = accumulator.ready(Instant::now(), false, Duration::from_secs(1));
         assert_eq!(ready, [tp(0), tp(1)]);
-        drop(accumulator.pop_ready(&tp(0)));
+        drop(accumulator.pop_ready(&tp(0), Instant::now()));
         assert!(
             markers[0].changed().await.is_err(),
             "completed batch resolves"

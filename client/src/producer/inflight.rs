@@ -360,10 +360,13 @@ mod tests {
         }
         let _markers = accumulator.flush_markers();
         accumulator
-            .pop_ready(&TopicPartition {
-                topic,
-                partition: 0,
-            })
+            .pop_ready(
+                &TopicPartition {
+                    topic,
+                    partition: 0,
+                },
+                Instant::now(),
+            )
             .unwrap()
     }
 

@@ -24,7 +24,9 @@
 //!    keyed record, a sticky partition for a keyless one), reserves buffer
 //!    space and appends the record to the partition's open batch
 //!    (`producer/accumulator.rs`).
-//! 2. A batch closes when full (`batch_bytes`) or after `linger`. The
+//! 2. A batch may be sent once full (`batch_bytes`) or after `linger`;
+//!    until the sender takes it (its partition's in-flight window may be
+//!    full), a lingered batch keeps taking records. The
 //!    sender task takes ready batches in order, stamps the idempotent
 //!    producer id and sequence, encodes and compresses them, and sends them
 //!    to each partition's leader, one batch per partition per request, up to
@@ -84,8 +86,9 @@ pub struct ProducerConfig {
     pub client: ClientConfig,
     /// When the broker acknowledges (C1). Default `Quorum`.
     pub acks: Acks,
-    /// How long a batch waits for more records before it is sent. Default
-    /// 5 ms.
+    /// How long a batch waits for more records before it may be sent; it
+    /// keeps growing (up to `batch_bytes`) while its partition already has
+    /// `max_in_flight_per_partition` batches in flight. Default 5 ms.
     pub linger: Duration,
     /// A batch closes when the next record would take it past this size.
     /// Default 64 KiB.

@@ -338,7 +338,7 @@ impl Sender {
             return None;
         }
         loop {
-            let batch = self.accumulator.pop_ready(topic_partition)?;
+            let batch = self.accumulator.pop_ready(topic_partition, now)?;
             match partition.start(batch, self.producer) {
                 Ok(started) => return Some(started),
                 Err(error) => tracing::warn!(%topic_partition, %error, "batch failed to encode"),
