@@ -60,6 +60,9 @@ pub struct LoadArgs {
     /// Producer batch size, bytes.
     #[arg(long, default_value_t = 256 << 10)]
     pub batch_bytes: usize,
+    /// Distinct record keys, spread over the partitions by the key hash.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keys: u64,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -259,7 +262,7 @@ async fn produce_share(
                 Instant::now()
             };
             let id = sequence * producers + index;
-            let key = format!("key-{}", id % 1024);
+            let key = format!("key-{}", id % args.keys);
             let record =
                 ProducerRecord::new(args.topic.clone(), value(id, args.record_bytes)).key(key);
             match producer.send(record).await {

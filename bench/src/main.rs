@@ -15,12 +15,15 @@
 //! - `failover`: kills a partition's leader (through a command such as
 //!   `scripts/cluster.sh kill N`) and measures the time to the first append
 //!   the new leader acknowledges.
+//! - `matrix`: producers × partitions × replication factor on fresh local
+//!   clusters, one or more builds side by side (`make bench-matrix`).
 
 mod e2e;
 mod failover;
 mod group;
 mod in_flight;
 mod load;
+mod matrix;
 mod produce;
 mod report;
 mod storage;
@@ -51,6 +54,9 @@ enum Command {
     Group(group::GroupArgs),
     /// Leader kill -9 to the first append the new leader acknowledges.
     Failover(failover::FailoverArgs),
+    /// Producers x partitions x replication factor, builds side by side:
+    /// rate, latency, CPU, fdatasyncs, replication RPCs, bytes written.
+    Matrix(matrix::MatrixArgs),
 }
 
 fn main() {
@@ -61,6 +67,7 @@ fn main() {
         Command::E2e(args) => e2e::run(&args),
         Command::Group(args) => group::run(&args),
         Command::Failover(args) => failover::run(&args),
+        Command::Matrix(args) => matrix::run(&args),
     };
     if let Err(error) = result {
         eprintln!("corelog-bench: {error}");

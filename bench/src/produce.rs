@@ -27,8 +27,8 @@ pub fn run(args: &ProduceArgs) -> Result<(), String> {
         } else {
             print_produce(
                 &format!(
-                    "produce: {} B records, {} partitions, acks={}",
-                    args.load.record_bytes, args.load.partitions, args.load.acks
+                    "produce: {} B records to {} over {} keys, acks={}",
+                    args.load.record_bytes, args.load.topic, args.load.keys, args.load.acks
                 ),
                 &report,
             );

@@ -1,0 +1,672 @@
+//! `matrix` mode: what corelog costs over producers × partitions ×
+//! replication factor, for one or more builds side by side (issue 14).
+//!
+//! For every cell (replication factor, partitions, producers) and round,
+//! every build runs in turn (the order rotates from round to round, so no
+//! build always goes first): a fresh broker — RF 1: one broker with
+//! `--rf1-shards` shards; RF 3: a local three-broker cluster, one shard
+//! each — is started from that build's binaries by `scripts/cluster.sh`, a
+//! topic is created, and that build's own `corelog-bench produce` runs as a
+//! child process twice: the sustained phase (`--rate` for `--duration`),
+//! then the peak phase (`--peak-rate` for `--peak-duration`). Every build
+//! is measured with its own client library, as its users would run it.
+//!
+//! Around each phase the matrix reads:
+//! - each broker's CPU time (`/proc/<pid>/stat`) and the bytes it wrote to
+//!   storage (`write_bytes` of `/proc/<pid>/io`: every file it writes, log,
+//!   indexes and metadata alike);
+//! - each broker's `/metrics`: fdatasyncs
+//!   (`corelog_fsync_latency_seconds_count`), replication RPCs received
+//!   (`corelog_requests_total{api="ReplicaPush"}`) and the bytes producers
+//!   appended (`corelog_bytes_in_total`, on leaders);
+//! - the load generator's CPU time (the waited-for children's time in
+//!   `/proc/self/stat`: the brokers are not this process's children,
+//!   `scripts/cluster.sh` starts them).
+//!
+//! "Written per appended" divides the bytes written by the bytes appended
+//! on every replica (`bytes_in` times the replication factor). Latency is
+//! open loop, from each record's due time (see `load`).
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// A build to measure, as NAME=DIR where DIR holds its corelogd,
+    /// corelog and corelog-bench; repeat for side-by-side runs. Default: the
+    /// directory of this corelog-bench, named "current".
+    #[arg(long = "build", value_name = "NAME=DIR")]
+    builds: Vec<String>,
+    /// Producer counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 64])]
+    producers: Vec<usize>,
+    /// Partition counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [16, 256, 1024])]
+    partitions: Vec<u32>,
+    /// Replication factors, comma-separated: 1 (one broker) and/or 3 (a
+    /// local three-broker cluster).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 3])]
+    replication_factors: Vec<u16>,
+    /// Records per second of the sustained phase.
+    #[arg(long, default_value_t = 100_000)]
+    rate: u64,
+    /// Seconds of the sustained phase.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Records per second of the peak phase; 0 skips it.
+    #[arg(long, default_value_t = 200_000)]
+    peak_rate: u64,
+    /// Seconds of the peak phase.
+    #[arg(long, default_value_t = 10)]
+    peak_duration: u64,
+    /// Bytes of each record's value.
+    #[arg(long, default_value_t = 1024)]
+    record_bytes: usize,
+    /// Distinct record keys (a build whose corelog-bench has no `--keys`
+    /// uses its fixed 1,024; the report says which).
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Rounds of the whole matrix.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Shards of the RF 1 broker.
+    #[arg(long, default_value_t = 2)]
+    rf1_shards: u16,
+    /// The script that starts and stops local clusters.
+    #[arg(long, default_value = "scripts/cluster.sh")]
+    cluster_script: PathBuf,
+    /// First port of the clusters (brokers at +1.., metrics at +101..).
+    #[arg(long, default_value_t = 17600)]
+    base_port: u16,
+    /// Where the brokers' data directories go (a fresh one per cell).
+    #[arg(long, default_value = "/var/tmp")]
+    work_dir: PathBuf,
+    /// Seconds to wait after each cell: removing its gigabytes of data on
+    /// a `discard`-mounted disk stalls the next cell's fsyncs.
+    #[arg(long, default_value_t = 5)]
+    settle_seconds: u64,
+    /// Where the JSON report is written.
+    #[arg(long, default_value = "target/bench-matrix.json")]
+    json_out: PathBuf,
+}
+
+/// A build under test.
+#[derive(Clone, Debug, Serialize)]
+struct Build {
+    name: String,
+    dir: PathBuf,
+    /// Whether its corelog-bench takes `--keys`.
+    #[serde(skip)]
+    has_keys: bool,
+}
+
+/// One measured phase of one cell.
+#[derive(Clone, Debug, Serialize)]
+struct Row {
+    build: String,
+    round: usize,
+    replication_factor: u16,
+    partitions: u32,
+    producers: usize,
+    phase: &'static str,
+    keys: u64,
+    target_records_per_second: u64,
+    records_per_second: f64,
+    /// Achieved over target.
+    achieved: f64,
+    errors: u64,
+    p50_ms: f64,
+    p95_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    broker_cpu_us_per_record: f64,
+    client_cpu_us_per_record: f64,
+    fsyncs_per_second: f64,
+    fsyncs_per_second_per_shard: f64,
+    replication_rpcs_per_second: f64,
+    written_per_appended: f64,
+    seconds: f64,
+}
+
+/// What the brokers had done by one instant.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    cpu_ticks: u64,
+    written_bytes: u64,
+    fsyncs: f64,
+    pushes: f64,
+    appended_bytes: f64,
+    shards: usize,
+}
+
+impl std::ops::Sub for Counters {
+    type Output = Counters;
+    fn sub(self, before: Counters) -> Counters {
+        Counters {
+            cpu_ticks: self.cpu_ticks.saturating_sub(before.cpu_ticks),
+            written_bytes: self.written_bytes.saturating_sub(before.written_bytes),
+            fsyncs: self.fsyncs - before.fsyncs,
+            pushes: self.pushes - before.pushes,
+            appended_bytes: self.appended_bytes - before.appended_bytes,
+            shards: self.shards,
+        }
+    }
+}
+
+/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on
+/// Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+pub fn run(args: &MatrixArgs) -> Result<(), String> {
+    let builds = builds(args)?;
+    let mut rows = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        for &rf in &args.replication_factors {
+            if rf != 1 && rf != 3 {
+                return Err(format!("--replication-factors takes 1 and 3, not {rf}"));
+            }
+            for &partitions in &args.partitions {
+                for &producers in &args.producers {
+                    for offset in 0..builds.len() {
+                        let build = &builds[(offset + round - 1) % builds.len()];
+                        let cell = Cell {
+                            build,
+                            round,
+                            rf,
+                            partitions,
+                            producers,
+                        };
+                        let measured = run_cell(args, &cell)?;
+                        for row in &measured {
+                            print_row(row, rows.is_empty());
+                            rows.push(row.clone());
+                        }
+                        write_json(args, &builds, &rows)?;
+                    }
+                }
+            }
+        }
+    }
+    println!("\nJSON report: {}", args.json_out.display());
+    Ok(())
+}
+
+fn builds(args: &MatrixArgs) -> Result<Vec<Build>, String> {
+    let mut specs: Vec<(String, PathBuf)> = Vec::new();
+    for spec in &args.builds {
+        let (name, dir) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--build takes NAME=DIR, not {spec:?}"))?;
+        specs.push((name.to_owned(), PathBuf::from(dir)));
+    }
+    if specs.is_empty() {
+        let exe = std::env::current_exe().map_err(|error| error.to_string())?;
+        let dir = exe
+            .parent()
+            .ok_or("corelog-bench has no directory")?
+            .to_path_buf();
+        specs.push(("current".to_owned(), dir));
+    }
+    specs
+        .into_iter()
+        .map(|(name, dir)| {
+            for binary in ["corelogd", "corelog", "corelog-bench"] {
+                if !dir.join(binary).is_file() {
+                    return Err(format!(
+                        "build {name}: {} has no {binary}; build it with `cargo build --release`",
+                        dir.display()
+                    ));
+                }
+            }
+            let help = Command::new(dir.join("corelog-bench"))
+                .args(["produce", "--help"])
+                .output()
+                .map_err(|error| format!("build {name}: cannot run corelog-bench: {error}"))?;
+            let has_keys = String::from_utf8_lossy(&help.stdout).contains("--keys");
+            Ok(Build {
+                name,
+                dir,
+                has_keys,
+            })
+        })
+        .collect()
+}
+
+struct Cell<'a> {
+    build: &'a Build,
+    round: usize,
+    rf: u16,
+    partitions: u32,
+    producers: usize,
+}
+
+/// A running local cluster, stopped on drop.
+struct Cluster<'a> {
+    args: &'a MatrixArgs,
+    build: &'a Build,
+    dir: tempfile::TempDir,
+    brokers: u16,
+    shards: u16,
+}
+
+impl<'a> Cluster<'a> {
+    fn up(args: &'a MatrixArgs, build: &'a Build, rf: u16) -> Result<Cluster<'a>, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("corelog-matrix.")
+            .tempdir_in(&args.work_dir)
+            .map_err(|error| {
+                format!("cannot create a directory in {:?}: {error}", args.work_dir)
+            })?;
+        let (brokers, shards) = if rf == 1 {
+            (1, args.rf1_shards)
+        } else {
+            (3, 1)
+        };
+        let cluster = Cluster {
+            args,
+            build,
+            dir,
+            brokers,
+            shards,
+        };
+        cluster.script(&["up", &brokers.to_string()])?;
+        Ok(cluster)
+    }
+
+    fn script(&self, arguments: &[&str]) -> Result<(), String> {
+        let output = Command::new(&self.args.cluster_script)
+            .args(arguments)
+            .env("CLUSTER_DIR", self.dir.path())
+            .env("BASE_PORT", self.args.base_port.to_string())
+            .env("SHARDS", self.shards.to_string())
+            .env("NO_BUILD", "1")
+            .env("CORELOGD", self.build.dir.join("corelogd"))
+            .env("CORELOG", self.build.dir.join("corelog"))
+            .output()
+            .map_err(|error| format!("cannot run {:?}: {error}", self.args.cluster_script))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{:?} {}: {}{}",
+                self.args.cluster_script,
+                arguments.join(" "),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.args.base_port + 1)
+    }
+
+    fn pids(&self) -> Result<Vec<u32>, String> {
+        (1..=self.brokers)
+            .map(|i| {
+                let file = self.dir.path().join(format!("node-{i}/pid"));
+                std::fs::read_to_string(&file)
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok())
+                    .ok_or_else(|| format!("no broker pid in {}", file.display()))
+            })
+            .collect()
+    }
+
+    fn counters(&self) -> Result<Counters, String> {
+        let mut counters = Counters::default();
+        for pid in self.pids()? {
+            counters.cpu_ticks += cpu_ticks(&format!("/proc/{pid}/stat"))?;
+            counters.written_bytes += written_bytes(pid)?;
+        }
+        for i in 1..=self.brokers {
+            let text = scrape(self.args.base_port + 100 + i)?;
+            counters.fsyncs += metric_sum(&text, "corelog_fsync_latency_seconds_count", "");
+            counters.pushes += metric_sum(&text, "corelog_requests_total", "api=\"ReplicaPush\"");
+            counters.appended_bytes += metric_sum(&text, "corelog_bytes_in_total", "");
+            counters.shards += metric_series(&text, "corelog_fsync_latency_seconds_count");
+        }
+        Ok(counters)
+    }
+}
+
+impl Drop for Cluster<'_> {
+    fn drop(&mut self) {
+        if let Err(error) = self.script(&["down"]) {
+            eprintln!("matrix: stopping the cluster: {error}");
+        }
+    }
+}
+
+fn run_cell(args: &MatrixArgs, cell: &Cell<'_>) -> Result<Vec<Row>, String> {
+    eprintln!(
+        "matrix: round {} build {}: RF {}, {} partitions, {} producers",
+        cell.round, cell.build.name, cell.rf, cell.partitions, cell.producers
+    );
+    let cluster = Cluster::up(args, cell.build, cell.rf)?;
+    let topic = "matrix";
+    let created = Command::new(cell.build.dir.join("corelog"))
+        .args([
+            "--bootstrap",
+            &cluster.bootstrap(),
+            "topic",
+            "create",
+            topic,
+        ])
+        .args(["--partitions", &cell.partitions.to_string()])
+        .args(["--replication-factor", &cell.rf.to_string()])
+        .output()
+        .map_err(|error| format!("cannot run corelog: {error}"))?;
+    if !created.status.success() {
+        return Err(format!(
+            "topic create: {}",
+            String::from_utf8_lossy(&created.stderr)
+        ));
+    }
+    let mut phases = vec![("sustained", args.rate, args.duration)];
+    if args.peak_rate > 0 {
+        phases.push(("peak", args.peak_rate, args.peak_duration));
+    }
+    let mut rows = Vec::new();
+    for (phase, rate, duration) in phases {
+        let before = cluster.counters()?;
+        let client_before = children_cpu_seconds();
+        let started = Instant::now();
+        let mut produce = Command::new(cell.build.dir.join("corelog-bench"));
+        produce
+            .args(["produce", "--json", "--bootstrap", &cluster.bootstrap()])
+            .args(["--topic", topic, "--acks", "quorum"])
+            .args([
+                "--rate",
+                &rate.to_string(),
+                "--duration",
+                &duration.to_string(),
+            ])
+            .args(["--producers", &cell.producers.to_string()])
+            .args(["--record-bytes", &args.record_bytes.to_string()]);
+        if cell.build.has_keys {
+            produce.args(["--keys", &args.keys.to_string()]);
+        }
+        let output = produce
+            .output()
+            .map_err(|error| format!("cannot run corelog-bench produce: {error}"))?;
+        let seconds = started.elapsed().as_secs_f64();
+        let client_cpu = children_cpu_seconds() - client_before;
+        let delta = cluster.counters()? - before;
+        let report: Value = serde_json::from_slice(&output.stdout).map_err(|error| {
+            format!(
+                "corelog-bench produce printed no report ({error}): {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })?;
+        rows.push(row(
+            cell, phase, rate, args, &report, delta, client_cpu, seconds,
+        ));
+    }
+    drop(cluster);
+    std::thread::sleep(Duration::from_secs(args.settle_seconds));
+    Ok(rows)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    cell: &Cell<'_>,
+    phase: &'static str,
+    rate: u64,
+    args: &MatrixArgs,
+    report: &Value,
+    delta: Counters,
+    client_cpu_seconds: f64,
+    seconds: f64,
+) -> Row {
+    let number = |path: &[&str]| {
+        path.iter()
+            .try_fold(report, |value, key| value.get(key))
+            .and_then(Value::as_f64)
+            .unwrap_or(f64::NAN)
+    };
+    let acknowledged = number(&["acknowledged"]);
+    let per_record = |seconds: f64| seconds * 1e6 / acknowledged;
+    let latency_ms = |key: &str| number(&["append_latency", key]) / 1000.0;
+    let records_per_second = number(&["records_per_second"]);
+    Row {
+        build: cell.build.name.clone(),
+        round: cell.round,
+        replication_factor: cell.rf,
+        partitions: cell.partitions,
+        producers: cell.producers,
+        phase,
+        keys: if cell.build.has_keys { args.keys } else { 1024 },
+        target_records_per_second: rate,
+        records_per_second,
+        achieved: records_per_second / rate as f64,
+        errors: number(&["errors"]) as u64,
+        p50_ms: latency_ms("p50_us"),
+        p95_ms: latency_ms("p95_us"),
+        p99_ms: latency_ms("p99_us"),
+        p999_ms: latency_ms("p999_us"),
+        broker_cpu_us_per_record: per_record(delta.cpu_ticks as f64 / TICKS_PER_SECOND),
+        client_cpu_us_per_record: per_record(client_cpu_seconds),
+        fsyncs_per_second: delta.fsyncs / seconds,
+        fsyncs_per_second_per_shard: delta.fsyncs / seconds / delta.shards.max(1) as f64,
+        replication_rpcs_per_second: delta.pushes / seconds,
+        written_per_appended: delta.written_bytes as f64
+            / (delta.appended_bytes * f64::from(cell.rf)),
+        seconds,
+    }
+}
+
+fn print_row(row: &Row, header: bool) {
+    if header {
+        println!(
+            "\n{:<10} {:>2} {:>5} {:>4} {:<9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>6}",
+            "build",
+            "RF",
+            "parts",
+            "prod",
+            "phase",
+            "rec/s",
+            "achv",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "p99.9",
+            "brk µs",
+            "cli µs",
+            "fsync/s",
+            "/shard",
+            "repl/s",
+            "w/a"
+        );
+    }
+    println!(
+        "{:<10} {:>2} {:>5} {:>4} {:<9} {:>9.0} {:>5.1}% {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>8.0} {:>8.0} {:>8.0} {:>6.2}{}",
+        row.build,
+        row.replication_factor,
+        row.partitions,
+        row.producers,
+        row.phase,
+        row.records_per_second,
+        row.achieved * 100.0,
+        row.p50_ms,
+        row.p95_ms,
+        row.p99_ms,
+        row.p999_ms,
+        row.broker_cpu_us_per_record,
+        row.client_cpu_us_per_record,
+        row.fsyncs_per_second,
+        row.fsyncs_per_second_per_shard,
+        row.replication_rpcs_per_second,
+        row.written_per_appended,
+        if row.errors > 0 {
+            format!("  {} errors", row.errors)
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn write_json(args: &MatrixArgs, builds: &[Build], rows: &[Row]) -> Result<(), String> {
+    #[derive(Serialize)]
+    struct Report<'a> {
+        builds: &'a [Build],
+        rate: u64,
+        duration_seconds: u64,
+        peak_rate: u64,
+        peak_duration_seconds: u64,
+        record_bytes: usize,
+        rows: &'a [Row],
+    }
+    let report = Report {
+        builds,
+        rate: args.rate,
+        duration_seconds: args.duration,
+        peak_rate: args.peak_rate,
+        peak_duration_seconds: args.peak_duration,
+        record_bytes: args.record_bytes,
+        rows,
+    };
+    let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+    if let Some(parent) = args.json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|error| error.to_string())?;
+    }
+    std::fs::write(&args.json_out, text)
+        .map_err(|error| format!("cannot write {}: {error}", args.json_out.display()))
+}
+
+/// User plus system ticks of the process whose `stat` file is `path`.
+fn cpu_ticks(path: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("{path}: {error}"))?;
+    stat_cpu_ticks(&text).ok_or_else(|| format!("{path}: unexpected format"))
+}
+
+/// Fields 14 and 15 (utime, stime) of a `/proc/<pid>/stat` line, summed.
+fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    stat_fields(stat, 11, 2)
+}
+
+/// The sum of `count` numeric fields of a `/proc/<pid>/stat` line, from the
+/// `skip`-th after the command name (field 2, which may hold spaces: fields
+/// count from its closing parenthesis, field 3 being the 0th).
+fn stat_fields(stat: &str, skip: usize, count: usize) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(skip)
+        .take(count)
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    (fields.len() == count).then(|| fields.iter().sum())
+}
+
+fn written_bytes(pid: u32) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/io");
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{path}: {error}"))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| format!("{path}: no write_bytes"))
+}
+
+/// CPU seconds of this process's waited-for children: cutime and cstime
+/// of `/proc/self/stat` (NaN if it cannot be read).
+fn children_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| stat_fields(&stat, 13, 2))
+        .map_or(f64::NAN, |ticks| ticks as f64 / TICKS_PER_SECOND)
+}
+
+/// The `/metrics` text of the broker whose metrics listen on `port`.
+fn scrape(port: u16) -> Result<String, String> {
+    let failed = |error: std::io::Error| format!("metrics on port {port}: {error}");
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(failed)?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .map_err(failed)?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).map_err(failed)?;
+    Ok(text)
+}
+
+/// The sum of every sample of `name` whose labels contain `label`.
+fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
+    samples(text, name)
+        .filter(|(labels, _)| labels.contains(label))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// How many label sets `name` has (one per shard for per-shard metrics).
+fn metric_series(text: &str, name: &str) -> usize {
+    samples(text, name)
+        .map(|(labels, _)| labels)
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// `(labels, value)` of every sample of `name`.
+fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(rest) => rest.split_once('}')?,
+            None if rest.starts_with(' ') => ("", rest),
+            None => return None,
+        };
+        Some((labels, value.split_whitespace().next()?.parse().ok()?))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = "# HELP corelog_requests_total Requests handled, by API\n\
+        corelog_requests_total{shard=\"0\",api=\"Produce\"} 10\n\
+        corelog_requests_total{shard=\"0\",api=\"ReplicaPush\"} 7\n\
+        corelog_requests_total{shard=\"1\",api=\"ReplicaPush\"} 5\n\
+        corelog_fsync_latency_seconds_count{shard=\"0\"} 3\n\
+        corelog_fsync_latency_seconds_count{shard=\"1\"} 4\n\
+        corelog_fsync_latency_seconds_count_extra{shard=\"1\"} 100\n\
+        corelog_up 1\n";
+
+    #[test]
+    fn metric_samples_are_summed_by_name_and_label() {
+        assert_eq!(
+            metric_sum(METRICS, "corelog_requests_total", "api=\"ReplicaPush\""),
+            12.0
+        );
+        assert_eq!(metric_sum(METRICS, "corelog_requests_total", ""), 22.0);
+        assert_eq!(
+            metric_sum(METRICS, "corelog_fsync_latency_seconds_count", ""),
+            7.0
+        );
+        assert_eq!(
+            metric_series(METRICS, "corelog_fsync_latency_seconds_count"),
+            2
+        );
+        assert_eq!(metric_sum(METRICS, "corelog_up", ""), 1.0);
+        assert_eq!(metric_sum(METRICS, "corelog_missing", ""), 0.0);
+    }
+
+    #[test]
+    fn cpu_ticks_are_read_past_a_command_name_with_spaces() {
+        let stat = "1234 (corelog d) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
+        assert_eq!(stat_cpu_ticks(stat), Some(300));
+        assert_eq!(stat_fields(stat, 13, 2), Some(0));
+        assert_eq!(stat_cpu_ticks("garbage"), None);
+        assert_eq!(stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+}
