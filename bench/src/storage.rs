@@ -326,6 +326,7 @@ fn shard_storage(disk: &GlommioDisk, root: &Path) -> ShardStorage {
         })),
         cache: TailCache::new(64 << 20),
         observer: Rc::new(NoObserver),
+        journal: None,
     }
 }
 

@@ -436,5 +436,6 @@ fn shard_storage(
         })),
         cache: TailCache::new(config.tail_cache_bytes),
         observer: Rc::new(ExitOnFence(metrics.clone())),
+        journal: None,
     }
 }

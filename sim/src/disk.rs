@@ -150,6 +150,10 @@ impl DiskFile for SimFile {
         self.file.truncate(len).await
     }
 
+    async fn preallocate(&self, len: u64) -> io::Result<()> {
+        self.file.preallocate(len).await
+    }
+
     async fn size(&self) -> io::Result<u64> {
         self.file.size().await
     }

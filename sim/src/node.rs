@@ -330,6 +330,7 @@ impl Node {
                     world: world.clone(),
                     node: (id, incarnation),
                 }),
+                journal: None,
             };
             let spec = ReplicaSpec {
                 id: ReplicaId(id),

@@ -828,6 +828,7 @@ mod tests {
             space: Rc::new(DiskSpace::new(0, || Ok(u64::MAX))),
             cache: TailCache::new(1 << 20),
             observer: Rc::new(NoObserver),
+            journal: None,
         };
         let limits = BatchLimits {
             batch_bytes_max: 64 << 10,

@@ -203,6 +203,7 @@ impl Cluster {
             })),
             cache: TailCache::new(64 << 10),
             observer: self.fences.clone(),
+            journal: None,
         };
         let limits = BatchLimits {
             batch_bytes_max: 4 << 10,

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use corelog_wire::batch::BatchHeader;
+use corelog_wire::types::Offset;
 
 use super::disk::{align_down, align_up};
 
@@ -90,18 +91,28 @@ impl Appender {
         self.pending.front().map(|batch| batch.bytes.len())
     }
 
-    /// Takes the next run of batches for a segment now `segment_size` long:
-    /// at most `room` bytes (but always one batch, so a batch larger than
-    /// the room still goes into a fresh segment) and at most `flush_bytes_max`.
+    /// Waiting batches, oldest first.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingBatch> {
+        self.pending.iter()
+    }
+
+    /// Takes the next run of batches below offset `limit` for a segment now
+    /// `segment_size` long: at most `room` bytes (but always one batch, so a
+    /// batch larger than the room still goes into a fresh segment) and at
+    /// most `flush_bytes_max`.
     pub fn take(
         &mut self,
         segment_size: u64,
         room: u64,
         flush_bytes_max: usize,
+        limit: Offset,
     ) -> Option<FlushPlan> {
         let mut batches = Vec::new();
         let mut batch_bytes = 0usize;
         while let Some(next) = self.pending.front() {
+            if next.header.next_offset() > limit {
+                break;
+            }
             let len = next.bytes.len();
             let fits = (batch_bytes + len) as u64 <= room && batch_bytes + len <= flush_bytes_max;
             if !batches.is_empty() && !fits {
@@ -197,7 +208,9 @@ mod tests {
         for value_len in [100, 700, 3] {
             appender.push(pending(value_len));
             let size = file.len() as u64;
-            let plan = appender.take(size, u64::MAX, usize::MAX).unwrap();
+            let plan = appender
+                .take(size, u64::MAX, usize::MAX, Offset(u64::MAX))
+                .unwrap();
             let mut buffer = vec![0xAA; plan.write_len(512)];
             appender.fill(&plan, &mut buffer);
             assert_eq!(plan.write_position % 512, 0);
@@ -224,15 +237,21 @@ mod tests {
         let mut appender = Appender::new(512, 0, Vec::new());
         appender.push(pending(1000));
         appender.push(pending(1000));
-        let plan = appender.take(0, 10, usize::MAX).unwrap();
+        let plan = appender.take(0, 10, usize::MAX, Offset(u64::MAX)).unwrap();
         assert_eq!(plan.batches.len(), 1);
         appender.restore(plan);
         assert_eq!(
             appender.pending_bytes(),
             2 * appender.first_pending_bytes().unwrap()
         );
-        let plan = appender.take(0, u64::MAX, usize::MAX).unwrap();
+        let plan = appender
+            .take(0, u64::MAX, usize::MAX, Offset(u64::MAX))
+            .unwrap();
         assert_eq!(plan.batches.len(), 2);
-        assert!(appender.take(0, u64::MAX, usize::MAX).is_none());
+        assert!(
+            appender
+                .take(0, u64::MAX, usize::MAX, Offset(u64::MAX))
+                .is_none()
+        );
     }
 }

@@ -6,13 +6,14 @@
 //! a crash mid-deletion never resurrects deleted records.
 //!
 //! ```text
-//! magic            [u8; 4]  "CLCP"
-//! version          u16      1
-//! clean_shutdown   u8       1 when the log was closed cleanly
-//! reserved         u8
-//! log_start_offset u64
-//! recovery_point   u64      segments below this base were closed, synced and indexed
-//! crc              u32      CRC32C of the bytes above
+//! magic              [u8; 4]  "CLCP"
+//! version            u16      2 (1 lacks the generation, read as 0)
+//! clean_shutdown     u8       1 when the log was closed cleanly
+//! reserved           u8
+//! log_start_offset   u64
+//! recovery_point     u64      segments below this base were closed, synced and indexed
+//! journal_generation u64      bumped by every truncation (see `journal`)
+//! crc                u32      CRC32C of the bytes above
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -25,8 +26,9 @@ use super::sealed::{SealedReader, SealedWriter};
 
 const FILE_NAME: &str = "checkpoint";
 const MAGIC: [u8; 4] = *b"CLCP";
-const VERSION: u16 = 1;
-const BYTES: usize = 28;
+const VERSION: u16 = 2;
+const VERSION_1: u16 = 1;
+const BYTES: usize = 36;
 
 /// The recovery checkpoint of one partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +41,9 @@ pub struct Checkpoint {
     /// Whether the log was closed cleanly, so the active segment's sealed
     /// indexes can be trusted too.
     pub clean_shutdown: bool,
+    /// The log's journal generation: journal entries of an older one were
+    /// written before a truncation and are never replayed.
+    pub journal_generation: u64,
 }
 
 impl Checkpoint {
@@ -56,6 +61,7 @@ impl Checkpoint {
         writer.zeros(1);
         writer.u64(self.log_start_offset.0);
         writer.u64(self.recovery_point.0);
+        writer.u64(self.journal_generation);
         let bytes = writer.seal();
         debug_assert_eq!(bytes.len(), BYTES);
         bytes
@@ -64,13 +70,17 @@ impl Checkpoint {
     /// Decodes a checkpoint, `None` if it is malformed or fails its CRC.
     #[must_use]
     pub fn decode(bytes: &[u8]) -> Option<Checkpoint> {
-        let mut reader = SealedReader::open(bytes, MAGIC, VERSION)?;
+        let (mut reader, version) = match SealedReader::open(bytes, MAGIC, VERSION) {
+            Some(reader) => (reader, VERSION),
+            None => (SealedReader::open(bytes, MAGIC, VERSION_1)?, VERSION_1),
+        };
         let clean_shutdown = reader.u8()? == 1;
         reader.skip(1)?;
         let checkpoint = Checkpoint {
             clean_shutdown,
             log_start_offset: Offset(reader.u64()?),
             recovery_point: Offset(reader.u64()?),
+            journal_generation: if version == VERSION { reader.u64()? } else { 0 },
         };
         reader.finish()?;
         Some(checkpoint)
@@ -115,6 +125,7 @@ mod tests {
             log_start_offset: Offset(1_000),
             recovery_point: Offset(5_000),
             clean_shutdown: true,
+            journal_generation: 7,
         };
         let bytes = checkpoint.encode();
         assert_eq!(Checkpoint::decode(&bytes), Some(checkpoint));
@@ -123,5 +134,24 @@ mod tests {
             damaged[position] ^= 0x08;
             assert_eq!(Checkpoint::decode(&damaged), None, "flip at {position}");
         }
+    }
+
+    #[test]
+    fn a_version_1_checkpoint_reads_as_generation_zero() {
+        let mut writer = SealedWriter::new(MAGIC, VERSION_1, 28);
+        writer.u8(1);
+        writer.zeros(1);
+        writer.u64(10);
+        writer.u64(20);
+        let decoded = Checkpoint::decode(&writer.seal()).expect("version 1 decodes");
+        assert_eq!(
+            decoded,
+            Checkpoint {
+                log_start_offset: Offset(10),
+                recovery_point: Offset(20),
+                clean_shutdown: true,
+                journal_generation: 0,
+            }
+        );
     }
 }

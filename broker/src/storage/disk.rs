@@ -121,6 +121,14 @@ pub trait DiskFile: 'static {
     /// The filesystem's error.
     async fn truncate(&self, len: u64) -> io::Result<()>;
 
+    /// Reserves `len` bytes for the file (fallocate), so that later writes
+    /// within them need no block allocation and cannot meet `ENOSPC`. The
+    /// file's length becomes at least `len`; the new bytes read as zeros.
+    ///
+    /// # Errors
+    /// The filesystem's error (`ENOSPC` when the space is not there).
+    async fn preallocate(&self, len: u64) -> io::Result<()>;
+
     /// The file's current length.
     ///
     /// # Errors

@@ -212,6 +212,13 @@ impl DiskFile for GlommioFile {
         Ok(())
     }
 
+    async fn preallocate(&self, len: u64) -> io::Result<()> {
+        self.file
+            .pre_allocate(len, false)
+            .await
+            .map_err(io::Error::from)
+    }
+
     async fn size(&self) -> io::Result<u64> {
         self.file.file_size().await.map_err(io::Error::from)
     }

@@ -488,7 +488,8 @@ impl DiskFile for MemoryFile {
             let end = position as usize + buffer.len();
             let growth = end.saturating_sub(inode.data.len()) as u64;
             let used = MemoryDisk::used_bytes(state) + inode.data.len() as u64;
-            if used + growth > state.capacity_bytes {
+            // Overwriting allocated (or preallocated) bytes needs no space.
+            if growth > 0 && used + growth > state.capacity_bytes {
                 return Err(io::Error::from_raw_os_error(
                     rustix::io::Errno::NOSPC.raw_os_error(),
                 ));
@@ -530,6 +531,26 @@ impl DiskFile for MemoryFile {
         self.with_inode(|inode, _| {
             inode.data.resize(len as usize, 0);
             inode.version += 1;
+            Ok(())
+        })?;
+        self.disk.touch();
+        Ok(())
+    }
+
+    async fn preallocate(&self, len: u64) -> io::Result<()> {
+        self.disk.maybe_yield().await;
+        self.with_inode(|inode, state| {
+            let growth = (len as usize).saturating_sub(inode.data.len()) as u64;
+            let used = MemoryDisk::used_bytes(state) + inode.data.len() as u64;
+            if used + growth > state.capacity_bytes {
+                return Err(io::Error::from_raw_os_error(
+                    rustix::io::Errno::NOSPC.raw_os_error(),
+                ));
+            }
+            if inode.data.len() < len as usize {
+                inode.data.resize(len as usize, 0);
+                inode.version += 1;
+            }
             Ok(())
         })?;
         self.disk.touch();

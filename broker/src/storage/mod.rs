@@ -9,6 +9,8 @@
 //! - [`recovery`]: validating the log on open and cutting a torn tail.
 //! - [`retention`], [`deletion_ledger`], [`checkpoint`]: what is deleted,
 //!   the record of it, and the log start persisted before any unlink.
+//! - [`journal`]: the shard journal, one group commit for all of a
+//!   shard's partitions.
 //! - [`tail_cache`], [`disk_space`]: per-shard resources shared by logs.
 //! - [`sealed`]: the format of a partition directory's small files.
 //! - [`disk`]: the file-system seam, with [`glommio_disk`] for production
@@ -23,6 +25,7 @@ pub mod disk_space;
 pub mod fault_hooks;
 pub mod glommio_disk;
 pub mod index;
+pub mod journal;
 pub mod log;
 pub mod memory_disk;
 mod recovery;
@@ -126,12 +129,25 @@ pub struct ShardStorage {
     pub cache: TailCache,
     /// Told about disk work, for metrics.
     pub observer: Rc<dyn StorageObserver>,
+    /// The shard journal: when set, logs acknowledge once their batches
+    /// are durable in it and fill their segments lazily (see [`journal`]).
+    pub journal: Option<Rc<dyn journal::Journal>>,
 }
 
 /// Receives measurements of the storage engine's disk work.
 pub trait StorageObserver {
     /// A group commit wrote `bytes` of batches and synced them in `elapsed`.
     fn on_flush(&self, bytes: u64, elapsed: std::time::Duration);
+
+    /// The shard journal synced a frame of `data_bytes` of batches,
+    /// `written_bytes` with headers and padding, in `elapsed`.
+    fn on_journal_commit(
+        &self,
+        _data_bytes: u64,
+        _written_bytes: u64,
+        _elapsed: std::time::Duration,
+    ) {
+    }
 
     /// A partition log in `dir` fenced itself after `error` (once per log).
     /// The broker's metrics count it; its runtime exits unless the disk is full.

@@ -34,6 +34,8 @@ pub(super) struct Recovered<D: Disk> {
     pub ledger: DeletionLedger,
     /// Bytes of the active segment's partial last block.
     pub tail_block: Vec<u8>,
+    /// The checkpoint's journal generation (0 without one).
+    pub journal_generation: u64,
 }
 
 /// Recovers the log in `dir`, creating an empty one if there is none.
@@ -114,6 +116,7 @@ pub(super) async fn recover<D: Disk>(
         log_start,
         ledger,
         tail_block,
+        journal_generation: checkpoint.map_or(0, |checkpoint| checkpoint.journal_generation),
     })
 }
 

@@ -11,12 +11,18 @@
 //! write or sync the log is fenced: nothing more is acknowledged, and it
 //! must be reopened, which recovers from what the disk really holds.
 //!
+//! In journal mode (the shard has a [`super::journal`]), durable means
+//! durable in the journal: the flush a waiting append performs is a
+//! journal commit shared with the shard's other logs, and the segment is
+//! filled later, in large runs, by [`PartitionLog::flush_segment`]. Reads
+//! of batches not yet in the segment are served from memory.
+//!
 //! Offsets: `log_start <= durable_end <= next_offset`, asserted on change.
 //! Reads see only offsets below `durable_end` (and below the caller's bound,
 //! such as a replicated high watermark).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
@@ -27,12 +33,16 @@ use corelog_wire::types::{Offset, TimestampMs};
 use event_listener::Event;
 
 mod prune;
+mod replay;
+
+pub use replay::{JournalReplay, replay_shard_journal};
 
 use super::appender::{Appender, FlushPlan, PendingBatch};
 use super::checkpoint::Checkpoint;
 use super::deletion_ledger::{DeletedRange, DeletionLedger};
 use super::disk::{Disk, DiskFile};
 use super::index::SegmentSummary;
+use super::journal::{Journal, JournalEntry, Ticket};
 use super::recovery;
 use super::segment::Segment;
 use super::tail_cache::CacheKey;
@@ -133,6 +143,13 @@ struct LogState<D: Disk> {
     rewriting: bool,
     ledger: DeletionLedger,
     stats: LogStats,
+    /// Journal mode: batches below this were handed to the journal.
+    journaled_end: Offset,
+    /// Journal mode: submissions not yet known durable, with the offset
+    /// each makes durable, oldest first.
+    tickets: VecDeque<(Ticket, Offset)>,
+    /// Bumped (and checkpointed) by every truncation: see [`super::journal`].
+    journal_generation: u64,
 }
 
 /// Counters of the log's disk work since it was opened.
@@ -149,6 +166,11 @@ pub struct LogStats {
 }
 
 impl<D: Disk> LogState<D> {
+    /// Offset after the last batch written and synced into the segments.
+    fn segment_end(&self) -> Offset {
+        self.active().next_offset()
+    }
+
     fn active(&self) -> &Rc<Segment<D>> {
         self.segments
             .values()
@@ -203,6 +225,10 @@ pub struct PartitionLog<D: Disk> {
     /// `futures`' mutex: its hand-over order does not depend on wall-clock
     /// time (see the replica shell's `apply`).
     metadata: futures::lock::Mutex<()>,
+    /// The shard journal, in journal mode.
+    journal: Option<Rc<dyn Journal>>,
+    /// `dir`, shared with journal entries.
+    journal_dir: Rc<Path>,
 }
 
 impl<D: Disk> std::fmt::Debug for PartitionLog<D> {
@@ -276,8 +302,12 @@ impl<D: Disk> PartitionLog<D> {
             rewriting: false,
             ledger: recovered.ledger,
             stats: LogStats::default(),
+            journaled_end: durable_end,
+            tickets: VecDeque::new(),
+            journal_generation: recovered.journal_generation,
         };
         state.check_offsets();
+        let journal = shard.journal.clone();
         let log = PartitionLog {
             disk,
             dir: dir.to_path_buf(),
@@ -287,10 +317,86 @@ impl<D: Disk> PartitionLog<D> {
             state: RefCell::new(state),
             durable_changed: Event::new(),
             metadata: futures::lock::Mutex::new(()),
+            journal: None,
+            journal_dir: Rc::from(dir),
         };
+        // A log reopened while the shard runs (after a full disk) gets back
+        // what the journal holds for it beyond its segments.
+        if let Some(journal) = &journal {
+            log.replay_journal(journal.unreleased(cache_key.0)).await?;
+        }
         // From here on the log is open: a crash is not a clean shutdown.
         log.store_checkpoint(false).await?;
-        Ok(log)
+        Ok(PartitionLog { journal, ..log })
+    }
+
+    /// Appends the batches a journal holds for this log past its end
+    /// (recovery): `entries` as `(generation, batches)` in journal order.
+    /// Entries of a generation older than the newest are from before a
+    /// truncation and are skipped. Returns how many batches were appended;
+    /// they are durable in the segment when this returns.
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] when the journal does not continue the log
+    /// (a gap); otherwise as [`PartitionLog::append`].
+    pub async fn replay_journal(&self, entries: Vec<(u64, Bytes)>) -> Result<u64, StorageError> {
+        assert!(
+            self.journal.is_none(),
+            "replay appends straight to the segment"
+        );
+        let stored_generation = self.state.borrow().journal_generation;
+        let generation = entries
+            .iter()
+            .map(|(generation, _)| *generation)
+            .max()
+            .unwrap_or(0)
+            .max(stored_generation);
+        let limits = batch::BatchLimits {
+            batch_bytes_max: super::FLUSH_BYTES_CAP,
+            decompressed_bytes_max: usize::MAX,
+        };
+        let mut applied = 0;
+        for (_, data) in entries
+            .iter()
+            .filter(|(entry_generation, _)| *entry_generation == generation)
+        {
+            for found in batch::batches(data, &limits) {
+                let found = found.map_err(|error| self.journal_damage(error.to_string()))?;
+                let end = self.next_offset();
+                if found.header.next_offset() <= end {
+                    continue;
+                }
+                if found.header.base_offset != end {
+                    return Err(self.journal_damage(format!(
+                        "the journal continues at offset {} but the log ends at {end}",
+                        found.header.base_offset
+                    )));
+                }
+                let batch = ValidBatch {
+                    bytes: BytesMut::from(found.bytes),
+                    header: found.header,
+                };
+                self.start_append_replicated(batch)?;
+                applied += 1;
+            }
+        }
+        self.wait_durable(self.next_offset()).await?;
+        if generation != stored_generation {
+            self.state.borrow_mut().journal_generation = generation;
+            self.store_checkpoint(false).await?;
+        }
+        if applied > 0 {
+            tracing::info!(dir = %self.dir.display(), batches = applied, end = self.next_offset().0, "replayed the shard journal");
+        }
+        Ok(applied)
+    }
+
+    fn journal_damage(&self, reason: String) -> StorageError {
+        StorageError::Corrupt {
+            path: self.dir.clone(),
+            position: 0,
+            reason: format!("shard journal: {reason}"),
+        }
     }
 
     /// Appends one batch: validates it (bounds and CRC), assigns its offsets
@@ -410,6 +516,9 @@ impl<D: Disk> PartitionLog<D> {
     /// # Errors
     /// [`StorageError::Fenced`] if the log failed before `target` became durable.
     pub async fn wait_durable(&self, target: Offset) -> Result<(), StorageError> {
+        if let Some(journal) = &self.journal {
+            return self.wait_journaled(journal.as_ref(), target).await;
+        }
         loop {
             let listener = {
                 let mut state = self.state.borrow_mut();
@@ -433,7 +542,7 @@ impl<D: Disk> PartitionLog<D> {
                 Some(listener) => listener.await,
                 None => {
                     let guard = FlushGuard { log: self };
-                    let result = self.flush_round().await;
+                    let result = self.flush_round(Offset(u64::MAX)).await;
                     drop(guard);
                     if let Err(error) = result {
                         self.fence(&error);
@@ -443,9 +552,168 @@ impl<D: Disk> PartitionLog<D> {
         }
     }
 
+    /// [`PartitionLog::wait_durable`] in journal mode: hands what is not yet
+    /// in the journal to it and waits for the commit that covers `target`.
+    async fn wait_journaled(
+        &self,
+        journal: &dyn Journal,
+        target: Offset,
+    ) -> Result<(), StorageError> {
+        loop {
+            let ticket = {
+                let mut state = self.state.borrow_mut();
+                self.advance_durable(journal, &mut state);
+                let target = target.min(state.next_offset);
+                if state.durable_end >= target {
+                    return Ok(());
+                }
+                if let Some(reason) = &state.fenced {
+                    return Err(StorageError::Fenced {
+                        reason: reason.clone(),
+                        no_space: state.fenced_no_space,
+                    });
+                }
+                // Hand over what is not in the journal yet, in entries of
+                // at most one flush's bytes (but at least one batch).
+                while state.journaled_end < target {
+                    let journaled_end = state.journaled_end;
+                    let mut batches = Vec::new();
+                    let mut bytes = 0;
+                    let mut end = journaled_end;
+                    for pending in state.appender.pending() {
+                        if pending.header.base_offset < journaled_end {
+                            continue;
+                        }
+                        let len = pending.bytes.len();
+                        if !batches.is_empty() && bytes + len > self.config.flush_bytes_max {
+                            break;
+                        }
+                        bytes += len;
+                        end = pending.header.next_offset();
+                        batches.push(pending.bytes.clone());
+                    }
+                    assert!(
+                        end > journaled_end,
+                        "batches below the next offset are pending"
+                    );
+                    let entry = JournalEntry {
+                        key: self.cache_key.0,
+                        dir: self.journal_dir.clone(),
+                        generation: state.journal_generation,
+                        next_offset: end,
+                        batches,
+                    };
+                    match journal.submit(entry) {
+                        Ok(ticket) => {
+                            state.tickets.push_back((ticket, end));
+                            state.journaled_end = end;
+                        }
+                        Err(error) => {
+                            drop(state);
+                            self.fence(&error);
+                            return Err(error);
+                        }
+                    }
+                }
+                state
+                    .tickets
+                    .iter()
+                    .find(|(_, end)| *end >= target)
+                    .map(|(ticket, _)| *ticket)
+                    .expect("a submission covers every offset below the journaled end")
+            };
+            if let Err(error) = journal.commit(ticket).await {
+                self.fence(&error);
+                return Err(error);
+            }
+        }
+    }
+
+    /// Moves `durable_end` over every submission the journal committed.
+    fn advance_durable(&self, journal: &dyn Journal, state: &mut LogState<D>) {
+        let mut moved = false;
+        while let Some((ticket, end)) = state.tickets.front().copied() {
+            if !journal.is_committed(ticket) {
+                break;
+            }
+            state.tickets.pop_front();
+            if end > state.durable_end {
+                state.durable_end = end;
+                moved = true;
+            }
+        }
+        if moved {
+            state.check_offsets();
+            self.durable_changed.notify(usize::MAX);
+        }
+    }
+
+    /// Journal mode: writes and syncs into the segment every batch that was
+    /// durable in the journal when called, then releases them there, so the
+    /// journal can drop its files. A no-op without a journal.
+    ///
+    /// # Errors
+    /// [`StorageError::Fenced`] or the I/O error that fenced the log.
+    pub async fn flush_segment(&self) -> Result<(), StorageError> {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        let target = {
+            let mut state = self.state.borrow_mut();
+            self.advance_durable(journal.as_ref(), &mut state);
+            state.durable_end
+        };
+        loop {
+            let listener = {
+                let mut state = self.state.borrow_mut();
+                if state.segment_end() >= target {
+                    return Ok(());
+                }
+                if let Some(reason) = &state.fenced {
+                    return Err(StorageError::Fenced {
+                        reason: reason.clone(),
+                        no_space: state.fenced_no_space,
+                    });
+                }
+                if state.flushing {
+                    Some(self.durable_changed.listen())
+                } else {
+                    state.flushing = true;
+                    None
+                }
+            };
+            match listener {
+                Some(listener) => listener.await,
+                None => {
+                    let guard = FlushGuard { log: self };
+                    let result = self.flush_round(target).await;
+                    drop(guard);
+                    if let Err(error) = result {
+                        self.fence(&error);
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bytes durable in the journal but not yet in the segment.
+    #[must_use]
+    pub fn unsegmented_bytes(&self) -> usize {
+        let state = self.state.borrow();
+        let durable_end = state.durable_end;
+        state
+            .appender
+            .pending()
+            .take_while(|pending| pending.header.next_offset() <= durable_end)
+            .map(|pending| pending.bytes.len())
+            .sum()
+    }
+
     /// One group commit: roll if due, then write and sync the next run of
-    /// pending batches.
-    async fn flush_round(&self) -> Result<(), StorageError> {
+    /// pending batches below `limit`. In journal mode the batches are
+    /// durable already: this fills the segment and releases them.
+    async fn flush_round(&self, limit: Offset) -> Result<(), StorageError> {
         if self.roll_due() {
             self.roll().await?;
         }
@@ -454,7 +722,10 @@ impl<D: Disk> PartitionLog<D> {
             let active = state.active().clone();
             let size = active.size();
             let room = self.config.segment_bytes.saturating_sub(size);
-            let Some(plan) = state.appender.take(size, room, self.config.flush_bytes_max) else {
+            let Some(plan) = state
+                .appender
+                .take(size, room, self.config.flush_bytes_max, limit)
+            else {
                 return Ok(());
             };
             (active, plan, active_alignment(&state))
@@ -497,16 +768,25 @@ impl<D: Disk> PartitionLog<D> {
         self.shard
             .observer
             .on_flush(plan.batch_bytes as u64, started.elapsed());
-        let durable_end = plan
+        let segment_end = plan
             .batches
             .last()
             .expect("a plan has batches")
             .header
             .next_offset();
-        assert!(durable_end > state.durable_end, "durable end must grow");
-        state.durable_end = durable_end;
-        state.check_offsets();
-        drop(state);
+        if let Some(journal) = &self.journal {
+            assert!(
+                segment_end <= state.durable_end,
+                "the segment holds only durable batches"
+            );
+            drop(state);
+            journal.release(self.cache_key.0, segment_end);
+        } else {
+            assert!(segment_end > state.durable_end, "durable end must grow");
+            state.durable_end = segment_end;
+            state.check_offsets();
+            drop(state);
+        }
         self.durable_changed.notify(usize::MAX);
         Ok(())
     }
@@ -557,9 +837,9 @@ impl<D: Disk> PartitionLog<D> {
             .map_err(|error| StorageError::io(&self.dir, error))?;
         {
             let mut state = self.state.borrow_mut();
-            assert_eq!(
-                base, state.durable_end,
-                "a new segment starts at the durable end"
+            assert!(
+                base <= state.durable_end && base >= state.log_start,
+                "a new segment starts at the segments' end, at most the durable end"
             );
             state.segments.insert(base, Rc::new(segment));
             state.appender.reset_for_new_segment();
@@ -603,6 +883,7 @@ impl<D: Disk> PartitionLog<D> {
                 log_start_offset: state.log_start,
                 recovery_point: state.active().base(),
                 clean_shutdown,
+                journal_generation: state.journal_generation,
             }
         };
         checkpoint.store(&self.disk, &self.dir).await
@@ -648,6 +929,11 @@ impl<D: Disk> PartitionLog<D> {
             outcome.next_offset = hit.next_offset;
             return Ok(outcome);
         }
+        if let Some((chunks, next_offset)) = self.read_unsegmented(from, upper, max_bytes) {
+            outcome.chunks = chunks;
+            outcome.next_offset = next_offset;
+            return Ok(outcome);
+        }
         let mut position = from;
         loop {
             let segment = {
@@ -687,6 +973,42 @@ impl<D: Disk> PartitionLog<D> {
                 _ => return Ok(outcome),
             }
         }
+    }
+
+    /// Journal mode: batches from `from` below `upper` that are durable but
+    /// not yet in the segment (or being written there), from memory; `None`
+    /// when `from` is in the segments.
+    fn read_unsegmented(
+        &self,
+        from: Offset,
+        upper: Offset,
+        max_bytes: usize,
+    ) -> Option<(Vec<Bytes>, Offset)> {
+        self.journal.as_ref()?;
+        let state = self.state.borrow();
+        if from < state.segment_end() {
+            return None;
+        }
+        let in_flight = state.in_flight.iter().flat_map(|plan| plan.batches.iter());
+        let mut chunks = Vec::new();
+        let mut bytes = 0;
+        let mut next_offset = from;
+        for pending in in_flight.chain(state.appender.pending()) {
+            let header = &pending.header;
+            if header.next_offset() <= from {
+                continue;
+            }
+            if header.base_offset >= upper
+                || header.next_offset() > upper
+                || (!chunks.is_empty() && bytes + pending.bytes.len() > max_bytes)
+            {
+                break;
+            }
+            bytes += pending.bytes.len();
+            next_offset = header.next_offset();
+            chunks.push(pending.bytes.clone());
+        }
+        Some((chunks, next_offset))
     }
 
     /// Whole batches from `from` that are appended but possibly not yet
@@ -770,6 +1092,7 @@ impl<D: Disk> PartitionLog<D> {
     pub async fn close(&self) -> Result<(), StorageError> {
         let target = self.state.borrow().next_offset;
         self.wait_durable(target).await?;
+        self.flush_segment().await?;
         self.state.borrow_mut().closed = true;
         let active = self.state.borrow().active().clone();
         let path = &active.paths().log;

@@ -168,8 +168,9 @@ impl<D: Disk> Drop for RewriteGuard<'_, D> {
 }
 
 impl<D: Disk> PartitionLog<D> {
-    /// Takes the log for a rewrite: everything pending made durable, no
-    /// flush running, appends refused (`Busy`) until the guard drops.
+    /// Takes the log for a rewrite: everything pending made durable (in the
+    /// segments, in journal mode too), no flush running, appends refused
+    /// (`Busy`) until the guard drops.
     async fn rewrite(&self) -> Result<RewriteGuard<'_, D>, StorageError> {
         loop {
             let (next, listener) = {
@@ -185,9 +186,23 @@ impl<D: Disk> PartitionLog<D> {
             };
             match listener {
                 Some(listener) => listener.await,
-                None => self.wait_durable(next).await?,
+                None => {
+                    self.wait_durable(next).await?;
+                    self.flush_segment().await?;
+                }
             }
         }
+    }
+
+    /// In journal mode, makes the journal entries written so far stale
+    /// before a rewrite changes the log under them: recovery replays only
+    /// entries of the newest generation (see [`super::super::journal`]).
+    async fn start_journal_generation(&self) -> Result<(), StorageError> {
+        if self.journal.is_none() {
+            return Ok(());
+        }
+        self.state.borrow_mut().journal_generation += 1;
+        self.store_checkpoint(false).await
     }
 
     /// Removes every record at or after `offset`: the uncommitted tail a
@@ -211,6 +226,9 @@ impl<D: Disk> PartitionLog<D> {
 
     async fn truncate_inner(&self, offset: Offset) -> Result<Offset, StorageError> {
         let guard = self.rewrite().await?;
+        if offset < self.state.borrow().next_offset {
+            self.start_journal_generation().await?;
+        }
         let _metadata = self.metadata.lock().await;
         let (keep, victims, old_end) = {
             let state = self.state.borrow();
@@ -285,6 +303,7 @@ impl<D: Disk> PartitionLog<D> {
                 super::super::appender::Appender::new(alignment, keep.size(), tail_block);
             state.next_offset = new_end;
             state.durable_end = new_end;
+            state.journaled_end = new_end;
             state.check_offsets();
             state.ledger.record(DeletedRange {
                 start_offset: new_end,
@@ -323,6 +342,7 @@ impl<D: Disk> PartitionLog<D> {
 
     async fn reset_inner(&self, offset: Offset) -> Result<(), StorageError> {
         let guard = self.rewrite().await?;
+        self.start_journal_generation().await?;
         let metadata = self.metadata.lock().await;
         let (victims, old_start, old_end) = {
             let state = self.state.borrow();
@@ -354,6 +374,7 @@ impl<D: Disk> PartitionLog<D> {
             state.log_start = offset;
             state.next_offset = offset;
             state.durable_end = offset;
+            state.journaled_end = offset;
             state.check_offsets();
             if old_end > old_start {
                 state.ledger.record(DeletedRange {

@@ -4,6 +4,7 @@
 
 mod crash;
 mod faults;
+mod journal;
 mod model;
 mod on_glommio;
 mod retention;
@@ -56,6 +57,7 @@ impl Harness {
             })),
             cache: self.cache.clone(),
             observer: Rc::new(super::NoObserver),
+            journal: None,
         }
     }
 

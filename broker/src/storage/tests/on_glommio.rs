@@ -200,3 +200,91 @@ fn the_reserve_is_measured_with_statvfs() {
         assert!(matches!(error, StorageError::DiskFull(_)), "{error:?}");
     });
 }
+
+#[test]
+fn the_shard_journal_on_dma_files_brings_back_batches_no_segment_holds() {
+    use super::super::journal::{Journal, JournalConfig, ShardJournal};
+    use super::super::log::replay_shard_journal;
+    on_executor(|| async {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let disk = GlommioDisk::for_shard(temp.path())
+            .await
+            .expect("dma probe");
+        let journal_dir = temp.path().join("journal");
+        let config = JournalConfig {
+            file_bytes: 1 << 20,
+            commit_bytes_max: 256 << 10,
+        };
+        let harness = Harness::new(small_config());
+        let open_journal = || {
+            ShardJournal::open(
+                disk.clone(),
+                &journal_dir,
+                config,
+                Rc::new(super::super::NoObserver),
+            )
+        };
+        let (journal, recovered) = open_journal().await.expect("journal opens");
+        assert!(recovered.is_empty());
+        let journal: Rc<dyn Journal> = Rc::new(journal);
+        let dirs: Vec<_> = (0..3)
+            .map(|index| temp.path().join(format!("orders-{index}")))
+            .collect();
+        let mut logs = Vec::new();
+        for (index, dir) in dirs.iter().enumerate() {
+            let mut shard = harness.shard_for(&disk, dir);
+            shard.journal = Some(journal.clone());
+            let log = PartitionLog::open(
+                disk.clone(),
+                dir,
+                harness.config,
+                shard,
+                CacheKey(index as u64),
+            )
+            .await
+            .expect("open");
+            logs.push(log);
+        }
+        for tag in 0..40u64 {
+            let log = &logs[(tag % 3) as usize];
+            log.append(make_batch(tag, 2, 300, T0))
+                .await
+                .expect("append");
+        }
+        // Half of one partition reaches its segment; the rest only the journal.
+        logs[0].flush_segment().await.expect("segment flush");
+        for tag in 40..60u64 {
+            logs[(tag % 3) as usize]
+                .append(make_batch(tag, 2, 300, T0))
+                .await
+                .expect("append");
+        }
+        let mut expected = Vec::new();
+        for log in &logs {
+            expected.push(read_all(log).await);
+        }
+        assert!(journal.stats().commits >= 60);
+        // As if killed: nothing closes.
+        drop(logs);
+        drop(journal);
+        let (journal, recovered) = open_journal().await.expect("journal reopens");
+        assert_eq!(recovered.len(), 3);
+        let plain = Harness::new(small_config());
+        let replayed = replay_shard_journal(
+            &disk,
+            recovered,
+            plain.config,
+            &plain.shard_for(&disk, &dirs[0]),
+        )
+        .await
+        .expect("replay");
+        assert_eq!(replayed.partitions, 3);
+        journal.start_fresh().await.expect("fresh start");
+        for (index, dir) in dirs.iter().enumerate() {
+            let log = open_real(&plain, &disk, dir).await.expect("reopen");
+            assert_eq!(read_all(&log).await, expected[index], "partition {index}");
+        }
+        let (_, again) = open_journal().await.expect("journal reopens");
+        assert!(again.is_empty(), "replayed files are removed");
+    });
+}

@@ -168,6 +168,7 @@ fn segments_below_a_persisted_log_start_are_removed_at_open() {
         log_start_offset: second,
         recovery_point: second,
         clean_shutdown: false,
+        journal_generation: 0,
     };
     harness.disk.overwrite(
         &super::super::checkpoint::Checkpoint::path(&harness.dir),

@@ -1,0 +1,410 @@
+//! The shard journal: one commit for many partitions, crash and power-loss
+//! recovery through it (cut at every byte of its last frame), failure
+//! fencing every partition a commit covered, truncation generations,
+//! segment filling, file reclaim and reopening after a full disk.
+
+use std::collections::BTreeMap;
+
+use super::super::journal::{Journal, JournalConfig, RecoveredPartition, ShardJournal};
+use super::super::log::replay_shard_journal;
+use super::super::memory_disk::Fault;
+use super::super::{NoObserver, StorageError};
+use super::*;
+
+const JOURNAL_DIR: &str = "/data/journal";
+
+/// Small files so that tests roll the journal.
+fn journal_config() -> JournalConfig {
+    JournalConfig {
+        file_bytes: 256 << 10,
+        commit_bytes_max: 64 << 10,
+    }
+}
+
+struct Shard {
+    harness: Harness,
+    journal: Rc<ShardJournal<MemoryDisk>>,
+}
+
+impl Shard {
+    fn new() -> Self {
+        let harness = Harness::new(small_config());
+        let journal = block_on(Self::open_journal(&harness.disk)).expect("journal opens");
+        Shard { harness, journal }
+    }
+
+    async fn open_journal(disk: &MemoryDisk) -> Result<Rc<ShardJournal<MemoryDisk>>, StorageError> {
+        let (journal, recovered) = ShardJournal::open(
+            disk.clone(),
+            Path::new(JOURNAL_DIR),
+            journal_config(),
+            Rc::new(NoObserver),
+        )
+        .await?;
+        assert!(recovered.is_empty(), "a new journal recovers nothing");
+        Ok(Rc::new(journal))
+    }
+
+    fn dir(index: u64) -> PathBuf {
+        PathBuf::from(format!("/data/topic-{index}"))
+    }
+
+    fn storage(&self, disk: &MemoryDisk, journal: Option<Rc<dyn Journal>>) -> ShardStorage {
+        let mut shard = self.harness.shard_for(disk, Path::new("/data/x"));
+        shard.journal = journal;
+        shard
+    }
+
+    async fn open_log(&self, index: u64) -> PartitionLog<MemoryDisk> {
+        let journal: Rc<dyn Journal> = self.journal.clone();
+        PartitionLog::open(
+            self.harness.disk.clone(),
+            &Self::dir(index),
+            self.harness.config,
+            self.storage(&self.harness.disk, Some(journal)),
+            CacheKey(index),
+        )
+        .await
+        .expect("log opens")
+    }
+
+    /// What a broker does on start: recover the journal, replay it into
+    /// the partitions, start it afresh. Returns the journal and what was
+    /// recovered from it.
+    async fn restart(
+        &self,
+        disk: &MemoryDisk,
+    ) -> Result<
+        (
+            Rc<ShardJournal<MemoryDisk>>,
+            BTreeMap<PathBuf, RecoveredPartition>,
+        ),
+        StorageError,
+    > {
+        let (journal, recovered) = ShardJournal::open(
+            disk.clone(),
+            Path::new(JOURNAL_DIR),
+            journal_config(),
+            Rc::new(NoObserver),
+        )
+        .await?;
+        replay_shard_journal(
+            disk,
+            recovered.clone(),
+            self.harness.config,
+            &self.storage(disk, None),
+        )
+        .await?;
+        journal.start_fresh().await?;
+        Ok((Rc::new(journal), recovered))
+    }
+
+    /// Opens partition `index` on `disk` without a journal, to read it.
+    async fn reopen_plain(&self, disk: &MemoryDisk, index: u64) -> PartitionLog<MemoryDisk> {
+        PartitionLog::open(
+            disk.clone(),
+            &Self::dir(index),
+            self.harness.config,
+            self.storage(disk, None),
+            CacheKey(index),
+        )
+        .await
+        .expect("log opens")
+    }
+}
+
+async fn append_round(logs: &[PartitionLog<MemoryDisk>], tag: u64) -> Vec<(Offset, Offset)> {
+    let appends = logs.iter().enumerate().map(|(index, log)| {
+        let batch = make_batch(
+            tag * 100 + index as u64,
+            1 + (tag % 3) as usize,
+            60 + (tag as usize * 13) % 200,
+            T0,
+        );
+        async move {
+            let outcome = log.append(batch).await.expect("append");
+            (outcome.base_offset, outcome.last_offset.plus(1))
+        }
+    });
+    futures::future::join_all(appends).await
+}
+
+#[test]
+fn one_commit_covers_the_appends_of_many_partitions() {
+    let shard = Shard::new();
+    let logs: Vec<_> = (0..8)
+        .map(|index| block_on(shard.open_log(index)))
+        .collect();
+    // Concurrent appends interleave at every disk operation.
+    shard.harness.disk.set_yielding(true);
+    let syncs_before = shard.harness.disk.sync_count();
+    for tag in 0..5 {
+        block_on(append_round(&logs, tag));
+    }
+    let stats = shard.journal.stats();
+    // 8 partitions × 5 rounds = 40 appends in 10 journal commits: the first
+    // append of a round commits alone, the other seven join the next frame
+    // while it is under way. No segment is synced to acknowledge; the
+    // journal file's creation adds one sync.
+    assert_eq!(stats.entries, 40);
+    assert_eq!(stats.commits, 10, "{stats:?}");
+    assert_eq!(shard.harness.disk.sync_count() - syncs_before, 10 + 1);
+    for log in &logs {
+        assert_eq!(
+            log.stats().flushes,
+            0,
+            "no segment was synced to acknowledge"
+        );
+        assert!(log.unsegmented_bytes() > 0);
+    }
+}
+
+#[test]
+fn reads_serve_durable_batches_not_yet_in_the_segment_and_after_they_are() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    for tag in 0..20 {
+        block_on(log.append(make_batch(tag, 2, 150, T0))).expect("append");
+    }
+    shard.harness.cache.forget(CacheKey(0));
+    let from_memory = block_on(read_all(&log));
+    assert_eq!(from_memory.len(), 20);
+    block_on(log.flush_segment()).expect("segment flush");
+    assert_eq!(log.unsegmented_bytes(), 0);
+    assert!(log.stats().flushes > 0);
+    shard.harness.cache.forget(CacheKey(0));
+    assert_eq!(block_on(read_all(&log)), from_memory);
+}
+
+#[test]
+fn a_power_loss_keeps_every_acknowledged_append_through_the_journal() {
+    let shard = Shard::new();
+    let logs: Vec<_> = (0..4)
+        .map(|index| block_on(shard.open_log(index)))
+        .collect();
+    let mut expected: Vec<Vec<(Offset, Offset, Bytes)>> = Vec::new();
+    for tag in 0..30 {
+        block_on(append_round(&logs, tag));
+        if tag == 10 {
+            // Some of it reaches the segments (and rolls them), some not.
+            block_on(logs[1].flush_segment()).expect("flush");
+        }
+    }
+    for log in &logs {
+        expected.push(block_on(read_all(log)));
+    }
+    drop(logs);
+    shard.harness.disk.crash();
+    let (_, recovered) = block_on(shard.restart(&shard.harness.disk)).expect("restart");
+    assert_eq!(recovered.len(), 4);
+    for (index, want) in expected.iter().enumerate() {
+        let log = block_on(shard.reopen_plain(&shard.harness.disk, index as u64));
+        assert_eq!(&block_on(read_all(&log)), want, "partition {index}");
+    }
+    // Replayed once, the journal is gone: a second restart replays nothing.
+    let (_, again) = block_on(shard.restart(&shard.harness.disk)).expect("second restart");
+    assert!(again.is_empty());
+}
+
+#[test]
+fn cutting_the_journal_at_every_byte_of_its_last_frame_recovers_the_frames_before_it() {
+    let shard = Shard::new();
+    let logs: Vec<_> = (0..3)
+        .map(|index| block_on(shard.open_log(index)))
+        .collect();
+    let mut ends_before_last = Vec::new();
+    for tag in 0..6 {
+        if tag == 5 {
+            ends_before_last = logs.iter().map(PartitionLog::durable_end).collect();
+        }
+        block_on(append_round(&logs, tag));
+    }
+    let ends_after: Vec<_> = logs.iter().map(PartitionLog::durable_end).collect();
+    drop(logs);
+    let files = shard.harness.disk.files();
+    let journal_file = files
+        .iter()
+        .find(|path| path.starts_with(JOURNAL_DIR))
+        .expect("a journal file")
+        .clone();
+    let contents = shard.harness.disk.contents(&journal_file).expect("journal");
+    let written = contents
+        .iter()
+        .rposition(|byte| *byte != 0)
+        .expect("frames")
+        + 1;
+    // The last frame starts after the previous ones, aligned.
+    let last_frame_start = (0..written)
+        .rev()
+        .find(|at| at % 512 == 0 && contents[*at..].starts_with(b"CLJF"))
+        .expect("last frame");
+    for cut in last_frame_start..=written {
+        // Power loss: the segments keep only what was synced, and the
+        // journal's last frame only its first `cut` bytes.
+        let disk = shard.harness.disk.fork();
+        disk.crash();
+        let mut cut_contents = contents[..cut].to_vec();
+        cut_contents.resize(contents.len(), 0);
+        disk.overwrite(&journal_file, cut_contents);
+        block_on(shard.restart(&disk)).expect("a cut journal recovers");
+        // The disk does not yield, so every append commits its own frame:
+        // the last frame holds partition 2's last batch only.
+        let whole = cut == written;
+        for index in 0..3 {
+            let log = block_on(shard.reopen_plain(&disk, index));
+            let want = if whole || index < 2 {
+                ends_after[index as usize]
+            } else {
+                ends_before_last[index as usize]
+            };
+            assert_eq!(log.durable_end(), want, "cut at {cut}, partition {index}");
+        }
+    }
+}
+
+#[test]
+fn a_failed_journal_sync_fences_every_partition_it_covered() {
+    let shard = Shard::new();
+    let logs: Vec<_> = (0..3)
+        .map(|index| block_on(shard.open_log(index)))
+        .collect();
+    block_on(append_round(&logs, 0));
+    let ends: Vec<_> = logs.iter().map(PartitionLog::durable_end).collect();
+    shard.harness.disk.fail_next(Fault::Sync);
+    let results = block_on(futures::future::join_all(
+        logs.iter().map(|log| log.append(make_batch(7, 1, 10, T0))),
+    ));
+    for (index, result) in results.iter().enumerate() {
+        assert!(
+            matches!(result, Err(StorageError::Fenced { .. })),
+            "{index}: {result:?}"
+        );
+        assert!(logs[index].fenced().is_some());
+        assert_eq!(
+            logs[index].durable_end(),
+            ends[index],
+            "nothing more acknowledged"
+        );
+    }
+    // And a partition that was not waiting is refused too.
+    let other = block_on(shard.open_log(9));
+    assert!(matches!(
+        block_on(other.append(make_batch(1, 1, 10, T0))),
+        Err(StorageError::Fenced { .. })
+    ));
+}
+
+#[test]
+fn replay_skips_what_a_truncation_removed() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    for tag in 0..10 {
+        block_on(log.append(make_batch(tag, 1, 100, T0))).expect("append");
+    }
+    // Cut the last five, then append different ones: the journal holds both.
+    let new_end = block_on(log.truncate_to(Offset(5))).expect("truncate");
+    assert_eq!(new_end, Offset(5));
+    for tag in 100..103 {
+        block_on(log.append(make_batch(tag, 1, 100, T0))).expect("append");
+    }
+    let expected = block_on(read_all(&log));
+    drop(log);
+    shard.harness.disk.crash();
+    block_on(shard.restart(&shard.harness.disk)).expect("restart");
+    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
+    assert_eq!(block_on(read_all(&log)), expected);
+    assert_eq!(log.durable_end(), Offset(8));
+}
+
+#[test]
+fn released_files_are_reclaimed_and_a_flushed_partition_needs_no_replay() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    // About 3 journal files of entries.
+    let mut tag = 0;
+    while shard.journal.stats().bytes_written < 700 << 10 {
+        block_on(log.append(make_batch(tag, 3, 1000, T0))).expect("append");
+        tag += 1;
+        if tag % 20 == 0 {
+            block_on(log.flush_segment()).expect("flush");
+        }
+    }
+    assert!(shard.journal.file_count() >= 3);
+    block_on(log.append(make_batch(tag, 1, 100, T0))).expect("append");
+    let now = std::time::Instant::now();
+    let hour = std::time::Duration::from_secs(3600);
+    let journal: &dyn Journal = &*shard.journal;
+    // Asked to flush by bytes held, or by age; not otherwise.
+    assert_eq!(journal.flush_candidates(1, hour, u64::MAX, now), vec![0]);
+    assert_eq!(
+        journal.flush_candidates(u64::MAX, std::time::Duration::ZERO, u64::MAX, now),
+        vec![0]
+    );
+    assert!(
+        journal
+            .flush_candidates(u64::MAX, hour, u64::MAX, now)
+            .is_empty()
+    );
+    block_on(log.flush_segment()).expect("flush");
+    assert!(
+        shard
+            .journal
+            .flush_candidates(0, std::time::Duration::ZERO, 0, now)
+            .is_empty()
+    );
+    assert_eq!(shard.journal.unreleased_bytes(), 0);
+    let removed = block_on(shard.journal.reclaim()).expect("reclaim");
+    assert!(removed >= 2, "removed {removed}");
+    assert_eq!(
+        shard.journal.file_count(),
+        1,
+        "the file being written stays"
+    );
+    let expected = block_on(read_all(&log));
+    drop(log);
+    shard.harness.disk.crash();
+    block_on(shard.restart(&shard.harness.disk)).expect("restart");
+    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
+    assert_eq!(block_on(read_all(&log)), expected);
+}
+
+#[test]
+fn a_log_reopened_after_a_full_disk_gets_its_journaled_batches_back() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    for tag in 0..6 {
+        block_on(log.append(make_batch(tag, 1, 100, T0))).expect("append");
+    }
+    let expected = block_on(read_all(&log));
+    // Another writer takes the space: the journal's preallocated file
+    // still takes frames, but the next one cannot be created.
+    let free = shard
+        .harness
+        .disk
+        .free_bytes(Path::new("/data"))
+        .expect("free");
+    shard.harness.disk.set_capacity((1 << 40) - free);
+    let mut failed = None;
+    for tag in 0..20_000 {
+        if let Err(error) = block_on(log.append(make_batch(tag, 3, 1000, T0))) {
+            failed = Some(error);
+            break;
+        }
+    }
+    let error = failed.expect("the disk fills");
+    assert!(error.is_no_space(), "{error:?}");
+    assert!(log.fenced_no_space());
+    let durable = log.durable_end();
+    drop(log);
+    shard.harness.disk.set_capacity(1 << 40);
+    shard.journal.clear_no_space_failure();
+    let log = block_on(shard.open_log(0));
+    assert_eq!(
+        log.durable_end(),
+        durable,
+        "every acknowledged batch is back"
+    );
+    let read = block_on(read_all(&log));
+    assert_eq!(&read[..expected.len()], &expected[..]);
+    block_on(log.append(make_batch(1, 1, 10, T0))).expect("appends again");
+}
