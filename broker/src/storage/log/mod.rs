@@ -929,7 +929,7 @@ impl<D: Disk> PartitionLog<D> {
             outcome.next_offset = hit.next_offset;
             return Ok(outcome);
         }
-        if let Some((chunks, next_offset)) = self.read_unsegmented(from, upper, max_bytes) {
+        if let Some((chunks, next_offset)) = self.read_unsegmented(from, upper, max_bytes, 0) {
             outcome.chunks = chunks;
             outcome.next_offset = next_offset;
             return Ok(outcome);
@@ -952,8 +952,19 @@ impl<D: Disk> PartitionLog<D> {
                 .read_batches(position, upper, max_bytes, &self.config.batch_limits)
                 .await?;
             if let Some(next_offset) = read.next_offset {
+                let taken = read.bytes.len();
                 outcome.chunks.push(Bytes::from(read.bytes));
                 outcome.next_offset = next_offset;
+                // A read that reached the segment end goes on into what the
+                // journal holds, as far as `max_bytes` allows: a consumer
+                // does not pay a round trip for the segment flusher's lag.
+                if let Some((chunks, next_offset)) =
+                    self.read_unsegmented(next_offset, upper, max_bytes, taken)
+                    && !chunks.is_empty()
+                {
+                    outcome.chunks.extend(chunks);
+                    outcome.next_offset = next_offset;
+                }
                 return Ok(outcome);
             }
             if let Some(damage) = segment.damage() {
@@ -977,12 +988,14 @@ impl<D: Disk> PartitionLog<D> {
 
     /// Journal mode: batches from `from` below `upper` that are durable but
     /// not yet in the segment (or being written there), from memory; `None`
-    /// when `from` is in the segments.
+    /// when `from` is in the segments. `taken` bytes of the same read came
+    /// before: with none, the first batch goes whatever its size.
     fn read_unsegmented(
         &self,
         from: Offset,
         upper: Offset,
         max_bytes: usize,
+        taken: usize,
     ) -> Option<(Vec<Bytes>, Offset)> {
         self.journal.as_ref()?;
         let state = self.state.borrow();
@@ -991,7 +1004,7 @@ impl<D: Disk> PartitionLog<D> {
         }
         let in_flight = state.in_flight.iter().flat_map(|plan| plan.batches.iter());
         let mut chunks = Vec::new();
-        let mut bytes = 0;
+        let mut bytes = taken;
         let mut next_offset = from;
         for pending in in_flight.chain(state.appender.pending()) {
             let header = &pending.header;
@@ -1000,7 +1013,7 @@ impl<D: Disk> PartitionLog<D> {
             }
             if header.base_offset >= upper
                 || header.next_offset() > upper
-                || (!chunks.is_empty() && bytes + pending.bytes.len() > max_bytes)
+                || (bytes > 0 && bytes + pending.bytes.len() > max_bytes)
             {
                 break;
             }

@@ -177,6 +177,32 @@ fn reads_serve_durable_batches_not_yet_in_the_segment_and_after_they_are() {
 }
 
 #[test]
+fn one_read_goes_on_from_the_segment_end_into_what_the_journal_holds() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    for tag in 0..3 {
+        block_on(log.append(make_batch(tag, 2, 150, T0))).expect("append");
+    }
+    block_on(log.flush_segment()).expect("segment flush");
+    for tag in 3..5 {
+        block_on(log.append(make_batch(tag, 2, 150, T0))).expect("append");
+    }
+    assert!(
+        log.unsegmented_bytes() > 0,
+        "two batches wait in the journal"
+    );
+    shard.harness.cache.forget(CacheKey(0));
+    let outcome = block_on(log.read(Offset(0), 1 << 20, None)).expect("read");
+    assert_eq!(outcome.chunks.len(), 3, "the segment's run and two batches");
+    assert_eq!(outcome.next_offset, Offset(10));
+    // `max_bytes` still bounds what is added past the segment.
+    let segment_run = outcome.chunks[0].len();
+    let outcome = block_on(log.read(Offset(0), segment_run + 1, None)).expect("read");
+    assert_eq!(outcome.chunks.len(), 1);
+    assert_eq!(outcome.next_offset, Offset(6));
+}
+
+#[test]
 fn a_power_loss_keeps_every_acknowledged_append_through_the_journal() {
     let shard = Shard::new();
     let logs: Vec<_> = (0..4)
