@@ -54,9 +54,12 @@ const FILE_SUFFIX: &str = ".journal";
 /// Settings of a shard journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalConfig {
-    /// Size of each preallocated journal file (a larger frame gets a file
-    /// of its own size).
+    /// Size of each journal file (a larger frame gets a file of its own
+    /// size): the next frame that does not fit goes to a new file.
     pub file_bytes: u64,
+    /// A file is preallocated this much at a time, as frames reach the end
+    /// of what is allocated, so a small disk is not taken at once.
+    pub allocate_bytes: u64,
     /// Most payload bytes one frame carries; entries beyond wait for the
     /// next commit (one entry always goes, however large).
     pub commit_bytes_max: usize,
@@ -66,6 +69,7 @@ impl Default for JournalConfig {
     fn default() -> Self {
         JournalConfig {
             file_bytes: 64 << 20,
+            allocate_bytes: 4 << 20,
             commit_bytes_max: 4 << 20,
         }
     }
@@ -81,6 +85,12 @@ impl JournalConfig {
             return Err(StorageError::InvalidConfig(format!(
                 "journal file_bytes {} must be at least twice commit_bytes_max {}",
                 self.file_bytes, self.commit_bytes_max
+            )));
+        }
+        if self.allocate_bytes == 0 || self.allocate_bytes > self.file_bytes {
+            return Err(StorageError::InvalidConfig(format!(
+                "journal allocate_bytes {} must be in 1..=file_bytes {}",
+                self.allocate_bytes, self.file_bytes
             )));
         }
         Ok(())
@@ -222,10 +232,17 @@ struct Unreleased {
     bytes: u64,
 }
 
+struct JournalFile<F> {
+    file: Rc<F>,
+    /// Bytes preallocated so far.
+    allocated: u64,
+    /// Bytes the file may grow to before the journal moves to a new one.
+    capacity: u64,
+}
+
 struct State<F> {
-    /// Live files by start position, with their sizes; the last is being
-    /// written.
-    files: BTreeMap<u64, (Rc<F>, u64)>,
+    /// Live files by start position; the last is being written.
+    files: BTreeMap<u64, JournalFile<F>>,
     /// Absolute position of the next frame (aligned).
     write_position: u64,
     next_sequence: u64,
@@ -449,46 +466,18 @@ impl<D: Disk> ShardJournal<D> {
     /// Writes and syncs one frame of queued entries. Called with
     /// `committing` set and the entries in `in_flight`.
     async fn write_frame(&self) -> Result<(), StorageError> {
-        let (frame, position, needs_file) = {
+        let (frame_len, sequence) = {
             let state = self.state.borrow();
             let entries = state.in_flight.as_ref().expect("a commit owns its entries");
             let payload: usize = entries
                 .iter()
                 .map(|queued| queued.entry.encoded_len())
                 .sum();
-            let frame_len = FRAME_HEADER_BYTES + payload;
-            let current = state
-                .files
-                .iter()
-                .next_back()
-                .map(|(start, (_, size))| (*start, *size));
-            // Alignment is at most a page: a frame padded to it fits.
-            let room_needed = align_up(frame_len as u64, 1 << 12);
-            let needs_file = match current {
-                None => true,
-                Some((start, size)) => state.write_position + room_needed > start + size,
-            };
-            (
-                (frame_len, state.next_sequence, room_needed),
-                state.write_position,
-                needs_file.then_some(current),
-            )
+            (FRAME_HEADER_BYTES + payload, state.next_sequence)
         };
-        let (frame_len, sequence, room_needed) = frame;
-        let position = match needs_file {
-            Some(current) => {
-                let start = current.map_or(position, |(start, size)| start + size);
-                self.create_file(start, room_needed.max(self.config.file_bytes))
-                    .await?;
-                start
-            }
-            None => position,
-        };
-        let (file, file_start) = {
-            let state = self.state.borrow();
-            let (start, (file, _)) = state.files.iter().next_back().expect("a file to write");
-            (file.clone(), *start)
-        };
+        // Alignment is at most a page: a frame padded to it fits.
+        let (file, file_start, position) =
+            self.room_for(align_up(frame_len as u64, 1 << 12)).await?;
         let alignment = file.alignment();
         let padded = align_up(frame_len as u64, alignment) as usize;
         let mut buffer = file.alloc_buffer(padded);
@@ -545,7 +534,50 @@ impl<D: Disk> ShardJournal<D> {
         Ok(())
     }
 
-    async fn create_file(&self, start: u64, size: u64) -> Result<(), StorageError> {
+    /// The file and position the next frame of `room` bytes goes to:
+    /// allocating more of the current file, or creating the next one.
+    async fn room_for(&self, room: u64) -> Result<(Rc<D::File>, u64, u64), StorageError> {
+        let (current, position) = {
+            let state = self.state.borrow();
+            let current =
+                state.files.iter().next_back().map(|(start, file)| {
+                    (*start, file.allocated, file.capacity, file.file.clone())
+                });
+            (current, state.write_position)
+        };
+        match current {
+            Some((start, allocated, capacity, file)) if position + room <= start + capacity => {
+                let needed = position + room - start;
+                if needed > allocated {
+                    let target = needed
+                        .max(allocated + self.config.allocate_bytes)
+                        .min(capacity);
+                    file.preallocate(target).await.map_err(|error| {
+                        StorageError::io(&self.dir.join(file_name(start)), error)
+                    })?;
+                    if let Some(entry) = self.state.borrow_mut().files.get_mut(&start) {
+                        entry.allocated = target;
+                    }
+                }
+                Ok((file, start, position))
+            }
+            current => {
+                let start = current.map_or(position, |(start, _, capacity, _)| start + capacity);
+                let capacity = room.max(self.config.file_bytes);
+                let file = self
+                    .create_file(start, room.max(self.config.allocate_bytes), capacity)
+                    .await?;
+                Ok((file, start, start))
+            }
+        }
+    }
+
+    async fn create_file(
+        &self,
+        start: u64,
+        size: u64,
+        capacity: u64,
+    ) -> Result<Rc<D::File>, StorageError> {
         let path = self.dir.join(file_name(start));
         let file = self
             .disk
@@ -562,10 +594,18 @@ impl<D: Disk> ShardJournal<D> {
             .sync_dir(&self.dir)
             .await
             .map_err(|error| StorageError::io(&self.dir, error))?;
+        let file = Rc::new(file);
         let mut state = self.state.borrow_mut();
-        state.files.insert(start, (Rc::new(file), size));
+        state.files.insert(
+            start,
+            JournalFile {
+                file: file.clone(),
+                allocated: size,
+                capacity,
+            },
+        );
         state.write_position = start;
-        Ok(())
+        Ok(file)
     }
 
     async fn commit_ticket(&self, ticket: Ticket) -> Result<(), StorageError> {

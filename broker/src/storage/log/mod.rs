@@ -442,10 +442,7 @@ impl<D: Disk> PartitionLog<D> {
         }
         let mut state = self.state.borrow_mut();
         state.writable()?;
-        self.shard
-            .space
-            .claim(bytes.len() as u64)
-            .map_err(StorageError::DiskFull)?;
+        self.claim_space(bytes.len())?;
         let base_offset = state.next_offset;
         batch::set_base_offset(&mut bytes, base_offset);
         let header = BatchHeader {
@@ -469,6 +466,17 @@ impl<D: Disk> PartitionLog<D> {
         })
     }
 
+    /// Claims room for `len` bytes of batch from the disk reserve: twice
+    /// in journal mode, where the batch is written to the journal and then
+    /// to its segment (the journal's copy is freed when its file is).
+    fn claim_space(&self, len: usize) -> Result<(), StorageError> {
+        let copies = if self.shard.journal.is_some() { 2 } else { 1 };
+        self.shard
+            .space
+            .claim(len as u64 * copies)
+            .map_err(StorageError::DiskFull)
+    }
+
     /// Appends a batch a leader already placed: its base offset must be
     /// exactly the log's next offset (a follower's append). Nothing is
     /// restamped, so the batch stays byte-identical to the leader's.
@@ -489,10 +497,7 @@ impl<D: Disk> PartitionLog<D> {
                 got: header.base_offset,
             });
         }
-        self.shard
-            .space
-            .claim(bytes.len() as u64)
-            .map_err(StorageError::DiskFull)?;
+        self.claim_space(bytes.len())?;
         let bytes = bytes.freeze();
         state.next_offset = header.next_offset();
         state.check_offsets();

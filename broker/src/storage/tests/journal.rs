@@ -17,6 +17,7 @@ const JOURNAL_DIR: &str = "/data/journal";
 fn journal_config() -> JournalConfig {
     JournalConfig {
         file_bytes: 256 << 10,
+        allocate_bytes: 64 << 10,
         commit_bytes_max: 64 << 10,
     }
 }
