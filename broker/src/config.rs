@@ -59,6 +59,10 @@ pub struct BrokerConfig {
     pub disk_reserve_bytes: u64,
     /// Per-shard cache of recent batches.
     pub tail_cache_bytes: usize,
+    /// Acknowledge appends once durable in the shard journal (one
+    /// fdatasync for all of a shard's partitions) instead of fdatasyncing
+    /// each partition's segment.
+    pub storage_journal: bool,
     /// Most bytes one fetch response carries.
     pub fetch_max_bytes: u32,
     /// Longest a fetch may wait for data.
@@ -109,6 +113,7 @@ impl Default for BrokerConfig {
             shard_queue_depth: 4096,
             disk_reserve_bytes: 1 << 30,
             tail_cache_bytes: 256 << 20,
+            storage_journal: true,
             fetch_max_bytes: 8 << 20,
             fetch_max_wait_ms: 30_000,
             producer_state_retention_ms: DEFAULT_RETENTION_MS,
@@ -195,6 +200,10 @@ pub struct Flags {
     /// Tail cache per shard, bytes [default: 256 MiB].
     #[arg(long)]
     pub tail_cache_bytes: Option<usize>,
+    /// Make appends durable through the shard journal, one fdatasync for
+    /// all of a shard's partitions (false: one per partition) [default: true].
+    #[arg(long)]
+    pub storage_journal: Option<bool>,
     /// Largest fetch response, bytes [default: 8 MiB].
     #[arg(long)]
     pub fetch_max_bytes: Option<u32>,
@@ -256,6 +265,7 @@ struct FileSettings {
     shard_queue_depth: Option<u32>,
     disk_reserve_bytes: Option<u64>,
     tail_cache_bytes: Option<usize>,
+    storage_journal: Option<bool>,
     fetch_max_bytes: Option<u32>,
     default_partitions: Option<u32>,
     group_topic_partitions: Option<u32>,
@@ -340,6 +350,7 @@ impl BrokerConfig {
             shard_queue_depth,
             disk_reserve_bytes,
             tail_cache_bytes,
+            storage_journal,
             fetch_max_bytes,
             default_partitions,
             group_topic_partitions,

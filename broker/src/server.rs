@@ -36,7 +36,9 @@ use crate::runtime::fatal::{self, ExitOnFence};
 use crate::runtime::shard::{Shard, ShardParts};
 use crate::storage::disk::Disk;
 use crate::storage::glommio_disk::GlommioDisk;
-use crate::storage::{DiskSpace, ShardStorage, TailCache};
+use crate::storage::journal::{Journal, JournalConfig, ShardJournal};
+use crate::storage::log::replay_shard_journal;
+use crate::storage::{DiskSpace, ShardStorage, StorageError, TailCache};
 
 /// Why the broker could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -287,7 +289,10 @@ async fn start_shard(
     let disk = GlommioDisk::for_shard(&data_dir)
         .await
         .map_err(|error| format!("cannot use data directory {}: {error}", data_dir.display()))?;
-    let storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
+    let mut storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
+    if config.storage_journal {
+        storage.journal = Some(open_shard_journal(id, &disk, &data_dir, &config, &storage).await?);
+    }
     let listener = TcpListener::bind(config.listen).map_err(|error| {
         format!(
             "cannot listen on {}: {error}; is another broker running there?",
@@ -319,6 +324,7 @@ async fn start_shard(
         start_cluster_role(&shard, cluster_disk).await?;
     }
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
+    glommio::spawn_local(shard.clone().run_segment_flusher()).detach();
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_replication_timers()).detach();
     glommio::spawn_local(listener::accept_loop(
@@ -419,6 +425,53 @@ async fn start_cluster_role(shard: &Rc<Shard>, disk: GlommioDisk) -> Result<(), 
         controller.set_internal_topics(internal_topics(&config));
     }
     Ok(())
+}
+
+/// Opens shard `id`'s journal and replays what it holds into the partition
+/// directories, before any partition of the shard opens.
+async fn open_shard_journal(
+    id: ShardId,
+    disk: &GlommioDisk,
+    data_dir: &Path,
+    config: &BrokerConfig,
+    storage: &ShardStorage,
+) -> Result<Rc<dyn Journal>, String> {
+    let dir = data_dir.join("journal").join(format!("shard-{}", id.0));
+    let failed = |error: StorageError| {
+        format!(
+            "cannot recover the shard journal in {}: {error}",
+            dir.display()
+        )
+    };
+    let (journal, recovered) = ShardJournal::open(
+        disk.clone(),
+        &dir,
+        JournalConfig::default(),
+        storage.observer.clone(),
+    )
+    .await
+    .map_err(failed)?;
+    if !recovered.is_empty() {
+        tracing::info!(
+            shard = id.0,
+            partitions = recovered.len(),
+            "replaying the shard journal"
+        );
+    }
+    let replayed = replay_shard_journal(disk, recovered, config.log, storage)
+        .await
+        .map_err(failed)?;
+    if replayed.partitions > 0 || replayed.missing > 0 {
+        tracing::info!(
+            shard = id.0,
+            partitions = replayed.partitions,
+            batches = replayed.batches,
+            deleted_partitions = replayed.missing,
+            "shard journal replayed"
+        );
+    }
+    journal.start_fresh().await.map_err(failed)?;
+    Ok(Rc::new(journal))
 }
 
 fn shard_storage(

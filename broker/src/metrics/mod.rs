@@ -58,6 +58,7 @@ pub struct BrokerMetrics {
     append_latency: HistogramFamily<ShardLabel>,
     fsync_latency: HistogramFamily<ShardLabel>,
     flushed_bytes: Family<ShardLabel, Counter>,
+    journal_bytes: Family<ShardLabel, Counter>,
     logs_fenced: Family<ShardLabel, Counter>,
     records_in: Family<ShardLabel, Counter>,
     bytes_in: Family<ShardLabel, Counter>,
@@ -96,6 +97,7 @@ impl BrokerMetrics {
             append_latency,
             fsync_latency,
             flushed_bytes: Family::default(),
+            journal_bytes: Family::default(),
             logs_fenced: Family::default(),
             records_in: Family::default(),
             bytes_in: Family::default(),
@@ -126,13 +128,18 @@ impl BrokerMetrics {
         );
         registry.register(
             "fsync_latency_seconds",
-            "Time of one group commit: aligned write plus fdatasync",
+            "Time of one fdatasync'd write: a shard journal commit or a segment flush",
             metrics.fsync_latency.clone(),
         );
         registry.register(
             "flushed_bytes",
-            "Bytes of batches made durable",
+            "Bytes of batches written and synced into partition segments",
             metrics.flushed_bytes.clone(),
+        );
+        registry.register(
+            "journal_bytes",
+            "Bytes written to the shard journal, frame headers and padding included",
+            metrics.journal_bytes.clone(),
         );
         registry.register(
             "logs_fenced",
@@ -231,6 +238,7 @@ impl BrokerMetrics {
             append_latency: self.append_latency.get_or_create_owned(&label),
             fsync_latency: self.fsync_latency.get_or_create_owned(&label),
             flushed_bytes: self.flushed_bytes.get_or_create_owned(&label),
+            journal_bytes: self.journal_bytes.get_or_create_owned(&label),
             logs_fenced: self.logs_fenced.get_or_create_owned(&label),
             records_in: self.records_in.get_or_create_owned(&label),
             bytes_in: self.bytes_in.get_or_create_owned(&label),
@@ -267,10 +275,12 @@ pub struct ShardMetrics {
     all: Arc<BrokerMetrics>,
     /// Produce: receipt to durable acknowledgement.
     pub append_latency: Histogram,
-    /// One group commit.
+    /// One fdatasync'd write (journal commit or segment flush).
     pub fsync_latency: Histogram,
-    /// Bytes made durable.
+    /// Bytes written into segments.
     pub flushed_bytes: Counter,
+    /// Bytes written to the shard journal.
+    pub journal_bytes: Counter,
     /// Logs fenced after a failed write or fdatasync.
     pub logs_fenced: Counter,
     /// Records appended.
@@ -362,6 +372,11 @@ impl StorageObserver for ShardMetrics {
     fn on_flush(&self, bytes: u64, elapsed: Duration) {
         self.fsync_latency.observe(elapsed.as_secs_f64());
         self.flushed_bytes.inc_by(bytes);
+    }
+
+    fn on_journal_commit(&self, _data_bytes: u64, written_bytes: u64, elapsed: Duration) {
+        self.fsync_latency.observe(elapsed.as_secs_f64());
+        self.journal_bytes.inc_by(written_bytes);
     }
 
     fn on_fenced(&self, _dir: &std::path::Path, _error: &crate::storage::StorageError) {

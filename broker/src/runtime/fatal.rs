@@ -25,6 +25,10 @@ impl StorageObserver for ExitOnFence {
         self.0.on_flush(bytes, elapsed);
     }
 
+    fn on_journal_commit(&self, data_bytes: u64, written_bytes: u64, elapsed: std::time::Duration) {
+        self.0.on_journal_commit(data_bytes, written_bytes, elapsed);
+    }
+
     fn on_fenced(&self, dir: &Path, error: &StorageError) {
         self.0.on_fenced(dir, error);
         on_log_fenced(dir, error);

@@ -1,11 +1,29 @@
 //! A shard's periodic housekeeping: retention and producer expiry on every
 //! replica, reopening logs fenced by a full disk once space is back
-//! ([`super::reopen`]), and the gauges sampled on the way.
+//! ([`super::reopen`]), the gauges sampled on the way, and filling the
+//! segments of logs whose batches wait in the shard journal.
 
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::command::PartitionId;
+use super::replicas::cache_key;
 use super::shard::Shard;
+
+/// How often the segment flusher looks for work.
+const SEGMENT_FLUSH_TICK: Duration = Duration::from_millis(10);
+/// A log holding this much in the journal fills its segment: large runs,
+/// so that segment fdatasyncs follow the byte rate, not the partition count.
+const SEGMENT_FLUSH_BYTES: u64 = 1 << 20;
+/// ... and so does one whose oldest held batch is this old, so that an
+/// idle partition does not pin journal files.
+const SEGMENT_FLUSH_AGE: Duration = Duration::from_secs(5);
+/// Past this many bytes held in the journal in all, the logs holding its
+/// oldest file fill their segments whatever their size: bounds memory
+/// and journal files.
+const JOURNAL_HELD_BYTES_MAX: u64 = 256 << 20;
+/// Segment flushes run at once, at most.
+const SEGMENT_FLUSHES_AT_ONCE: usize = 16;
 
 impl Shard {
     /// Runs retention and housekeeping on every replica, and samples
@@ -27,5 +45,51 @@ impl Shard {
                 .set(self.storage.cache.used_bytes() as i64);
             self.metrics.queue_depth.set(self.inbox.len() as i64);
         }
+    }
+
+    /// Fills the segments of logs whose batches the shard journal holds
+    /// (see [`crate::storage::journal`]) and removes the journal files
+    /// nothing needs any more, until shutdown. Returns at once without a
+    /// journal.
+    pub async fn run_segment_flusher(self: Rc<Self>) {
+        let Some(journal) = self.storage.journal.clone() else {
+            return;
+        };
+        while !self.is_stopping() {
+            glommio::timer::sleep(SEGMENT_FLUSH_TICK).await;
+            let keys = journal.flush_candidates(
+                SEGMENT_FLUSH_BYTES,
+                SEGMENT_FLUSH_AGE,
+                JOURNAL_HELD_BYTES_MAX,
+                Instant::now(),
+            );
+            for chunk in keys.chunks(SEGMENT_FLUSHES_AT_ONCE) {
+                let replicas: Vec<_> = chunk
+                    .iter()
+                    .filter_map(|key| self.replica_by_cache_key(*key))
+                    .collect();
+                let flushes = replicas
+                    .iter()
+                    .map(|replica| replica.partition().log().flush_segment());
+                for result in futures::future::join_all(flushes).await {
+                    // A failed flush fenced its log, which the observer reports.
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "segment flush failed");
+                    }
+                }
+            }
+            if let Err(error) = journal.reclaim().await {
+                tracing::error!(%error, "cannot remove released shard journal files");
+            }
+        }
+    }
+
+    fn replica_by_cache_key(&self, key: u64) -> Option<super::shard::Replica> {
+        let id = PartitionId {
+            topic_id: key >> 20,
+            partition: u32::try_from(key & 0xF_FFFF).ok()?,
+        };
+        debug_assert_eq!(cache_key(id).0, key);
+        self.replicas.borrow().get(&id).cloned()
     }
 }

@@ -64,6 +64,11 @@ impl Shard {
         for (id, _) in &fenced {
             self.replicas.borrow_mut().remove(id);
         }
+        // A journal commit that met ENOSPC failed every log it covered; the
+        // journal takes commits again for the reopened logs.
+        if let Some(journal) = &self.storage.journal {
+            journal.clear_no_space_failure();
+        }
         tracing::info!(
             replicas = fenced.len(),
             free_bytes = self.storage.space.free_bytes(),

@@ -241,6 +241,10 @@ impl Shard {
             if let Err(error) = replica.close().await {
                 tracing::warn!(topic = partition.topic(), partition = partition.index(), %error, "closing a deleted replica failed");
             }
+            // Whatever it could not release is of no use now.
+            if let Some(journal) = &self.storage.journal {
+                journal.forget(cache_key(id).0);
+            }
             let dir = partition.dir();
             if let Err(error) = self.disk.remove_dir_all(&dir).await {
                 tracing::warn!(dir = %dir.display(), %error, "cannot remove a deleted replica's directory");
