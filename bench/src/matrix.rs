@@ -168,6 +168,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 pub fn run(args: &MatrixArgs) -> Result<(), String> {
     let builds = builds(args)?;
     let mut rows = Vec::new();
+    let mut failures = Vec::new();
     for round in 1..=args.rounds.max(1) {
         for &rf in &args.replication_factors {
             if rf != 1 && rf != 3 {
@@ -184,19 +185,53 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
                             partitions,
                             producers,
                         };
-                        let measured = run_cell(args, &cell)?;
-                        for row in &measured {
-                            print_row(row, rows.is_empty());
-                            rows.push(row.clone());
+                        // A failed cell (a broker died, a phase printed no
+                        // report) is reported and the matrix goes on.
+                        match run_cell(args, &cell) {
+                            Ok(measured) => {
+                                for row in &measured {
+                                    print_row(row, rows.is_empty());
+                                    rows.push(row.clone());
+                                }
+                            }
+                            Err(error) => {
+                                eprintln!("matrix: cell failed: {error}");
+                                failures.push(Failure {
+                                    build: build.name.clone(),
+                                    round,
+                                    replication_factor: rf,
+                                    partitions,
+                                    producers,
+                                    error,
+                                });
+                            }
                         }
-                        write_json(args, &builds, &rows)?;
+                        write_json(args, &builds, &rows, &failures)?;
                     }
                 }
             }
         }
     }
     println!("\nJSON report: {}", args.json_out.display());
-    Ok(())
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of the matrix's cells failed (see \"failures\" in the report)",
+            failures.len()
+        ))
+    }
+}
+
+/// A cell that could not be measured.
+#[derive(Clone, Debug, Serialize)]
+struct Failure {
+    build: String,
+    round: usize,
+    replication_factor: u16,
+    partitions: u32,
+    producers: usize,
+    error: String,
 }
 
 fn builds(args: &MatrixArgs) -> Result<Vec<Build>, String> {
@@ -255,6 +290,8 @@ struct Cluster<'a> {
     dir: tempfile::TempDir,
     brokers: u16,
     shards: u16,
+    /// Keep the brokers' logs and data when stopped (the cell failed).
+    keep_files: std::cell::Cell<bool>,
 }
 
 impl<'a> Cluster<'a> {
@@ -276,6 +313,7 @@ impl<'a> Cluster<'a> {
             dir,
             brokers,
             shards,
+            keep_files: std::cell::Cell::new(false),
         };
         cluster.script(&["up", &brokers.to_string()])?;
         Ok(cluster)
@@ -323,9 +361,19 @@ impl<'a> Cluster<'a> {
 
     fn counters(&self) -> Result<Counters, String> {
         let mut counters = Counters::default();
-        for pid in self.pids()? {
-            counters.cpu_ticks += cpu_ticks(&format!("/proc/{pid}/stat"))?;
-            counters.written_bytes += written_bytes(pid)?;
+        for (index, pid) in self.pids()?.into_iter().enumerate() {
+            let gone = |error: String| {
+                format!(
+                    "broker {} (pid {pid}) is gone ({error}); its log is {}",
+                    index + 1,
+                    self.dir
+                        .path()
+                        .join(format!("node-{}/log", index + 1))
+                        .display()
+                )
+            };
+            counters.cpu_ticks += cpu_ticks(&format!("/proc/{pid}/stat")).map_err(gone)?;
+            counters.written_bytes += written_bytes(pid).map_err(gone)?;
         }
         for i in 1..=self.brokers {
             let text = scrape(self.args.base_port + 100 + i)?;
@@ -343,6 +391,19 @@ impl Drop for Cluster<'_> {
         if let Err(error) = self.script(&["down"]) {
             eprintln!("matrix: stopping the cluster: {error}");
         }
+        if self.keep_files.get() {
+            let kept = std::mem::replace(
+                &mut self.dir,
+                match tempfile::tempdir() {
+                    Ok(empty) => empty,
+                    Err(_) => return,
+                },
+            );
+            eprintln!(
+                "matrix: the failed cell's brokers, logs included, are kept in {}",
+                kept.keep().display()
+            );
+        }
     }
 }
 
@@ -352,6 +413,18 @@ fn run_cell(args: &MatrixArgs, cell: &Cell<'_>) -> Result<Vec<Row>, String> {
         cell.round, cell.build.name, cell.rf, cell.partitions, cell.producers
     );
     let cluster = Cluster::up(args, cell.build, cell.rf)?;
+    let measured = measure_cell(args, cell, &cluster);
+    cluster.keep_files.set(measured.is_err());
+    drop(cluster);
+    std::thread::sleep(Duration::from_secs(args.settle_seconds));
+    measured
+}
+
+fn measure_cell(
+    args: &MatrixArgs,
+    cell: &Cell<'_>,
+    cluster: &Cluster<'_>,
+) -> Result<Vec<Row>, String> {
     let topic = "matrix";
     let created = Command::new(cell.build.dir.join("corelog"))
         .args([
@@ -411,8 +484,6 @@ fn run_cell(args: &MatrixArgs, cell: &Cell<'_>) -> Result<Vec<Row>, String> {
             cell, phase, rate, args, &report, delta, client_cpu, seconds,
         ));
     }
-    drop(cluster);
-    std::thread::sleep(Duration::from_secs(args.settle_seconds));
     Ok(rows)
 }
 
@@ -514,7 +585,12 @@ fn print_row(row: &Row, header: bool) {
     );
 }
 
-fn write_json(args: &MatrixArgs, builds: &[Build], rows: &[Row]) -> Result<(), String> {
+fn write_json(
+    args: &MatrixArgs,
+    builds: &[Build],
+    rows: &[Row],
+    failures: &[Failure],
+) -> Result<(), String> {
     #[derive(Serialize)]
     struct Report<'a> {
         builds: &'a [Build],
@@ -524,6 +600,7 @@ fn write_json(args: &MatrixArgs, builds: &[Build], rows: &[Row]) -> Result<(), S
         peak_duration_seconds: u64,
         record_bytes: usize,
         rows: &'a [Row],
+        failures: &'a [Failure],
     }
     let report = Report {
         builds,
@@ -533,6 +610,7 @@ fn write_json(args: &MatrixArgs, builds: &[Build], rows: &[Row]) -> Result<(), S
         peak_duration_seconds: args.peak_duration,
         record_bytes: args.record_bytes,
         rows,
+        failures,
     };
     let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
     if let Some(parent) = args.json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
