@@ -174,11 +174,18 @@ impl Appender {
         self.tail_block.clear();
     }
 
-    /// Drops every pending batch (the log failed; none will be written).
-    pub fn abandon(&mut self) -> usize {
-        let dropped = self.pending.len();
-        self.pending.clear();
-        self.pending_bytes = 0;
+    /// Drops every pending batch from `offset` on (the log failed; they
+    /// will not be written), keeping those below it; returns how many.
+    pub fn abandon_from(&mut self, offset: Offset) -> usize {
+        let kept = self
+            .pending
+            .iter()
+            .take_while(|pending| pending.header.base_offset < offset)
+            .count();
+        let dropped = self.pending.len() - kept;
+        for batch in self.pending.drain(kept..) {
+            self.pending_bytes -= batch.bytes.len();
+        }
         dropped
     }
 }

@@ -869,7 +869,15 @@ impl<D: Disk> PartitionLog<D> {
             // with DISK_FULL instead of meeting ENOSPC and fencing too.
             self.shard.space.remeasure();
         }
-        let dropped = state.appender.abandon();
+        // What the journal holds (or is committing) stays: it is durable, or
+        // will be, and reads and a reopen serve it from here. Nothing else
+        // pending will be written.
+        let keep_below = if self.journal.is_some() {
+            state.journaled_end
+        } else {
+            state.durable_end
+        };
+        let dropped = state.appender.abandon_from(keep_below);
         let durable_end = state.durable_end;
         drop(state);
         if dropped > 0 {

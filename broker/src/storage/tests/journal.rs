@@ -435,3 +435,29 @@ fn a_log_reopened_after_a_full_disk_gets_its_journaled_batches_back() {
     assert_eq!(&read[..expected.len()], &expected[..]);
     block_on(log.append(make_batch(1, 1, 10, T0))).expect("appends again");
 }
+
+#[test]
+fn a_segment_flush_that_meets_a_full_disk_keeps_serving_the_journaled_batches() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    for tag in 0..6 {
+        block_on(log.append(make_batch(tag, 2, 300, T0))).expect("append");
+    }
+    let acknowledged = log.durable_end();
+    let expected = block_on(read_all(&log));
+    assert_eq!(expected.len(), 6);
+    // Another writer takes the space: the segment's write cannot get any.
+    let free = shard
+        .harness
+        .disk
+        .free_bytes(Path::new("/data"))
+        .expect("free");
+    shard.harness.disk.set_capacity((1 << 40) - free);
+    let error = block_on(log.flush_segment()).expect_err("the segment write fails");
+    assert!(error.is_no_space(), "{error:?}");
+    assert!(log.fenced_no_space());
+    // Fenced, but what was acknowledged is still read back, from memory.
+    assert_eq!(log.durable_end(), acknowledged);
+    shard.harness.cache.forget(CacheKey(0));
+    assert_eq!(block_on(read_all(&log)), expected);
+}
