@@ -448,6 +448,7 @@ async fn open_shard_journal(
         &dir,
         JournalConfig::default(),
         storage.observer.clone(),
+        storage.clock.clone(),
     )
     .await
     .map_err(failed)?;

@@ -4,7 +4,7 @@
 //! segments of logs whose batches wait in the shard journal.
 
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::command::PartitionId;
 use super::replicas::cache_key;
@@ -61,7 +61,6 @@ impl Shard {
                 SEGMENT_FLUSH_BYTES,
                 SEGMENT_FLUSH_AGE,
                 JOURNAL_HELD_BYTES_MAX,
-                Instant::now(),
             );
             for chunk in keys.chunks(SEGMENT_FLUSHES_AT_ONCE) {
                 let replicas: Vec<_> = chunk

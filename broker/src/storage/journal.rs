@@ -40,12 +40,13 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corelog_wire::types::Offset;
+use corelog_wire::types::{Offset, TimestampMs};
 use event_listener::Event;
 use futures::future::LocalBoxFuture;
 
 use super::disk::{Disk, DiskFile, align_up};
 use super::{StorageError, StorageObserver};
+use crate::clock::Clock;
 
 const MAGIC: [u8; 4] = *b"CLJF";
 const FRAME_HEADER_BYTES: usize = 24;
@@ -183,16 +184,11 @@ pub trait Journal {
     fn forget(&self, key: u64);
 
     /// Partitions whose segments should be filled now: those holding at
-    /// least `bytes` unreleased, or an entry committed before `now - age`,
+    /// least `bytes` unreleased, or an entry committed `age` or longer ago
+    /// (by the journal's clock),
     /// and, while more than `unreleased_max` bytes are held in all, those
     /// holding the oldest file (so that it can be reclaimed).
-    fn flush_candidates(
-        &self,
-        bytes: u64,
-        age: Duration,
-        unreleased_max: u64,
-        now: Instant,
-    ) -> Vec<u64>;
+    fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<u64>;
 
     /// Removes files whose every entry is released, but never the file
     /// being written. Returns how many were removed.
@@ -224,7 +220,7 @@ struct Held {
     generation: u64,
     batches: Vec<Bytes>,
     bytes: u64,
-    committed_at: Instant,
+    committed_at: TimestampMs,
 }
 
 struct Unreleased {
@@ -264,6 +260,8 @@ pub struct ShardJournal<D: Disk> {
     dir: PathBuf,
     config: JournalConfig,
     observer: Rc<dyn StorageObserver>,
+    /// Stamps commits, for the age rule of [`Journal::flush_candidates`].
+    clock: Rc<dyn Clock>,
     state: RefCell<State<D::File>>,
     /// Signalled after every commit, success or failure.
     committed: Event,
@@ -320,6 +318,7 @@ impl<D: Disk> ShardJournal<D> {
         dir: &Path,
         config: JournalConfig,
         observer: Rc<dyn StorageObserver>,
+        clock: Rc<dyn Clock>,
     ) -> Result<(Self, BTreeMap<PathBuf, RecoveredPartition>), StorageError> {
         config.validate()?;
         disk.create_dir_all(dir)
@@ -370,6 +369,7 @@ impl<D: Disk> ShardJournal<D> {
             dir: dir.to_path_buf(),
             config,
             observer,
+            clock,
             state: RefCell::new(State {
                 files: BTreeMap::new(),
                 // No file is open for writing: the first commit creates one.
@@ -503,7 +503,7 @@ impl<D: Disk> ShardJournal<D> {
         state.stats.entries += entries.len() as u64;
         state.stats.bytes_written += padded as u64;
         let mut data_bytes = 0u64;
-        let committed_at = Instant::now();
+        let committed_at = self.clock.now();
         for queued in entries {
             assert!(queued.ticket >= state.committed, "tickets commit in order");
             state.committed = queued.ticket + 1;
@@ -733,13 +733,9 @@ impl<D: Disk> Journal for ShardJournal<D> {
         }
     }
 
-    fn flush_candidates(
-        &self,
-        bytes: u64,
-        age: Duration,
-        unreleased_max: u64,
-        now: Instant,
-    ) -> Vec<u64> {
+    fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<u64> {
+        let now = self.clock.now();
+        let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         let state = self.state.borrow();
         let oldest_file = (state.unreleased_bytes > unreleased_max)
             .then(|| state.files.keys().next().copied())
@@ -752,7 +748,7 @@ impl<D: Disk> Journal for ShardJournal<D> {
                     return false;
                 };
                 partition.bytes >= bytes
-                    || now.saturating_duration_since(front.committed_at) >= age
+                    || now.0.saturating_sub(front.committed_at.0) >= age_ms
                     || oldest_file.is_some_and(|oldest| front.file_start <= oldest)
             })
             .map(|(key, _)| *key)

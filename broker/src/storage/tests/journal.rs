@@ -30,16 +30,17 @@ struct Shard {
 impl Shard {
     fn new() -> Self {
         let harness = Harness::new(small_config());
-        let journal = block_on(Self::open_journal(&harness.disk)).expect("journal opens");
+        let journal = block_on(Self::open_journal(&harness)).expect("journal opens");
         Shard { harness, journal }
     }
 
-    async fn open_journal(disk: &MemoryDisk) -> Result<Rc<ShardJournal<MemoryDisk>>, StorageError> {
+    async fn open_journal(harness: &Harness) -> Result<Rc<ShardJournal<MemoryDisk>>, StorageError> {
         let (journal, recovered) = ShardJournal::open(
-            disk.clone(),
+            harness.disk.clone(),
             Path::new(JOURNAL_DIR),
             journal_config(),
             Rc::new(NoObserver),
+            harness.clock.clone(),
         )
         .await?;
         assert!(recovered.is_empty(), "a new journal recovers nothing");
@@ -87,6 +88,7 @@ impl Shard {
             Path::new(JOURNAL_DIR),
             journal_config(),
             Rc::new(NoObserver),
+            self.harness.clock.clone(),
         )
         .await?;
         replay_shard_journal(
@@ -358,25 +360,29 @@ fn released_files_are_reclaimed_and_a_flushed_partition_needs_no_replay() {
     }
     assert!(shard.journal.file_count() >= 3);
     block_on(log.append(make_batch(tag, 1, 100, T0))).expect("append");
-    let now = std::time::Instant::now();
     let hour = std::time::Duration::from_secs(3600);
     let journal: &dyn Journal = &*shard.journal;
-    // Asked to flush by bytes held, or by age; not otherwise.
-    assert_eq!(journal.flush_candidates(1, hour, u64::MAX, now), vec![0]);
-    assert_eq!(
-        journal.flush_candidates(u64::MAX, std::time::Duration::ZERO, u64::MAX, now),
-        vec![0]
-    );
+    // Asked to flush by bytes held, or by age on the journal's clock; not
+    // otherwise.
+    assert_eq!(journal.flush_candidates(1, hour, u64::MAX), vec![0]);
     assert!(
         journal
-            .flush_candidates(u64::MAX, hour, u64::MAX, now)
+            .flush_candidates(u64::MAX, hour, u64::MAX)
             .is_empty()
     );
+    shard.harness.clock.advance(3_600_000 - 1);
+    assert!(
+        journal
+            .flush_candidates(u64::MAX, hour, u64::MAX)
+            .is_empty()
+    );
+    shard.harness.clock.advance(1);
+    assert_eq!(journal.flush_candidates(u64::MAX, hour, u64::MAX), vec![0]);
     block_on(log.flush_segment()).expect("flush");
     assert!(
         shard
             .journal
-            .flush_candidates(0, std::time::Duration::ZERO, 0, now)
+            .flush_candidates(0, std::time::Duration::ZERO, 0)
             .is_empty()
     );
     assert_eq!(shard.journal.unreleased_bytes(), 0);

@@ -223,6 +223,7 @@ fn the_shard_journal_on_dma_files_brings_back_batches_no_segment_holds() {
                 &journal_dir,
                 config,
                 Rc::new(super::super::NoObserver),
+                harness.clock.clone(),
             )
         };
         let (journal, recovered) = open_journal().await.expect("journal opens");
