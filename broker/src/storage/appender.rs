@@ -92,7 +92,7 @@ impl Appender {
     }
 
     /// Waiting batches, oldest first.
-    pub fn pending(&self) -> impl Iterator<Item = &PendingBatch> {
+    pub fn pending(&self) -> impl DoubleEndedIterator<Item = &PendingBatch> {
         self.pending.iter()
     }
 

@@ -64,6 +64,11 @@ pub struct JournalConfig {
     /// Most payload bytes one frame carries; entries beyond wait for the
     /// next commit (one entry always goes, however large).
     pub commit_bytes_max: usize,
+    /// A log with at least this many bytes of batches to make durable
+    /// writes them straight to its segment with its own fdatasync instead:
+    /// a run this large amortises its own sync, and going around the
+    /// journal writes it once instead of twice.
+    pub bypass_bytes: usize,
 }
 
 impl Default for JournalConfig {
@@ -72,6 +77,7 @@ impl Default for JournalConfig {
             file_bytes: 64 << 20,
             allocate_bytes: 4 << 20,
             commit_bytes_max: 4 << 20,
+            bypass_bytes: 1 << 20,
         }
     }
 }
@@ -86,6 +92,12 @@ impl JournalConfig {
             return Err(StorageError::InvalidConfig(format!(
                 "journal file_bytes {} must be at least twice commit_bytes_max {}",
                 self.file_bytes, self.commit_bytes_max
+            )));
+        }
+        if self.bypass_bytes < 4096 {
+            return Err(StorageError::InvalidConfig(format!(
+                "journal bypass_bytes {} must be at least 4096",
+                self.bypass_bytes
             )));
         }
         if self.allocate_bytes == 0 || self.allocate_bytes > self.file_bytes {
@@ -168,6 +180,10 @@ pub trait Journal {
 
     /// Whether `ticket` is durable.
     fn is_committed(&self, ticket: Ticket) -> bool;
+
+    /// A log with at least this many bytes to make durable writes them
+    /// to its own segment instead ([`JournalConfig::bypass_bytes`]).
+    fn bypass_bytes(&self) -> usize;
 
     /// The partition `key` has synced its segment up to `segment_end`:
     /// its committed entries below are no longer needed.
@@ -681,6 +697,10 @@ impl<D: Disk> Journal for ShardJournal<D> {
 
     fn is_committed(&self, ticket: Ticket) -> bool {
         ticket.0 < self.state.borrow().committed
+    }
+
+    fn bypass_bytes(&self) -> usize {
+        self.config.bypass_bytes
     }
 
     fn release(&self, key: u64, segment_end: Offset) {

@@ -143,8 +143,12 @@ struct LogState<D: Disk> {
     rewriting: bool,
     ledger: DeletionLedger,
     stats: LogStats,
-    /// Journal mode: batches below this were handed to the journal.
+    /// Journal mode: batches below this were handed to the journal (or
+    /// went around it, straight to the segment).
     journaled_end: Offset,
+    /// Journal mode: while a run of batches too large for the journal goes
+    /// straight to the segment, the offset it ends at.
+    bypass_end: Option<Offset>,
     /// Journal mode: submissions not yet known durable, with the offset
     /// each makes durable, oldest first.
     tickets: VecDeque<(Ticket, Offset)>,
@@ -163,6 +167,19 @@ pub struct LogStats {
     pub bytes_flushed: u64,
     /// Segments rolled.
     pub rolls: u64,
+    /// Journal mode: flushes of runs that went around the journal.
+    pub bypassed_flushes: u64,
+}
+
+/// Journal mode: bytes of the pending batches not yet handed to the journal.
+fn unjournaled_bytes<D: Disk>(state: &LogState<D>) -> usize {
+    state
+        .appender
+        .pending()
+        .rev()
+        .take_while(|pending| pending.header.base_offset >= state.journaled_end)
+        .map(|pending| pending.bytes.len())
+        .sum()
 }
 
 impl<D: Disk> LogState<D> {
@@ -258,6 +275,7 @@ impl<D: Disk> Drop for FlushGuard<'_, D> {
             state.appender.restore(plan);
         }
         state.flushing = false;
+        state.bypass_end = None;
         drop(state);
         self.log.durable_changed.notify(usize::MAX);
     }
@@ -303,6 +321,7 @@ impl<D: Disk> PartitionLog<D> {
             ledger: recovered.ledger,
             stats: LogStats::default(),
             journaled_end: durable_end,
+            bypass_end: None,
             tickets: VecDeque::new(),
             journal_generation: recovered.journal_generation,
         };
@@ -558,14 +577,22 @@ impl<D: Disk> PartitionLog<D> {
     }
 
     /// [`PartitionLog::wait_durable`] in journal mode: hands what is not yet
-    /// in the journal to it and waits for the commit that covers `target`.
+    /// in the journal to it and waits for the commit that covers `target`;
+    /// or, when that is at least [`Journal::bypass_bytes`], writes it
+    /// straight to the segment instead ([`PartitionLog::bypass_journal`]).
     async fn wait_journaled(
         &self,
         journal: &dyn Journal,
         target: Offset,
     ) -> Result<(), StorageError> {
+        enum Step {
+            Commit(Ticket),
+            Wait(event_listener::EventListener),
+            Bypass(Offset),
+            Fail(StorageError),
+        }
         loop {
-            let ticket = {
+            let step = {
                 let mut state = self.state.borrow_mut();
                 self.advance_durable(journal, &mut state);
                 let target = target.min(state.next_offset);
@@ -578,58 +605,117 @@ impl<D: Disk> PartitionLog<D> {
                         no_space: state.fenced_no_space,
                     });
                 }
-                // Hand over what is not in the journal yet, in entries of
-                // at most one flush's bytes (but at least one batch).
-                while state.journaled_end < target {
-                    let journaled_end = state.journaled_end;
-                    let mut batches = Vec::new();
-                    let mut bytes = 0;
-                    let mut end = journaled_end;
-                    for pending in state.appender.pending() {
-                        if pending.header.base_offset < journaled_end {
-                            continue;
-                        }
-                        let len = pending.bytes.len();
-                        if !batches.is_empty() && bytes + len > self.config.flush_bytes_max {
-                            break;
-                        }
-                        bytes += len;
-                        end = pending.header.next_offset();
-                        batches.push(pending.bytes.clone());
-                    }
-                    assert!(
-                        end > journaled_end,
-                        "batches below the next offset are pending"
-                    );
-                    let entry = JournalEntry {
-                        key: self.cache_key.0,
-                        dir: self.journal_dir.clone(),
-                        generation: state.journal_generation,
-                        next_offset: end,
-                        batches,
-                    };
-                    match journal.submit(entry) {
-                        Ok(ticket) => {
-                            state.tickets.push_back((ticket, end));
-                            state.journaled_end = end;
-                        }
-                        Err(error) => {
-                            drop(state);
-                            self.fence(&error);
-                            return Err(error);
-                        }
+                if state.bypass_end.is_some() {
+                    // The run under way covers every batch that waits.
+                    Step::Wait(self.durable_changed.listen())
+                } else if !state.flushing
+                    && state.tickets.is_empty()
+                    && unjournaled_bytes(&state) >= journal.bypass_bytes()
+                {
+                    state.flushing = true;
+                    state.bypass_end = Some(state.next_offset);
+                    Step::Bypass(state.next_offset)
+                } else {
+                    match self.submit_to_journal(journal, &mut state, target) {
+                        Ok(ticket) => Step::Commit(ticket),
+                        Err(error) => Step::Fail(error),
                     }
                 }
-                state
-                    .tickets
-                    .iter()
-                    .find(|(_, end)| *end >= target)
-                    .map(|(ticket, _)| *ticket)
-                    .expect("a submission covers every offset below the journaled end")
             };
-            if let Err(error) = journal.commit(ticket).await {
-                self.fence(&error);
-                return Err(error);
+            match step {
+                Step::Fail(error) => {
+                    self.fence(&error);
+                    return Err(error);
+                }
+                Step::Wait(listener) => listener.await,
+                Step::Bypass(end) => {
+                    let guard = FlushGuard { log: self };
+                    let result = self.bypass_journal(end).await;
+                    drop(guard);
+                    // The next pass answers `Fenced`, as every waiter gets.
+                    if let Err(error) = result {
+                        self.fence(&error);
+                    }
+                }
+                Step::Commit(ticket) => {
+                    if let Err(error) = journal.commit(ticket).await {
+                        self.fence(&error);
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the journal every batch below `target` it has not got yet, in
+    /// entries of at most one flush's bytes (but at least one batch), and
+    /// returns the ticket of the submission that covers `target`.
+    fn submit_to_journal(
+        &self,
+        journal: &dyn Journal,
+        state: &mut LogState<D>,
+        target: Offset,
+    ) -> Result<Ticket, StorageError> {
+        while state.journaled_end < target {
+            let journaled_end = state.journaled_end;
+            let mut batches = Vec::new();
+            let mut bytes = 0;
+            let mut end = journaled_end;
+            for pending in state.appender.pending() {
+                if pending.header.base_offset < journaled_end {
+                    continue;
+                }
+                let len = pending.bytes.len();
+                if !batches.is_empty() && bytes + len > self.config.flush_bytes_max {
+                    break;
+                }
+                bytes += len;
+                end = pending.header.next_offset();
+                batches.push(pending.bytes.clone());
+            }
+            assert!(
+                end > journaled_end,
+                "batches below the next offset are pending"
+            );
+            let entry = JournalEntry {
+                key: self.cache_key.0,
+                dir: self.journal_dir.clone(),
+                generation: state.journal_generation,
+                next_offset: end,
+                batches,
+            };
+            match journal.submit(entry) {
+                Ok(ticket) => {
+                    state.tickets.push_back((ticket, end));
+                    state.journaled_end = end;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(state
+            .tickets
+            .iter()
+            .find(|(_, end)| *end >= target)
+            .map(|(ticket, _)| *ticket)
+            .expect("a submission covers every offset below the journaled end"))
+    }
+
+    /// Writes and syncs every pending batch below `end` into the segment
+    /// (the journal's not yet segmented ones first), so that a large run
+    /// is written once. Each flush round makes its batches durable
+    /// ([`PartitionLog::flush_round`]); the journal gets nothing of them,
+    /// and no submission starts until they are synced, so recovery never
+    /// finds a journal entry past a torn segment tail. Stops early if a
+    /// round takes nothing: the journal takes the rest.
+    async fn bypass_journal(&self, end: Offset) -> Result<(), StorageError> {
+        loop {
+            let before = self.state.borrow().segment_end();
+            if before >= end {
+                return Ok(());
+            }
+            self.flush_round(end).await?;
+            if self.state.borrow().segment_end() == before {
+                return Ok(());
             }
         }
     }
@@ -780,10 +866,18 @@ impl<D: Disk> PartitionLog<D> {
             .header
             .next_offset();
         if let Some(journal) = &self.journal {
-            assert!(
-                segment_end <= state.durable_end,
-                "the segment holds only durable batches"
-            );
+            if segment_end > state.durable_end {
+                assert!(
+                    state
+                        .bypass_end
+                        .is_some_and(|bypass_end| segment_end <= bypass_end),
+                    "only a run around the journal puts batches not durable in it into the segment"
+                );
+                state.durable_end = segment_end;
+                state.journaled_end = state.journaled_end.max(segment_end);
+                state.stats.bypassed_flushes += 1;
+                state.check_offsets();
+            }
             drop(state);
             journal.release(self.cache_key.0, segment_end);
         } else {

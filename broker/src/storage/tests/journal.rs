@@ -19,6 +19,7 @@ fn journal_config() -> JournalConfig {
         file_bytes: 256 << 10,
         allocate_bytes: 64 << 10,
         commit_bytes_max: 64 << 10,
+        bypass_bytes: 64 << 10,
     }
 }
 
@@ -466,4 +467,110 @@ fn a_segment_flush_that_meets_a_full_disk_keeps_serving_the_journaled_batches() 
     assert_eq!(log.durable_end(), acknowledged);
     shard.harness.cache.forget(CacheKey(0));
     assert_eq!(block_on(read_all(&log)), expected);
+}
+
+/// Starts appends of `count` batches of about 2.8 KB each, without
+/// waiting, and returns the offset after the last.
+fn start_run(log: &PartitionLog<MemoryDisk>, first_tag: u64, count: u64) -> Offset {
+    let mut end = log.next_offset();
+    for tag in first_tag..first_tag + count {
+        end = log
+            .start_append(make_batch(tag, 3, 900, T0))
+            .expect("start append")
+            .last_offset
+            .plus(1);
+    }
+    end
+}
+
+#[test]
+fn a_run_too_large_for_the_journal_goes_around_it_and_survives_a_power_loss() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    block_on(log.append(make_batch(0, 2, 150, T0))).expect("append");
+    let journaled = shard.journal.stats().bytes_written;
+    assert!(journaled > 0, "a small append goes through the journal");
+    // About 84 KiB waiting at once, above the 64 KiB bypass: written once,
+    // to the segment, behind the batch the journal held.
+    let end = start_run(&log, 1, 30);
+    block_on(log.wait_durable(end)).expect("durable");
+    assert_eq!(log.durable_end(), end);
+    assert_eq!(
+        shard.journal.stats().bytes_written,
+        journaled,
+        "nothing of the run went to the journal"
+    );
+    assert!(log.stats().bypassed_flushes > 0);
+    assert_eq!(log.unsegmented_bytes(), 0);
+    assert_eq!(
+        shard.journal.unreleased_bytes(),
+        0,
+        "the journal's batch went into the segment first and was released"
+    );
+    // Small appends after it use the journal again.
+    block_on(log.append(make_batch(99, 1, 100, T0))).expect("append");
+    assert!(shard.journal.stats().bytes_written > journaled);
+    let expected = block_on(read_all(&log));
+    assert_eq!(expected.len(), 32);
+    drop(log);
+    shard.harness.disk.crash();
+    block_on(shard.restart(&shard.harness.disk)).expect("restart");
+    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
+    assert_eq!(block_on(read_all(&log)), expected);
+}
+
+#[test]
+fn appends_that_arrive_during_a_run_around_the_journal_wait_for_it() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    shard.harness.disk.set_yielding(true);
+    let end = start_run(&log, 0, 30);
+    let (run, small) = block_on(futures::future::join(
+        log.wait_durable(end),
+        log.append(make_batch(99, 1, 100, T0)),
+    ));
+    run.expect("the run is durable");
+    let small = small.expect("the small append is durable");
+    assert_eq!(small.base_offset, end);
+    let stats = shard.journal.stats();
+    // The small batch waited for the run, then went to the journal alone:
+    // no journal entry overlaps the run.
+    assert_eq!(stats.entries, 1, "{stats:?}");
+    let unsegmented = log.unsegmented_bytes();
+    assert!(
+        (100..1024).contains(&unsegmented),
+        "only the small batch waits in the journal: {unsegmented}"
+    );
+    let expected = block_on(read_all(&log));
+    assert_eq!(expected.len(), 31);
+    drop(log);
+    shard.harness.disk.crash();
+    let (_, recovered) = block_on(shard.restart(&shard.harness.disk)).expect("restart");
+    assert_eq!(recovered.len(), 1, "the small batch is replayed");
+    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
+    assert_eq!(block_on(read_all(&log)), expected);
+}
+
+#[test]
+fn a_run_around_the_journal_that_fails_to_sync_fences_and_keeps_the_journaled_batches() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    block_on(log.append(make_batch(0, 2, 150, T0))).expect("append");
+    let durable = log.durable_end();
+    let end = start_run(&log, 1, 30);
+    shard.harness.disk.fail_next(Fault::Sync);
+    let result = block_on(log.wait_durable(end));
+    assert!(
+        matches!(result, Err(StorageError::Fenced { .. })),
+        "{result:?}"
+    );
+    assert_eq!(
+        log.durable_end(),
+        durable,
+        "nothing of the run acknowledged"
+    );
+    shard.harness.cache.forget(CacheKey(0));
+    let kept = block_on(read_all(&log));
+    assert_eq!(kept.len(), 1, "the journaled batch is still served");
+    assert_eq!(kept[0].1, durable);
 }

@@ -215,6 +215,7 @@ fn the_shard_journal_on_dma_files_brings_back_batches_no_segment_holds() {
             file_bytes: 1 << 20,
             allocate_bytes: 256 << 10,
             commit_bytes_max: 256 << 10,
+            bypass_bytes: 256 << 10,
         };
         let harness = Harness::new(small_config());
         let open_journal = || {
