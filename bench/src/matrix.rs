@@ -123,6 +123,8 @@ struct Row {
     /// Achieved over target.
     achieved: f64,
     errors: u64,
+    /// The first failed record's error, as the producer reported it.
+    first_error: Option<String>,
     p50_ms: f64,
     p95_ms: f64,
     p99_ms: f64,
@@ -520,6 +522,10 @@ fn row(
         records_per_second,
         achieved: records_per_second / rate as f64,
         errors: number(&["errors"]) as u64,
+        first_error: report
+            .get("first_error")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         p50_ms: latency_ms("p50_us"),
         p95_ms: latency_ms("p95_us"),
         p99_ms: latency_ms("p99_us"),
@@ -578,7 +584,11 @@ fn print_row(row: &Row, header: bool) {
         row.replication_rpcs_per_second,
         row.written_per_appended,
         if row.errors > 0 {
-            format!("  {} errors", row.errors)
+            format!(
+                "  {} errors, first: {}",
+                row.errors,
+                row.first_error.as_deref().unwrap_or("not reported")
+            )
         } else {
             String::new()
         }
