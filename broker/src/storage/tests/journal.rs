@@ -103,6 +103,19 @@ impl Shard {
         Ok((Rc::new(journal), recovered))
     }
 
+    /// Cuts the power with partition 0's `log` closed, restarts the shard
+    /// and checks that the log reads back what it read before. Returns the
+    /// reopened log and how many partitions the journal replayed.
+    fn power_loss_keeps(&self, log: PartitionLog<MemoryDisk>) -> (PartitionLog<MemoryDisk>, usize) {
+        let expected = block_on(read_all(&log));
+        drop(log);
+        self.harness.disk.crash();
+        let (_, recovered) = block_on(self.restart(&self.harness.disk)).expect("restart");
+        let log = block_on(self.reopen_plain(&self.harness.disk, 0));
+        assert_eq!(block_on(read_all(&log)), expected);
+        (log, recovered.len())
+    }
+
     /// Opens partition `index` on `disk` without a journal, to read it.
     async fn reopen_plain(&self, disk: &MemoryDisk, index: u64) -> PartitionLog<MemoryDisk> {
         PartitionLog::open(
@@ -337,12 +350,7 @@ fn replay_skips_what_a_truncation_removed() {
     for tag in 100..103 {
         block_on(log.append(make_batch(tag, 1, 100, T0))).expect("append");
     }
-    let expected = block_on(read_all(&log));
-    drop(log);
-    shard.harness.disk.crash();
-    block_on(shard.restart(&shard.harness.disk)).expect("restart");
-    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
-    assert_eq!(block_on(read_all(&log)), expected);
+    let (log, _) = shard.power_loss_keeps(log);
     assert_eq!(log.durable_end(), Offset(8));
 }
 
@@ -394,12 +402,7 @@ fn released_files_are_reclaimed_and_a_flushed_partition_needs_no_replay() {
         1,
         "the file being written stays"
     );
-    let expected = block_on(read_all(&log));
-    drop(log);
-    shard.harness.disk.crash();
-    block_on(shard.restart(&shard.harness.disk)).expect("restart");
-    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
-    assert_eq!(block_on(read_all(&log)), expected);
+    shard.power_loss_keeps(log);
 }
 
 #[test]
@@ -510,13 +513,8 @@ fn a_run_too_large_for_the_journal_goes_around_it_and_survives_a_power_loss() {
     // Small appends after it use the journal again.
     block_on(log.append(make_batch(99, 1, 100, T0))).expect("append");
     assert!(shard.journal.stats().bytes_written > journaled);
-    let expected = block_on(read_all(&log));
-    assert_eq!(expected.len(), 32);
-    drop(log);
-    shard.harness.disk.crash();
-    block_on(shard.restart(&shard.harness.disk)).expect("restart");
-    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
-    assert_eq!(block_on(read_all(&log)), expected);
+    assert_eq!(block_on(read_all(&log)).len(), 32);
+    shard.power_loss_keeps(log);
 }
 
 #[test]
@@ -541,14 +539,9 @@ fn appends_that_arrive_during_a_run_around_the_journal_wait_for_it() {
         (100..1024).contains(&unsegmented),
         "only the small batch waits in the journal: {unsegmented}"
     );
-    let expected = block_on(read_all(&log));
-    assert_eq!(expected.len(), 31);
-    drop(log);
-    shard.harness.disk.crash();
-    let (_, recovered) = block_on(shard.restart(&shard.harness.disk)).expect("restart");
-    assert_eq!(recovered.len(), 1, "the small batch is replayed");
-    let log = block_on(shard.reopen_plain(&shard.harness.disk, 0));
-    assert_eq!(block_on(read_all(&log)), expected);
+    assert_eq!(block_on(read_all(&log)).len(), 31);
+    let (_, replayed) = shard.power_loss_keeps(log);
+    assert_eq!(replayed, 1, "the small batch is replayed");
 }
 
 #[test]
