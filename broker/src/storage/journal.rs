@@ -201,9 +201,9 @@ pub trait Journal {
 
     /// Partitions whose segments should be filled now: those holding at
     /// least `bytes` unreleased, or an entry committed `age` or longer ago
-    /// (by the journal's clock),
-    /// and, while more than `unreleased_max` bytes are held in all, those
-    /// holding the oldest file (so that it can be reclaimed).
+    /// (by the journal's clock), and, while more than `unreleased_max`
+    /// bytes are held in all, those holding the oldest file (so that it
+    /// can be reclaimed).
     fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<u64>;
 
     /// Removes files whose every entry is released, but never the file

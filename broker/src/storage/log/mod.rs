@@ -684,13 +684,9 @@ impl<D: Disk> PartitionLog<D> {
                 next_offset: end,
                 batches,
             };
-            match journal.submit(entry) {
-                Ok(ticket) => {
-                    state.tickets.push_back((ticket, end));
-                    state.journaled_end = end;
-                }
-                Err(error) => return Err(error),
-            }
+            let ticket = journal.submit(entry)?;
+            state.tickets.push_back((ticket, end));
+            state.journaled_end = end;
         }
         Ok(state
             .tickets
