@@ -23,6 +23,9 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// Prometheus `/metrics` listener.
     pub metrics_listen: SocketAddr,
+    /// Whether and where each shard also accepts connections alone, so
+    /// that shard-aware clients reach a partition's owner directly.
+    pub shard_ports: ShardPorts,
     /// Where partitions and metadata live.
     pub data_dir: PathBuf,
     /// Executors, one per core by default.
@@ -97,6 +100,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7100)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 7180)),
+            shard_ports: ShardPorts::Auto,
             data_dir: PathBuf::from("data"),
             shards: std::thread::available_parallelism().map_or(1, |cores| cores.get() as u16),
             pin: false,
@@ -137,6 +141,74 @@ impl Default for BrokerConfig {
     }
 }
 
+/// Whether and where each shard accepts connections of its own, besides
+/// the shared port where the kernel spreads connections over the shards.
+/// A broker of one shard never needs them, and opens none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "ShardPortsSetting")]
+pub enum ShardPorts {
+    /// Only the shared port: requests for another shard's partitions are
+    /// forwarded to it.
+    Off,
+    /// A port the kernel picks for each shard at every start; clients
+    /// learn them with `DescribeShards`.
+    Auto,
+    /// Shard `N` listens on this port plus `N`, for firewalls that need
+    /// fixed ports.
+    From(u16),
+}
+
+impl ShardPorts {
+    /// The address shard `shard` of a broker of `shards` listens on alone,
+    /// if it does (port 0: any port).
+    #[must_use]
+    pub fn address(self, listen: SocketAddr, shards: u16, shard: u16) -> Option<SocketAddr> {
+        let port = match self {
+            _ if shards < 2 => return None,
+            ShardPorts::Off => return None,
+            ShardPorts::Auto => 0,
+            ShardPorts::From(first) => first.checked_add(shard)?,
+        };
+        Some(SocketAddr::new(listen.ip(), port))
+    }
+}
+
+impl std::str::FromStr for ShardPorts {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "off" => Ok(ShardPorts::Off),
+            "auto" => Ok(ShardPorts::Auto),
+            number => match number.parse::<u16>() {
+                Ok(first) if first > 0 => Ok(ShardPorts::From(first)),
+                _ => Err(format!(
+                    "{number:?} is not `off`, `auto` or a port number from 1 to 65535"
+                )),
+            },
+        }
+    }
+}
+
+/// `shard_ports` as TOML may spell it: `"auto"`, `"off"` or a number.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ShardPortsSetting {
+    Port(u16),
+    Word(String),
+}
+
+impl TryFrom<ShardPortsSetting> for ShardPorts {
+    type Error = String;
+
+    fn try_from(setting: ShardPortsSetting) -> Result<Self, Self::Error> {
+        match setting {
+            ShardPortsSetting::Port(port) => port.to_string().parse(),
+            ShardPortsSetting::Word(word) => word.parse(),
+        }
+    }
+}
+
 /// Command-line flags; each overrides the file and the default.
 #[derive(Debug, Default, Parser)]
 #[command(name = "corelogd", version, about = "The corelog broker")]
@@ -151,6 +223,11 @@ pub struct Flags {
     /// Metrics listener [default: 127.0.0.1:7180].
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Per-shard ports for shard-aware clients, on the listen IP: `auto`
+    /// (the kernel picks them), `off`, or a first port (shard N listens on
+    /// it plus N) [default: auto; none with one shard].
+    #[arg(long)]
+    pub shard_ports: Option<ShardPorts>,
     /// Data directory [default: ./data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -249,6 +326,7 @@ pub struct Flags {
 struct FileSettings {
     listen: Option<SocketAddr>,
     metrics_listen: Option<SocketAddr>,
+    shard_ports: Option<ShardPorts>,
     data_dir: Option<PathBuf>,
     shards: Option<u16>,
     pin: Option<bool>,
@@ -336,6 +414,7 @@ impl BrokerConfig {
             file,
             listen,
             metrics_listen,
+            shard_ports,
             data_dir,
             shards,
             pin,
@@ -410,6 +489,24 @@ impl BrokerConfig {
         };
         if self.shards == 0 {
             return invalid("shards", "must be at least 1");
+        }
+        if let ShardPorts::From(first) = self.shard_ports {
+            let last = u32::from(first) + u32::from(self.shards) - 1;
+            if last > u32::from(u16::MAX) {
+                return invalid(
+                    "shard_ports",
+                    &format!("{first} plus {} shards passes port 65535", self.shards),
+                );
+            }
+            let taken = |port: u16| (u32::from(first)..=last).contains(&u32::from(port));
+            if self.shards > 1 && (taken(self.listen.port()) || taken(self.metrics_listen.port())) {
+                return invalid(
+                    "shard_ports",
+                    &format!(
+                        "ports {first}..={last} overlap the listen or metrics port; pick another first port"
+                    ),
+                );
+            }
         }
         if self.max_in_flight_per_connection == 0 {
             return invalid("max_in_flight_per_connection", "must be at least 1");
@@ -683,5 +780,63 @@ mod tests {
             ..Flags::default()
         };
         assert!(BrokerConfig::resolve(&flags).is_ok());
+    }
+
+    #[test]
+    fn shard_ports_are_auto_off_or_a_first_port_from_flag_or_file() {
+        let listen = SocketAddr::from(([127, 0, 0, 2], 7100));
+        assert_eq!(
+            ShardPorts::Auto.address(listen, 2, 1),
+            Some(SocketAddr::from(([127, 0, 0, 2], 0)))
+        );
+        assert_eq!(
+            ShardPorts::From(7110).address(listen, 2, 1),
+            Some(SocketAddr::from(([127, 0, 0, 2], 7111)))
+        );
+        assert_eq!(ShardPorts::Off.address(listen, 2, 1), None);
+        assert_eq!(
+            ShardPorts::Auto.address(listen, 1, 0),
+            None,
+            "one shard owns every partition: nothing to pick"
+        );
+        assert_eq!("auto".parse(), Ok(ShardPorts::Auto));
+        assert_eq!("off".parse(), Ok(ShardPorts::Off));
+        assert_eq!("7110".parse(), Ok(ShardPorts::From(7110)));
+        for bad in ["0", "70000", "on"] {
+            let error = bad.parse::<ShardPorts>().unwrap_err();
+            assert!(error.contains("`off`, `auto` or a port number"), "{error}");
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corelog.toml");
+        for (text, expected) in [
+            ("shard_ports = 7300\n", ShardPorts::From(7300)),
+            ("shard_ports = \"off\"\n", ShardPorts::Off),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let config = BrokerConfig::resolve(&Flags {
+                config: Some(path.clone()),
+                shards: Some(2),
+                ..Flags::default()
+            })
+            .unwrap();
+            assert_eq!(config.shard_ports, expected, "{text}");
+        }
+        assert_eq!(
+            BrokerConfig::resolve(&Flags::default())
+                .unwrap()
+                .shard_ports,
+            ShardPorts::Auto
+        );
+        for first in [7099, 65535] {
+            let error = BrokerConfig::resolve(&Flags {
+                shards: Some(2),
+                shard_ports: Some(ShardPorts::From(first)),
+                ..Flags::default()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(error.contains("shard_ports"), "{error}");
+        }
     }
 }

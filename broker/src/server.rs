@@ -30,6 +30,7 @@ use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
 use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::migration;
+use crate::net::shard_ports::ShardPortTable;
 use crate::net::{listener, loopback::Loopback};
 use crate::runtime::command::ShardCommand;
 use crate::runtime::fatal::{self, ExitOnFence};
@@ -69,10 +70,19 @@ pub enum RunError {
 /// just exited can linger while the kernel tears its io_uring down, so a
 /// busy address is retried for a few seconds before giving up.
 fn refuse_ports_in_use(config: &BrokerConfig) -> Result<(), RunError> {
+    let shard_addresses = (0..config.shards).filter_map(|shard| {
+        config
+            .shard_ports
+            .address(config.listen, config.shards, shard)
+            .map(|addr| ("shard", addr))
+    });
     for (what, addr) in [
         ("listen", config.listen),
         ("metrics", config.metrics_listen),
-    ] {
+    ]
+    .into_iter()
+    .chain(shard_addresses)
+    {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
         while accepts_connections(addr) {
             if std::time::Instant::now() >= deadline {
@@ -116,6 +126,7 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
         listen = %broker.config.listen,
         metrics = %broker.config.metrics_listen,
         shards = broker.config.shards,
+        shard_ports = ?broker.shard_ports(),
         data_dir = %broker.config.data_dir.display(),
         "corelogd ready"
     );
@@ -132,6 +143,7 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
 /// (the request-handler fuzz target) start and stop one directly.
 pub struct RunningBroker {
     config: BrokerConfig,
+    shard_ports: Arc<ShardPortTable>,
     senders: Vec<flume::Sender<ShardCommand>>,
     executors: Vec<glommio::ExecutorJoinHandle<()>>,
 }
@@ -150,6 +162,16 @@ impl RunningBroker {
     #[must_use]
     pub fn config(&self) -> &BrokerConfig {
         &self.config
+    }
+
+    /// The port each shard accepts on alone, by shard (empty without).
+    #[must_use]
+    pub fn shard_ports(&self) -> Vec<u16> {
+        self.shard_ports
+            .endpoints()
+            .iter()
+            .map(|endpoint| endpoint.port)
+            .collect()
     }
 
     /// Stops gracefully, as on SIGTERM: every shard finishes in-flight work
@@ -180,6 +202,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         .map(|_| flume::bounded::<ShardCommand>(config.shard_queue_depth as usize))
         .unzip();
     let open_connections = Arc::new(AtomicU32::new(0));
+    let shard_ports = Arc::new(ShardPortTable::new(shard_count));
     let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
     let mut executors = Vec::with_capacity(usize::from(shard_count));
     for (id, inbox) in (0..shard_count).zip(inboxes) {
@@ -193,6 +216,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let peers = senders.clone();
         let started = started.clone();
         let open_connections = open_connections.clone();
+        let shard_ports = shard_ports.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
@@ -205,7 +229,10 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                     peers,
                     inbox,
                     metrics,
-                    open_connections,
+                    Listeners {
+                        open_connections,
+                        shard_ports,
+                    },
                 )
                 .await
                 {
@@ -242,6 +269,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     }
     Ok(RunningBroker {
         config,
+        shard_ports,
         senders,
         executors,
     })
@@ -271,6 +299,14 @@ fn wait_for_signal() -> Result<(), RunError> {
     Ok(())
 }
 
+/// What a shard's listeners share with the other shards'.
+struct Listeners {
+    /// Client connections open on the broker, against its limit.
+    open_connections: Arc<AtomicU32>,
+    /// The port each shard accepts on alone.
+    shard_ports: Arc<ShardPortTable>,
+}
+
 /// Brings one shard up: disk, storage resources, listeners, the cluster
 /// role and the migration of a standalone data directory (shard 0), then
 /// its loops. Returns once its loops run; it accepts connections once it
@@ -282,7 +318,7 @@ async fn start_shard(
     peers: Vec<flume::Sender<ShardCommand>>,
     inbox: flume::Receiver<ShardCommand>,
     metrics: Arc<BrokerMetrics>,
-    open_connections: Arc<AtomicU32>,
+    listeners: Listeners,
 ) -> Result<Rc<Shard>, String> {
     crate::peer::bind_outbound_to(config.listen.ip());
     let data_dir = config.data_dir.clone();
@@ -299,6 +335,26 @@ async fn start_shard(
             config.listen
         )
     })?;
+    // Shard-aware clients connect here to reach this shard alone.
+    let own_listener = match config
+        .shard_ports
+        .address(config.listen, config.shards, id.0)
+    {
+        Some(addr) => {
+            let own = TcpListener::bind(addr).map_err(|error| {
+                format!("cannot listen on {addr} for shard {id}: {error}; pick other --shard-ports or set them off")
+            })?;
+            let port = own
+                .local_addr()
+                .map_err(|error| {
+                    format!("cannot read the address of shard {id}'s listener: {error}")
+                })?
+                .port();
+            listeners.shard_ports.record(id, port);
+            Some(own)
+        }
+        None => None,
+    };
     let shard_zero = id == ShardId(0);
     let metrics_listener = if shard_zero {
         Some(TcpListener::bind(config.metrics_listen).map_err(|error| {
@@ -317,6 +373,7 @@ async fn start_shard(
         storage,
         peers,
         inbox,
+        shard_ports: listeners.shard_ports,
     });
     // Calls this broker makes to itself run the handlers in-process.
     crate::peer::serve_locally(shard.config.node_id, Rc::new(Loopback::new(&shard)));
@@ -327,12 +384,14 @@ async fn start_shard(
     glommio::spawn_local(shard.clone().run_segment_flusher()).detach();
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_replication_timers()).detach();
-    glommio::spawn_local(listener::accept_loop(
-        shard.clone(),
-        listener,
-        open_connections,
-    ))
-    .detach();
+    for listener in std::iter::once(listener).chain(own_listener) {
+        glommio::spawn_local(listener::accept_loop(
+            shard.clone(),
+            listener,
+            listeners.open_connections.clone(),
+        ))
+        .detach();
+    }
     if let Some(metrics_listener) = metrics_listener {
         glommio::spawn_local(crate::metrics::http::serve(metrics_listener, metrics)).detach();
     }

@@ -58,7 +58,7 @@ const _: () = assert!(RESPONSE_HEADER_BYTES == 4 + 4);
 
 /// A numbered API. The numbers are part of the protocol and never reused.
 ///
-/// `0..20` are the data and admin APIs (`9..20` are kept free for later ones
+/// `0..20` are the data and admin APIs (`10..20` are kept free for later ones
 /// of that kind); `20..31` are the consumer-group APIs and the audit log
 /// (`31..40` are kept free for later ones of that kind).
 ///
@@ -88,6 +88,9 @@ pub enum ApiKey {
     ListOffsets = 7,
     /// Obtain or bump an idempotent producer id and epoch.
     InitProducerId = 8,
+    /// The answering broker's shards and each one's own port, for
+    /// shard-aware clients.
+    DescribeShards = 9,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -142,6 +145,7 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::InitProducerId,
+        ApiKey::DescribeShards,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -182,6 +186,7 @@ impl ApiKey {
             6 => Some(ApiKey::Fetch),
             7 => Some(ApiKey::ListOffsets),
             8 => Some(ApiKey::InitProducerId),
+            9 => Some(ApiKey::DescribeShards),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -217,6 +222,7 @@ impl ApiKey {
             ApiKey::Fetch => "Fetch",
             ApiKey::ListOffsets => "ListOffsets",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::DescribeShards => "DescribeShards",
             ApiKey::FindCoordinator => "FindCoordinator",
             ApiKey::JoinGroup => "JoinGroup",
             ApiKey::Heartbeat => "Heartbeat",
@@ -254,6 +260,7 @@ impl ApiKey {
             | ApiKey::Fetch
             | ApiKey::ListOffsets
             | ApiKey::InitProducerId
+            | ApiKey::DescribeShards
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -299,6 +306,7 @@ impl ApiKey {
             | ApiKey::Fetch
             | ApiKey::ListOffsets
             | ApiKey::InitProducerId
+            | ApiKey::DescribeShards
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -813,6 +821,7 @@ mod tests {
                 (6, "Fetch"),
                 (7, "ListOffsets"),
                 (8, "InitProducerId"),
+                (9, "DescribeShards"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -836,7 +845,7 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 8 || (20..=30).contains(&code) || (40..=46).contains(&code))
+                (code <= 9 || (20..=30).contains(&code) || (40..=46).contains(&code))
                     .then_some(code)
             );
         }
@@ -951,11 +960,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&9_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&10_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 9,
+                api_key: 10,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

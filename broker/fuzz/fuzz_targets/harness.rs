@@ -456,6 +456,7 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         Fetch => fetch::FetchResponse,
         ListOffsets => list_offsets::ListOffsetsResponse,
         InitProducerId => init_producer_id::InitProducerIdResponse,
+        DescribeShards => describe_shards::DescribeShardsResponse,
         FindCoordinator => find_coordinator::FindCoordinatorResponse,
         JoinGroup => join_group::JoinGroupResponse,
         Heartbeat => heartbeat::HeartbeatResponse,

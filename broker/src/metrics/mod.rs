@@ -65,6 +65,7 @@ pub struct BrokerMetrics {
     records_out: Family<ShardLabel, Counter>,
     bytes_out: Family<ShardLabel, Counter>,
     requests: Family<ShardApiLabel, Counter>,
+    forwarded: Family<ShardApiLabel, Counter>,
     errors: Family<ShardCodeLabel, Counter>,
     connections: Family<ShardLabel, Gauge>,
     in_flight_requests: Family<ShardLabel, Gauge>,
@@ -104,6 +105,7 @@ impl BrokerMetrics {
             records_out: Family::default(),
             bytes_out: Family::default(),
             requests: Family::default(),
+            forwarded: Family::default(),
             errors: Family::default(),
             connections: Family::default(),
             in_flight_requests: Family::default(),
@@ -166,6 +168,11 @@ impl BrokerMetrics {
             "requests",
             "Requests handled, by API",
             metrics.requests.clone(),
+        );
+        registry.register(
+            "forwarded_batches",
+            "Partition batches received on a connection to another shard than the partition's owner and forwarded to the owner, by API (shard-aware clients keep this near 0)",
+            metrics.forwarded.clone(),
         );
         registry.register(
             "errors",
@@ -254,6 +261,14 @@ impl BrokerMetrics {
             replica_lag_records: self.replica_lag_records.get_or_create_owned(&label),
             replica_leader_partitions: self.replica_leader_partitions.get_or_create_owned(&label),
             broker_fenced: self.broker_fenced.get_or_create_owned(&label),
+            forwarded_produce: self.forwarded.get_or_create_owned(&ShardApiLabel {
+                shard,
+                api: "Produce",
+            }),
+            forwarded_fetch: self.forwarded.get_or_create_owned(&ShardApiLabel {
+                shard,
+                api: "Fetch",
+            }),
         }
     }
 
@@ -311,6 +326,10 @@ pub struct ShardMetrics {
     pub replica_leader_partitions: Gauge,
     /// Shard 0: whether the controller fences this broker.
     pub broker_fenced: Gauge,
+    /// Produced batches forwarded to their owning shard.
+    pub forwarded_produce: Counter,
+    /// Fetched partitions forwarded to their owning shard.
+    pub forwarded_fetch: Counter,
 }
 
 impl ShardMetrics {

@@ -6,10 +6,13 @@
 //! - [`connection`]: one connection's frames, handshake, backpressure.
 //! - [`handlers`]: one module per API.
 //! - [`loopback`]: the same handlers for calls this broker makes to itself.
+//! - [`shard_ports`]: the port each shard also accepts on alone, for
+//!   shard-aware clients.
 
 pub mod connection;
 pub mod handlers;
 pub mod listener;
 pub mod loopback;
+pub mod shard_ports;
 
 pub use crate::api::Reply;

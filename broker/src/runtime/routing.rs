@@ -143,6 +143,7 @@ impl Shard {
         let route = if owner == self.id {
             Route::Local(batch)
         } else {
+            self.metrics.forwarded_produce.inc();
             let (reply, answer) = oneshot::channel();
             let command = ShardCommand::Produce {
                 partition,
@@ -207,6 +208,7 @@ impl Shard {
         if owner == self.id {
             return self.local_read(partition, offset, max_bytes).await;
         }
+        self.metrics.forwarded_fetch.inc();
         self.ask(owner, |reply| ShardCommand::Read {
             partition,
             offset,

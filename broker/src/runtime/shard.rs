@@ -29,6 +29,7 @@ use crate::executor::{Executor, GlommioExecutor};
 use crate::group::service::Coordinator;
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::metrics::ShardMetrics;
+use crate::net::shard_ports::ShardPortTable;
 use crate::peer::Peers;
 use crate::replica::ReplicatedPartition;
 use crate::storage::ShardStorage;
@@ -65,6 +66,8 @@ pub struct Shard {
     pub(super) applying: async_lock::Mutex<()>,
     pub(super) peers: Vec<flume::Sender<ShardCommand>>,
     pub(super) inbox: flume::Receiver<ShardCommand>,
+    /// The port each shard of the broker accepts on alone.
+    pub shard_ports: Arc<ShardPortTable>,
     /// Shard 0: the controller role (on voters) and the membership.
     cluster: RefCell<Option<ClusterRole>>,
     /// Connections being served.
@@ -106,6 +109,8 @@ pub struct ShardParts {
     pub peers: Vec<flume::Sender<ShardCommand>>,
     /// This shard's queue.
     pub inbox: flume::Receiver<ShardCommand>,
+    /// The port each shard accepts on alone.
+    pub shard_ports: Arc<ShardPortTable>,
 }
 
 /// Counts a request as in flight until dropped.
@@ -148,6 +153,7 @@ impl Shard {
             applying: async_lock::Mutex::new(()),
             peers: parts.peers,
             inbox: parts.inbox,
+            shard_ports: parts.shard_ports,
             cluster: RefCell::new(None),
             connections: Cell::new(0),
             in_flight: Cell::new(0),

@@ -158,10 +158,10 @@ fn write_all_seeds(dir: &Path) {
     use super::{
         api_versions, audit, broker_heartbeat, broker_register, controller_operation,
         controller_raft, create_topics, delete_groups, delete_topics, describe_groups,
-        describe_topics, fetch, find_coordinator, group_records, heartbeat, init_producer_id,
-        join_group, leave_group, list_groups, list_offsets, metadata, metadata_fetch,
-        offset_commit, offset_fetch, produce, replica_push, replica_query, reset_offsets,
-        write_audit,
+        describe_shards, describe_topics, fetch, find_coordinator, group_records, heartbeat,
+        init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
+        metadata_fetch, offset_commit, offset_fetch, produce, replica_push, replica_query,
+        reset_offsets, write_audit,
     };
     write_seeds(
         dir,
@@ -231,6 +231,7 @@ fn write_all_seeds(dir: &Path) {
         };
     }
     no_raw_seeds!(
+        describe_shards,
         find_coordinator,
         join_group,
         heartbeat,

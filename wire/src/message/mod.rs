@@ -84,6 +84,7 @@ pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_groups;
+pub mod describe_shards;
 pub mod describe_topics;
 pub mod fetch;
 pub mod find_coordinator;

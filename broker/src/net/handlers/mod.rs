@@ -21,6 +21,7 @@ use corelog_wire::message::api_versions::{
     ApiVersionsRequest, ApiVersionsResponse, supported_apis,
 };
 use corelog_wire::message::decode_request;
+use corelog_wire::message::describe_shards::{DescribeShardsRequest, DescribeShardsResponse};
 use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 
 use crate::api::{Reply, refused};
@@ -71,6 +72,7 @@ pub async fn dispatch(
         ApiKey::Fetch => fetch::fetch(shard, body).await,
         ApiKey::ListOffsets => offsets::list_offsets(shard, body).await,
         ApiKey::InitProducerId => init_producer_id(shard, body).await,
+        ApiKey::DescribeShards => describe_shards(shard, body),
         ApiKey::FindCoordinator => groups::find_coordinator(shard, body),
         ApiKey::JoinGroup => groups::join(shard, body, peer).await,
         ApiKey::Heartbeat => groups::heartbeat(shard, body).await,
@@ -99,6 +101,23 @@ fn api_versions(body: &[u8]) -> Result<Reply, ErrorCode> {
     let response = ApiVersionsResponse {
         apis: supported_apis(),
         broker_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    Reply::encode(&response, Vec::new())
+}
+
+fn describe_shards(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let (request, _) = decode_request::<DescribeShardsRequest>(body).map_err(refused)?;
+    let mut shards = shard.shard_ports.endpoints();
+    if let Some(wanted) = request.shards.as_ref() {
+        shards.retain(|endpoint| {
+            wanted
+                .iter()
+                .any(|shard| shard.to_native() == endpoint.shard)
+        });
+    }
+    let response = DescribeShardsResponse {
+        node_id: shard.config.node_id,
+        shards,
     };
     Reply::encode(&response, Vec::new())
 }
