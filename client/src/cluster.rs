@@ -1,6 +1,11 @@
 //! What the producer, the consumer and the admin client share: a pool of
 //! connections (one per broker address) and the metadata cache.
 //!
+//! A shard-aware client also connects to the port each broker shard
+//! accepts on alone (DESIGN §3), learned from the broker with
+//! `DescribeShards` once per connection to its shared port, so that a
+//! partition's requests reach the core that owns it without a hop.
+//!
 //! Connections are opened on demand and replaced when they close. A broker
 //! that just refused a connection is not retried before
 //! `reconnect_backoff`, so a client whose broker is down fails fast instead
@@ -13,6 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use corelog_wire::message::describe_shards::{
+    ArchivedDescribeShardsResponse, DescribeShardsRequest,
+};
 use corelog_wire::message::list_offsets::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
 };
@@ -25,11 +33,23 @@ use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::metadata::ClusterMetadata;
 
+/// The most shards a broker's DescribeShards answer is taken for.
+const SHARDS_MAX: u16 = 1024;
+
 /// One broker address's connection, or the last failure to open one.
 #[derive(Default)]
 struct Slot {
     connection: Option<Connection>,
     failure: Option<(Instant, ClientError)>,
+}
+
+/// The own ports of a broker's shards, as the broker told them on one
+/// connection to its shared port. They hold while that connection does: a
+/// broker may pick new ports when it restarts, which closes it.
+struct ShardRoutes {
+    learned_on: Connection,
+    /// By shard index; 0 for a shard without a port of its own.
+    ports: Vec<u16>,
 }
 
 /// Connections and metadata, shared by every handle of one client.
@@ -39,6 +59,8 @@ pub(crate) struct Cluster {
     /// wildcard host.
     bootstrap_host: String,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// Per broker address (its shared port): its shards' own ports.
+    shard_routes: Mutex<HashMap<String, ShardRoutes>>,
     metadata: RwLock<Arc<ClusterMetadata>>,
     /// Topics this client cares about; each refresh asks for all of them.
     interest: Mutex<BTreeSet<String>>,
@@ -62,6 +84,28 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The ports of a DescribeShards answer by shard index, or none if the
+/// answer is not about `node_id` (the address now belongs to another
+/// broker: its shards would not own this broker's partitions).
+fn shard_ports(node_id: u32, response: &ArchivedDescribeShardsResponse) -> Vec<u16> {
+    if response.node_id.to_native() != node_id {
+        return Vec::new();
+    }
+    let mut ports = Vec::new();
+    for endpoint in response.shards.iter() {
+        let shard = usize::from(endpoint.shard.to_native());
+        // Shards beyond any real broker's are not worth a table entry.
+        if shard >= usize::from(SHARDS_MAX) {
+            continue;
+        }
+        if ports.len() <= shard {
+            ports.resize(shard + 1, 0);
+        }
+        ports[shard] = endpoint.port.to_native();
+    }
+    ports
+}
+
 impl Cluster {
     /// Checks the configuration and opens a first connection, so that a
     /// wrong address or a stopped broker is reported at once.
@@ -80,6 +124,7 @@ impl Cluster {
             config,
             bootstrap_host,
             slots: Mutex::new(HashMap::new()),
+            shard_routes: Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
             interest: Mutex::new(BTreeSet::new()),
             refresh: tokio::sync::Mutex::new(None),
@@ -158,6 +203,80 @@ impl Cluster {
                 detail: None,
             })?;
         self.connection_at(&addr).await
+    }
+
+    /// A live connection to shard `shard` of broker `node_id` on the port
+    /// it accepts on alone, or to the broker's shared port when the client
+    /// is not shard-aware, the broker lists no such port, or it cannot be
+    /// reached (the broker then forwards to the shard).
+    ///
+    /// # Errors
+    /// As [`Cluster::connection_to`], for the shared port.
+    pub(crate) async fn connection_to_shard(
+        &self,
+        node_id: u32,
+        shard: u16,
+    ) -> Result<Connection, ClientError> {
+        let shared = self.connection_to(node_id).await?;
+        if !self.config.shard_aware {
+            return Ok(shared);
+        }
+        let Some(port) = self.shard_port(node_id, &shared, shard).await else {
+            return Ok(shared);
+        };
+        let Some(broker) = self.metadata().brokers.get(&node_id).cloned() else {
+            return Ok(shared);
+        };
+        let addr = self.advertised_addr(&broker.host, port);
+        match self.connection_at(&addr).await {
+            Ok(connection) => Ok(connection),
+            Err(error) => {
+                tracing::debug!(node_id, shard, %addr, %error, "cannot reach the shard's own port; using the shared port");
+                Ok(shared)
+            }
+        }
+    }
+
+    /// The port shard `shard` of broker `node_id` accepts on alone, asking
+    /// the broker on `shared` (its shared port) the first time.
+    async fn shard_port(&self, node_id: u32, shared: &Connection, shard: u16) -> Option<u16> {
+        let known = |routes: &HashMap<String, ShardRoutes>| {
+            routes
+                .get(shared.addr())
+                .filter(|known| known.learned_on.same_as(shared))
+                .map(|known| known.ports.get(usize::from(shard)).copied().unwrap_or(0))
+        };
+        if let Some(port) = known(&lock(&self.shard_routes)) {
+            return (port != 0).then_some(port);
+        }
+        let ports = match shared
+            .call(
+                &DescribeShardsRequest { shards: None },
+                Vec::new(),
+                Duration::ZERO,
+            )
+            .await
+            .and_then(|reply| {
+                let (response, _) = reply.decode()?;
+                Ok(shard_ports(node_id, response))
+            }) {
+            Ok(ports) => ports,
+            // A broker older than the API: the shared port it is.
+            Err(ClientError::UnsupportedApi { .. }) => Vec::new(),
+            Err(error) => {
+                tracing::debug!(node_id, %error, "DescribeShards failed; using the shared port");
+                return None;
+            }
+        };
+        let port = ports.get(usize::from(shard)).copied().unwrap_or(0);
+        lock(&self.shard_routes).insert(
+            shared.addr().to_owned(),
+            ShardRoutes {
+                learned_on: shared.clone(),
+                ports,
+            },
+        );
+        (port != 0).then_some(port)
     }
 
     /// A live connection to any broker: an open one if there is one, else

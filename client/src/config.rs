@@ -36,6 +36,13 @@ pub struct ClientConfig {
     /// Wait before reconnecting to a broker that refused or dropped a
     /// connection. Default 100 ms.
     pub reconnect_backoff: Duration,
+    /// Send each partition's produce (and, where one shard owns most of a
+    /// fetch, the fetch) to the broker shard that owns it, on the port
+    /// that shard accepts on alone (learned with `DescribeShards`), so
+    /// the broker does not forward it between its cores. A broker without
+    /// per-shard ports is reached on its shared port either way. Default
+    /// true.
+    pub shard_aware: bool,
 }
 
 impl Default for ClientConfig {
@@ -49,6 +56,7 @@ impl Default for ClientConfig {
             max_response_bytes: 64 << 20,
             metadata_refresh_backoff: Duration::from_millis(100),
             reconnect_backoff: Duration::from_millis(100),
+            shard_aware: true,
         }
     }
 }

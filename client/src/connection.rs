@@ -317,6 +317,11 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether `other` is a clone of this same connection.
+    pub(crate) fn same_as(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// The broker's address.
     pub(crate) fn addr(&self) -> &str {
         &self.shared.addr

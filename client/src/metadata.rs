@@ -211,6 +211,15 @@ impl ClusterMetadata {
         }
     }
 
+    /// The leader of a partition and the leader's shard that owns it, if
+    /// the snapshot knows a leader.
+    #[must_use]
+    pub fn leader_shard(&self, topic: &str, partition: u32) -> Option<(u32, u16)> {
+        let leader = self.leader(topic, partition)?;
+        let owner = self.topics.get(topic)?.partition(partition)?.owner_shard;
+        Some((leader, owner))
+    }
+
     /// The leader of a partition, if the snapshot knows one.
     #[must_use]
     pub fn leader(&self, topic: &str, partition: u32) -> Option<u32> {

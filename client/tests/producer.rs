@@ -510,3 +510,50 @@ async fn records_that_wait_for_the_in_flight_window_join_one_batch() {
     assert_eq!(records_per_batch, [1, 20]);
     producer.close().await.unwrap();
 }
+
+/// The broker lists a port of its own for the shard that owns the
+/// partition: the produce goes there.
+#[tokio::test]
+async fn a_produce_goes_to_the_owning_shard_on_its_own_port() {
+    let broker = FakeBroker::start().await;
+    broker.create_topic("t", 1);
+    let port = broker.add_shard_listener().await;
+    broker.list_shard_ports(&[port]);
+    let producer = Producer::connect(producer_config(&broker.addr()))
+        .await
+        .unwrap();
+    producer
+        .send(ProducerRecord::new("t", "direct").partition(0))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(values(&broker, 0), [(0, "direct".to_owned())]);
+    assert_eq!(broker.shard_connection_count(), 1);
+}
+
+/// A listed shard port that refuses connections (a proxy that passes only
+/// the shared port, a broker that just restarted): the produce still goes
+/// through the shared port.
+#[tokio::test]
+async fn an_unreachable_shard_port_falls_back_to_the_shared_port() {
+    let broker = FakeBroker::start().await;
+    broker.create_topic("t", 1);
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    broker.list_shard_ports(&[closed]);
+    let producer = Producer::connect(producer_config(&broker.addr()))
+        .await
+        .unwrap();
+    let delivery = producer
+        .send(ProducerRecord::new("t", "shared").partition(0))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(delivery.offset.0, 0);
+    assert_eq!(values(&broker, 0), [(0, "shared".to_owned())]);
+    assert_eq!(broker.shard_connection_count(), 0);
+}

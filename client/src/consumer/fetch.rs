@@ -19,6 +19,19 @@ use corelog_wire::types::{Offset, TimestampMs};
 use super::{ConsumerRecord, DeletedRange, DeletionCause, GapInfo, OffsetOutOfRangePolicy};
 use crate::error::ClientError;
 
+/// The shard that owns the most of a fetch's partitions (the lowest on a
+/// tie, so that the choice is stable from poll to poll); 0 for none.
+pub(crate) fn most_common_shard(shards: impl Iterator<Item = u16>) -> u16 {
+    let mut counts = std::collections::BTreeMap::<u16, usize>::new();
+    for shard in shards {
+        *counts.entry(shard).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|(a, count_a), (b, count_b)| count_a.cmp(count_b).then(b.cmp(a)))
+        .map_or(0, |(shard, _)| shard)
+}
+
 /// What one partition's answer means for the consumer.
 #[derive(Debug)]
 pub(crate) enum PartitionOutcome {
@@ -228,6 +241,17 @@ mod tests {
     };
 
     use super::*;
+
+    #[test]
+    fn a_fetch_goes_to_the_shard_that_owns_most_of_it() {
+        assert_eq!(most_common_shard([1, 0, 1, 2].into_iter()), 1);
+        assert_eq!(
+            most_common_shard([2, 1].into_iter()),
+            1,
+            "a tie: the lowest"
+        );
+        assert_eq!(most_common_shard(std::iter::empty()), 0);
+    }
 
     fn batch(base_offset: u64, values: &[&str]) -> Vec<u8> {
         let mut builder = BatchBuilder::new(Compression::None);

@@ -57,7 +57,7 @@ use corelog_wire::types::{Offset, TimestampMs};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use self::fetch::{PartitionAnswer, PartitionOutcome, partition_outcome};
+use self::fetch::{PartitionAnswer, PartitionOutcome, most_common_shard, partition_outcome};
 use crate::cluster::Cluster;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
@@ -535,7 +535,7 @@ impl Consumer {
         self.resolve_positions().await?;
         let now = Instant::now();
         let metadata = self.metadata_with_leaders().await;
-        let mut by_leader: BTreeMap<u32, Vec<(Key, Offset)>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<u32, Vec<(Key, Offset, u16)>> = BTreeMap::new();
         for (key, assignment) in &self.assignments {
             let Some(position) = assignment.position else {
                 continue;
@@ -543,11 +543,11 @@ impl Consumer {
             if assignment.paused || assignment.not_before.is_some_and(|at| at > now) {
                 continue;
             }
-            if let Some(leader) = metadata.leader(&key.0, key.1) {
+            if let Some((leader, shard)) = metadata.leader_shard(&key.0, key.1) {
                 by_leader
                     .entry(leader)
                     .or_default()
-                    .push((key.clone(), position));
+                    .push((key.clone(), position, shard));
             }
         }
         if by_leader.is_empty() {
@@ -646,11 +646,21 @@ impl Consumer {
     /// Sends one fetch to a leader and turns its answer into per-partition
     /// outcomes. A failed request becomes a retry outcome for each of its
     /// partitions, except a top-level refusal that retrying cannot fix.
+    ///
+    /// One fetch per leader, not per shard: a fetch waits until any of its
+    /// partitions has data, and fetches split by shard would each wait
+    /// their own `fetch_max_wait`. It goes to the shard that owns most of
+    /// its partitions, which serves those without a hop between cores.
     async fn fetch_from(
         &self,
         leader: u32,
-        partitions: Vec<(Key, Offset)>,
+        partitions: Vec<(Key, Offset, u16)>,
     ) -> Result<Vec<(Key, Offset, PartitionOutcome)>, ClientError> {
+        let shard = most_common_shard(partitions.iter().map(|(_, _, shard)| *shard));
+        let partitions: Vec<(Key, Offset)> = partitions
+            .into_iter()
+            .map(|(key, offset, _)| (key, offset))
+            .collect();
         let retry_all = |error: ClientError, partitions: Vec<(Key, Offset)>| {
             partitions
                 .into_iter()
@@ -660,7 +670,7 @@ impl Consumer {
                 })
                 .collect()
         };
-        let connection = match self.cluster.connection_to(leader).await {
+        let connection = match self.cluster.connection_to_shard(leader, shard).await {
             Ok(connection) => connection,
             Err(error) if error.is_retriable() && !error.is_connect_failure() => {
                 return Ok(retry_all(error, partitions));

@@ -238,14 +238,16 @@ impl Sender {
             }
         }
         let metadata = self.cluster.metadata();
-        let mut by_leader: BTreeMap<u32, Vec<TopicPartition>> = BTreeMap::new();
+        // One request per owning shard of each leader: its own connection
+        // spares the broker a hop between cores.
+        let mut by_owner: BTreeMap<(u32, u16), Vec<TopicPartition>> = BTreeMap::new();
         for topic_partition in candidates {
-            match metadata.leader(&topic_partition.topic, topic_partition.partition) {
-                Some(leader) => by_leader.entry(leader).or_default().push(topic_partition),
+            match metadata.leader_shard(&topic_partition.topic, topic_partition.partition) {
+                Some(owner) => by_owner.entry(owner).or_default().push(topic_partition),
                 None => self.refresh_wanted = true,
             }
         }
-        for (leader, partitions) in by_leader {
+        for ((leader, shard), partitions) in by_owner {
             if let Some(&retry_at) = self.unreachable.get(&leader) {
                 if retry_at > now {
                     earliest(Some(retry_at));
@@ -253,7 +255,7 @@ impl Sender {
                 }
                 self.unreachable.remove(&leader);
             }
-            let connection = match self.cluster.connection_to(leader).await {
+            let connection = match self.cluster.connection_to_shard(leader, shard).await {
                 Ok(connection) => connection,
                 Err(error) => {
                     tracing::debug!(leader, %error, "cannot reach the leader");

@@ -31,6 +31,9 @@ use corelog_wire::message::api_versions::{
 };
 use corelog_wire::message::create_topics::{CreateTopicsRequest, CreateTopicsResponse};
 use corelog_wire::message::delete_topics::{DeleteTopicsRequest, DeleteTopicsResponse};
+use corelog_wire::message::describe_shards::{
+    DescribeShardsRequest, DescribeShardsResponse, ShardEndpoint,
+};
 use corelog_wire::message::describe_topics::{
     DescribeTopicsRequest, DescribeTopicsResponse, PartitionState, TopicDescription,
 };
@@ -117,6 +120,10 @@ pub(crate) struct State {
     faults: Faults,
     connections: u32,
     produce_received: u32,
+    /// What DescribeShards lists, by shard (empty: the shared port only).
+    shard_ports: Vec<u16>,
+    /// Connections accepted on the listeners of [`FakeBroker::add_shard_listener`].
+    shard_connections: u32,
 }
 
 /// A running fake broker. It serves until the test's runtime ends.
@@ -146,18 +153,47 @@ impl FakeBroker {
             hold_handshakes: Arc::new(hold_handshakes),
             groups: Arc::default(),
         };
-        let server = broker.clone();
+        broker.accept(listener, false);
+        broker
+    }
+
+    fn accept(&self, listener: TcpListener, shard_port: bool) {
+        let server = self.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                server.state.lock().unwrap().connections += 1;
+                {
+                    let mut state = server.state.lock().unwrap();
+                    state.connections += 1;
+                    if shard_port {
+                        state.shard_connections += 1;
+                    }
+                }
                 let connection = server.clone();
                 tokio::spawn(async move { connection.serve(stream).await });
             }
         });
-        broker
+    }
+
+    /// Opens another port serving the same broker, as a shard's own
+    /// listener, and returns it.
+    pub async fn add_shard_listener(&self) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        self.accept(listener, true);
+        port
+    }
+
+    /// What DescribeShards answers from now on, by shard.
+    pub fn list_shard_ports(&self, ports: &[u16]) {
+        self.state.lock().unwrap().shard_ports = ports.to_vec();
+    }
+
+    /// Connections accepted on shard listeners so far.
+    pub fn shard_connection_count(&self) -> u32 {
+        self.state.lock().unwrap().shard_connections
     }
 
     pub fn addr(&self) -> String {
@@ -346,6 +382,14 @@ impl FakeBroker {
             ApiKey::Metadata => {
                 answer::<MetadataRequest>(body, |request, _| self.metadata(request))
             }
+            ApiKey::DescribeShards => answer::<DescribeShardsRequest>(body, |_, _| {
+                let ports = self.state.lock().unwrap().shard_ports.clone();
+                let shards = (0u16..)
+                    .zip(ports)
+                    .map(|(shard, port)| ShardEndpoint { shard, port })
+                    .collect();
+                (DescribeShardsResponse { node_id: 1, shards }, Vec::new())
+            }),
             ApiKey::InitProducerId => answer::<InitProducerIdRequest>(body, |_, _| {
                 let mut state = self.state.lock().unwrap();
                 state.next_producer_id += 1;
