@@ -522,14 +522,24 @@ async fn a_produce_goes_to_the_owning_shard_on_its_own_port() {
     let producer = Producer::connect(producer_config(&broker.addr()))
         .await
         .unwrap();
-    producer
-        .send(ProducerRecord::new("t", "direct").partition(0))
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    assert_eq!(values(&broker, 0), [(0, "direct".to_owned())]);
-    assert_eq!(broker.shard_connection_count(), 1);
+    for value in ["direct", "again"] {
+        producer
+            .send(ProducerRecord::new("t", value).partition(0))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        values(&broker, 0),
+        [(0, "direct".to_owned()), (1, "again".to_owned())]
+    );
+    assert_eq!(broker.shard_connection_count(), 1, "one connection, kept");
+    assert_eq!(
+        broker.describe_shards_count(),
+        1,
+        "the ports are asked once per connection to the shared port"
+    );
 }
 
 /// A listed shard port that refuses connections (a proxy that passes only

@@ -124,6 +124,7 @@ pub(crate) struct State {
     shard_ports: Vec<u16>,
     /// Connections accepted on the listeners of [`FakeBroker::add_shard_listener`].
     shard_connections: u32,
+    describe_shards_count: u32,
 }
 
 /// A running fake broker. It serves until the test's runtime ends.
@@ -194,6 +195,11 @@ impl FakeBroker {
     /// Connections accepted on shard listeners so far.
     pub fn shard_connection_count(&self) -> u32 {
         self.state.lock().unwrap().shard_connections
+    }
+
+    /// DescribeShards requests answered so far.
+    pub fn describe_shards_count(&self) -> u32 {
+        self.state.lock().unwrap().describe_shards_count
     }
 
     pub fn addr(&self) -> String {
@@ -383,7 +389,11 @@ impl FakeBroker {
                 answer::<MetadataRequest>(body, |request, _| self.metadata(request))
             }
             ApiKey::DescribeShards => answer::<DescribeShardsRequest>(body, |_, _| {
-                let ports = self.state.lock().unwrap().shard_ports.clone();
+                let ports = {
+                    let mut state = self.state.lock().unwrap();
+                    state.describe_shards_count += 1;
+                    state.shard_ports.clone()
+                };
                 let shards = (0u16..)
                     .zip(ports)
                     .map(|(shard, port)| ShardEndpoint { shard, port })
