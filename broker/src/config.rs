@@ -203,7 +203,9 @@ impl TryFrom<ShardPortsSetting> for ShardPorts {
 
     fn try_from(setting: ShardPortsSetting) -> Result<Self, Self::Error> {
         match setting {
-            ShardPortsSetting::Port(port) => port.to_string().parse(),
+            // The same refusal as `--shard-ports 0`.
+            ShardPortsSetting::Port(0) => "0".parse(),
+            ShardPortsSetting::Port(first) => Ok(ShardPorts::From(first)),
             ShardPortsSetting::Word(word) => word.parse(),
         }
     }

@@ -43,13 +43,14 @@ struct Slot {
     failure: Option<(Instant, ClientError)>,
 }
 
-/// The own ports of a broker's shards, as the broker told them on one
-/// connection to its shared port. They hold while that connection does: a
-/// broker may pick new ports when it restarts, which closes it.
+/// Where a broker's shards accept connections alone, as the broker told
+/// on one connection to its shared port. They hold while that connection
+/// does: a broker may pick new ports when it restarts, which closes it.
 struct ShardRoutes {
     learned_on: Connection,
-    /// By shard index; 0 for a shard without a port of its own.
-    ports: Vec<u16>,
+    /// `host:port` by shard index; `None` for a shard without a port of
+    /// its own. Resolved once, so that a request only looks it up.
+    addrs: Vec<Option<String>>,
 }
 
 /// Connections and metadata, shared by every handle of one client.
@@ -151,7 +152,14 @@ impl Cluster {
     /// The connect or handshake error; within `reconnect_backoff` of a
     /// failure, that same failure again without trying.
     pub(crate) async fn connection_at(&self, addr: &str) -> Result<Connection, ClientError> {
-        let slot = Arc::clone(lock(&self.slots).entry(addr.to_owned()).or_default());
+        let slot = {
+            let mut slots = lock(&self.slots);
+            // A hit, every request's case, allocates no key.
+            match slots.get(addr) {
+                Some(slot) => Arc::clone(slot),
+                None => Arc::clone(slots.entry(addr.to_owned()).or_default()),
+            }
+        };
         let mut slot = slot.lock().await;
         if let Some(connection) = &slot.connection {
             if !connection.is_closed() {
@@ -221,13 +229,9 @@ impl Cluster {
         if !self.config.shard_aware {
             return Ok(shared);
         }
-        let Some(port) = self.shard_port(node_id, &shared, shard).await else {
+        let Some(addr) = self.shard_addr(node_id, &shared, shard).await else {
             return Ok(shared);
         };
-        let Some(broker) = self.metadata().brokers.get(&node_id).cloned() else {
-            return Ok(shared);
-        };
-        let addr = self.advertised_addr(&broker.host, port);
         match self.connection_at(&addr).await {
             Ok(connection) => Ok(connection),
             Err(error) => {
@@ -237,17 +241,17 @@ impl Cluster {
         }
     }
 
-    /// The port shard `shard` of broker `node_id` accepts on alone, asking
-    /// the broker on `shared` (its shared port) the first time.
-    async fn shard_port(&self, node_id: u32, shared: &Connection, shard: u16) -> Option<u16> {
+    /// The address where shard `shard` of broker `node_id` accepts alone,
+    /// asking the broker on `shared` (its shared port) the first time.
+    async fn shard_addr(&self, node_id: u32, shared: &Connection, shard: u16) -> Option<String> {
         let known = |routes: &HashMap<String, ShardRoutes>| {
             routes
                 .get(shared.addr())
                 .filter(|known| known.learned_on.same_as(shared))
-                .map(|known| known.ports.get(usize::from(shard)).copied().unwrap_or(0))
+                .map(|known| known.addrs.get(usize::from(shard)).cloned().flatten())
         };
-        if let Some(port) = known(&lock(&self.shard_routes)) {
-            return (port != 0).then_some(port);
+        if let Some(addr) = known(&lock(&self.shard_routes)) {
+            return addr;
         }
         let ports = match shared
             .call(
@@ -268,15 +272,27 @@ impl Cluster {
                 return None;
             }
         };
-        let port = ports.get(usize::from(shard)).copied().unwrap_or(0);
+        let host = self
+            .metadata()
+            .brokers
+            .get(&node_id)
+            .map(|broker| broker.host.clone());
+        let addrs: Vec<Option<String>> = ports
+            .into_iter()
+            .map(|port| {
+                let host = host.as_deref().filter(|_| port != 0)?;
+                Some(self.advertised_addr(host, port))
+            })
+            .collect();
+        let addr = addrs.get(usize::from(shard)).cloned().flatten();
         lock(&self.shard_routes).insert(
             shared.addr().to_owned(),
             ShardRoutes {
                 learned_on: shared.clone(),
-                ports,
+                addrs,
             },
         );
-        (port != 0).then_some(port)
+        addr
     }
 
     /// A live connection to any broker: an open one if there is one, else
