@@ -14,12 +14,19 @@ use crate::types::TimestampMs;
 
 /// Accumulates records and encodes them as one batch with base offset 0
 /// and no leader epoch; the leader stamps both on append.
+///
+/// Records are encoded as they are pushed, behind room left for the
+/// header: an uncompressed batch is built in place, without a copy.
 #[derive(Debug)]
 pub struct BatchBuilder {
     compression: Compression,
     producer: ProducerIdentity,
     is_control: bool,
-    records: Vec<u8>,
+    /// Once a record is pushed: `HEADER_BYTES` of room for the header,
+    /// then the records section. Empty (unallocated) before.
+    buffer: Vec<u8>,
+    /// Bytes to allocate for `buffer` on the first push.
+    capacity: usize,
     record_count: u32,
     base_timestamp: Option<TimestampMs>,
     max_timestamp: TimestampMs,
@@ -29,11 +36,19 @@ impl BatchBuilder {
     /// An empty batch whose records will be compressed with `compression`.
     #[must_use]
     pub fn new(compression: Compression) -> Self {
+        Self::with_capacity(compression, 0)
+    }
+
+    /// An empty batch with room for `bytes` of header and records before
+    /// its buffer grows.
+    #[must_use]
+    pub fn with_capacity(compression: Compression, bytes: usize) -> Self {
         BatchBuilder {
             compression,
             producer: ProducerIdentity::NONE,
             is_control: false,
-            records: Vec::new(),
+            buffer: Vec::new(),
+            capacity: bytes,
             record_count: 0,
             base_timestamp: None,
             max_timestamp: TimestampMs(i64::MIN),
@@ -59,10 +74,15 @@ impl BatchBuilder {
     /// # Errors
     /// [`BatchError::ReservedHeader`] if a header is named `schema`.
     pub fn push(&mut self, record: &NewRecord) -> Result<(), BatchError> {
-        let base_timestamp = *self.base_timestamp.get_or_insert(record.timestamp);
+        let base_timestamp = self.base_timestamp.unwrap_or(record.timestamp);
         let offset_delta = i32::try_from(self.record_count)
             .map_err(|_| BatchError::MalformedRecord("more than i32::MAX records"))?;
-        encode_record(&mut self.records, record, base_timestamp, offset_delta)?;
+        if self.buffer.is_empty() {
+            self.buffer.reserve(self.capacity.max(HEADER_BYTES));
+            self.buffer.resize(HEADER_BYTES, 0);
+        }
+        encode_record(&mut self.buffer, record, base_timestamp, offset_delta)?;
+        self.base_timestamp = Some(base_timestamp);
         self.record_count += 1;
         self.max_timestamp = self.max_timestamp.max(record.timestamp);
         Ok(())
@@ -77,7 +97,7 @@ impl BatchBuilder {
     /// Bytes of the batch if built now without compression.
     #[must_use]
     pub fn uncompressed_bytes(&self) -> usize {
-        HEADER_BYTES + self.records.len()
+        self.buffer.len().max(HEADER_BYTES)
     }
 
     /// Encodes the batch.
@@ -87,9 +107,17 @@ impl BatchBuilder {
     /// the codec fails.
     pub fn build(self) -> Result<Bytes, BatchError> {
         let base_timestamp = self.base_timestamp.ok_or(BatchError::Empty)?;
-        let section = self.compression.compress(&self.records)?;
-        let mut batch = vec![0u8; HEADER_BYTES];
-        batch.extend_from_slice(&section);
+        assert!(self.record_count > 0, "a base timestamp without records");
+        let mut batch = match self.compression {
+            Compression::None => self.buffer,
+            codec => {
+                let section = codec.compress(&self.buffer[HEADER_BYTES..])?;
+                let mut batch = Vec::with_capacity(HEADER_BYTES + section.len());
+                batch.resize(HEADER_BYTES, 0);
+                batch.extend_from_slice(&section);
+                batch
+            }
+        };
         let batch_length = i32::try_from(batch.len() - LOG_OVERHEAD_BYTES)
             .map_err(|_| BatchError::MalformedRecord("batch longer than 2 GiB"))?;
         let put = |batch: &mut Vec<u8>, at: usize, bytes: &[u8]| {

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 
 use super::BatchError;
-use super::varint::{Cursor, put_varint, put_varlong};
+use super::varint::{Cursor, put_varint, put_varlong, varint_len, varlong_len};
 use crate::types::{Offset, TimestampMs};
 
 /// Name of the record header that carries the payload schema version.
@@ -67,50 +67,91 @@ pub struct Record {
     pub schema: Option<SchemaVersion>,
 }
 
-/// Appends one encoded record.
+/// Appends one encoded record. It is sized first and then written straight
+/// into `out`, so a record costs no buffer of its own; on error nothing is
+/// written.
 pub(super) fn encode_record(
     out: &mut Vec<u8>,
     record: &NewRecord,
     base_timestamp: TimestampMs,
     offset_delta: i32,
 ) -> Result<(), BatchError> {
-    let mut body = Vec::with_capacity(
-        16 + record.key.as_ref().map_or(0, Bytes::len)
-            + record.value.as_ref().map_or(0, Bytes::len),
-    );
-    body.push(0); // attributes
-    put_varlong(&mut body, record.timestamp.0.wrapping_sub(base_timestamp.0));
-    put_varint(&mut body, offset_delta);
-    put_nullable(&mut body, record.key.as_deref())?;
-    put_nullable(&mut body, record.value.as_deref())?;
-    let schema_value = record.schema.map(|version| version.0.to_string());
-    let header_count = record.headers.len() + usize::from(schema_value.is_some());
-    put_varint(&mut body, length_i32(header_count)?);
+    let timestamp_delta = record.timestamp.0.wrapping_sub(base_timestamp.0);
+    let mut digits = [0u8; U32_DIGITS_MAX];
+    let schema_value = record.schema.map(|version| decimal(version.0, &mut digits));
+    let header_count = length_i32(record.headers.len() + usize::from(schema_value.is_some()))?;
+    let mut body_len = 1
+        + varlong_len(timestamp_delta)
+        + varint_len(offset_delta)
+        + nullable_len(record.key.as_deref())?
+        + nullable_len(record.value.as_deref())?
+        + varint_len(header_count);
     for header in &record.headers {
         if header.key == SCHEMA_HEADER {
             return Err(BatchError::ReservedHeader(SCHEMA_HEADER));
         }
-        put_nullable(&mut body, Some(header.key.as_bytes()))?;
-        put_nullable(&mut body, header.value.as_deref())?;
+        body_len += nullable_len(Some(header.key.as_bytes()))?;
+        body_len += nullable_len(header.value.as_deref())?;
     }
     if let Some(schema_value) = schema_value {
-        put_nullable(&mut body, Some(SCHEMA_HEADER.as_bytes()))?;
-        put_nullable(&mut body, Some(schema_value.as_bytes()))?;
+        body_len +=
+            nullable_len(Some(SCHEMA_HEADER.as_bytes()))? + nullable_len(Some(schema_value))?;
     }
-    put_varint(out, length_i32(body.len())?);
-    out.extend_from_slice(&body);
+    let length = length_i32(body_len)?;
+    out.reserve(varint_len(length) + body_len);
+    put_varint(out, length);
+    let body_start = out.len();
+    out.push(0); // attributes
+    put_varlong(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    put_nullable(out, record.key.as_deref());
+    put_nullable(out, record.value.as_deref());
+    put_varint(out, header_count);
+    for header in &record.headers {
+        put_nullable(out, Some(header.key.as_bytes()));
+        put_nullable(out, header.value.as_deref());
+    }
+    if let Some(schema_value) = schema_value {
+        put_nullable(out, Some(SCHEMA_HEADER.as_bytes()));
+        put_nullable(out, Some(schema_value));
+    }
+    debug_assert_eq!(out.len() - body_start, body_len, "record sized wrong");
     Ok(())
 }
 
-fn put_nullable(out: &mut Vec<u8>, bytes: Option<&[u8]>) -> Result<(), BatchError> {
+/// Digits of the largest `u32`.
+const U32_DIGITS_MAX: usize = 10;
+
+/// `value` in decimal ASCII, written into `digits`.
+fn decimal(mut value: u32, digits: &mut [u8; U32_DIGITS_MAX]) -> &[u8] {
+    let mut start = U32_DIGITS_MAX;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &digits[start..];
+        }
+    }
+}
+
+/// Bytes [`put_nullable`] appends; refuses a field longer than 2 GiB.
+fn nullable_len(bytes: Option<&[u8]>) -> Result<usize, BatchError> {
+    match bytes {
+        None => Ok(varint_len(-1)),
+        Some(bytes) => Ok(varint_len(length_i32(bytes.len())?) + bytes.len()),
+    }
+}
+
+/// Appends a length-prefixed field; [`nullable_len`] checked its length.
+fn put_nullable(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
     match bytes {
         None => put_varint(out, -1),
         Some(bytes) => {
-            put_varint(out, length_i32(bytes.len())?);
+            put_varint(out, bytes.len() as i32);
             out.extend_from_slice(bytes);
         }
     }
-    Ok(())
 }
 
 fn length_i32(length: usize) -> Result<i32, BatchError> {
