@@ -149,6 +149,10 @@ impl PendingBatch {
 struct PartitionQueue {
     open: Option<PendingBatch>,
     ready: VecDeque<PendingBatch>,
+    /// Bytes and records of the batch filled last: a new batch starts with
+    /// that much room, so that it rarely grows (and copies) while filling.
+    last_bytes: usize,
+    last_records: usize,
 }
 
 #[derive(Debug)]
@@ -361,10 +365,11 @@ impl Accumulator {
             *next_id += 1;
             let (done, marker) = watch::channel(());
             lock(&self.registry).insert(*next_id, marker);
+            let capacity = (queue.last_bytes + size).min(batch_bytes);
             queue.open = Some(PendingBatch {
                 topic_partition,
-                builder: BatchBuilder::new(self.config.compression),
-                records: Vec::new(),
+                builder: BatchBuilder::with_capacity(self.config.compression, capacity),
+                records: Vec::with_capacity(queue.last_records + 1),
                 created_at: Instant::now(),
                 ticket: Ticket {
                     id: *next_id,
@@ -386,6 +391,8 @@ impl Accumulator {
         }
         open.ticket.memory_bytes += size;
         open.records.push(slot);
+        queue.last_bytes = open.builder.uncompressed_bytes();
+        queue.last_records = open.records.len();
         let id = open.id();
         if open.builder.uncompressed_bytes() >= batch_bytes
             && let Some(full) = queue.open.take()
