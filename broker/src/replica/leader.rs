@@ -218,6 +218,10 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// Makes the pump poll the state machine for pushes: starts it, or
     /// tells the running one to poll again when done.
     fn wake_pump(self: &Rc<Self>) {
+        // A sole voter's leader pushes to nobody: no task per append.
+        if !self.replica.borrow().has_followers() {
+            return;
+        }
         match self.pump.get() {
             Pump::Idle => {
                 self.pump.set(Pump::Running);

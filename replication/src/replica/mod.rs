@@ -339,6 +339,13 @@ impl Replica {
         }
     }
 
+    /// Whether this replica leads with followers to push to. A sole
+    /// voter's leader has none: its shell need not poll for sends.
+    #[must_use]
+    pub fn has_followers(&self) -> bool {
+        matches!(&self.role, Role::Leader(leader) if !leader.followers.is_empty())
+    }
+
     /// Whether the shell may assign offsets to a client append now: the
     /// leadership is durable and its marker appended (an empty log needs
     /// none).

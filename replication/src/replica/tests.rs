@@ -1046,3 +1046,18 @@ proptest! {
         prop_assert_eq!(a.high_watermark(), o(leader_end + 1));
     }
 }
+
+#[test]
+fn only_a_leader_with_other_replicas_has_followers() {
+    let mut sole = replica(A, &[], 0, 0);
+    assert!(!sole.has_followers(), "offline");
+    sole.become_leader(e(1), &[A], 0).unwrap();
+    assert!(!sole.has_followers(), "a sole voter pushes to nobody");
+    assert!(sole.poll_sends(10_000).is_empty());
+    let mut leader = replica(A, &[], 0, 0);
+    leader.become_leader(e(1), &[A, B, C], 0).unwrap();
+    assert!(leader.has_followers());
+    let mut follower = replica(B, &[], 0, 0);
+    follower.become_follower(e(1), A, 0).unwrap();
+    assert!(!follower.has_followers());
+}
