@@ -29,9 +29,9 @@ use corelog_wire::frame::{
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use rkyv::util::AlignedVec;
 
 use super::handlers::{self, Origin};
+use super::request_body::RequestBody;
 use crate::api::Reply;
 use crate::runtime::shard::Shard;
 
@@ -199,8 +199,7 @@ async fn read_requests(
                 return Err(CloseReason::Frame(error));
             }
         };
-        let mut body = AlignedVec::<16>::with_capacity(head.body_len);
-        body.resize(head.body_len, 0);
+        let mut body = RequestBody::zeroed(head.body_len);
         reader.read_exact(&mut body).await.map_err(|error| {
             if error.kind() == std::io::ErrorKind::UnexpectedEof {
                 CloseReason::ClientClosed
@@ -236,7 +235,7 @@ async fn read_requests(
         let shard = shard.clone();
         let outgoing = outgoing.clone();
         glommio::spawn_local(async move {
-            let reply = handle(&shard, header, &body, received, peer).await;
+            let reply = handle(&shard, header, body, received, peer).await;
             send(&outgoing, permit, header.correlation_id, reply, false);
             drop(in_flight);
         })
@@ -247,7 +246,7 @@ async fn read_requests(
 async fn handle(
     shard: &Rc<Shard>,
     header: RequestHeader,
-    body: &[u8],
+    body: RequestBody,
     received: Instant,
     peer: Option<std::net::SocketAddr>,
 ) -> Reply {

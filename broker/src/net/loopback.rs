@@ -11,6 +11,7 @@ use corelog_wire::frame::ApiKey;
 use futures::future::LocalBoxFuture;
 
 use super::handlers::{self, Origin};
+use super::request_body::RequestBody;
 use crate::api::Reply;
 use crate::peer::LocalService;
 use crate::runtime::shard::Shard;
@@ -38,7 +39,8 @@ impl LocalService for Loopback {
             let Some(shard) = shard.upgrade() else {
                 return Reply::error(ErrorCode::LeaderNotAvailable);
             };
-            handlers::dispatch(&shard, api_key, &body, Instant::now(), Origin::Loopback)
+            let body = RequestBody::copy_from(&body);
+            handlers::dispatch(&shard, api_key, body, Instant::now(), Origin::Loopback)
                 .await
                 .unwrap_or_else(Reply::error)
         })

@@ -6,6 +6,7 @@
 //! - [`connection`]: one connection's frames, handshake, backpressure.
 //! - [`handlers`]: one module per API.
 //! - [`loopback`]: the same handlers for calls this broker makes to itself.
+//! - [`request_body`]: an aligned, owned body, cut into batches uncopied.
 //! - [`shard_ports`]: the port each shard also accepts on alone, for
 //!   shard-aware clients.
 
@@ -13,6 +14,7 @@ pub mod connection;
 pub mod handlers;
 pub mod listener;
 pub mod loopback;
+pub mod request_body;
 pub mod shard_ports;
 
 pub use crate::api::Reply;

@@ -24,6 +24,7 @@ use corelog_wire::message::decode_request;
 use corelog_wire::message::describe_shards::{DescribeShardsRequest, DescribeShardsResponse};
 use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 
+use super::request_body::RequestBody;
 use crate::api::{Reply, refused};
 use crate::runtime::shard::Shard;
 
@@ -49,7 +50,7 @@ pub enum Origin {
 pub async fn dispatch(
     shard: &Rc<Shard>,
     api_key: ApiKey,
-    body: &[u8],
+    body: RequestBody,
     received: Instant,
     origin: Origin,
 ) -> Result<Reply, ErrorCode> {
@@ -63,36 +64,36 @@ pub async fn dispatch(
         Origin::Loopback => None,
     };
     match api_key {
-        ApiKey::ApiVersions => api_versions(body),
-        ApiKey::Metadata => topics::metadata(shard, body),
-        ApiKey::CreateTopics => topics::create(shard, body).await,
-        ApiKey::DeleteTopics => topics::delete(shard, body).await,
-        ApiKey::DescribeTopics => topics::describe(shard, body).await,
+        ApiKey::ApiVersions => api_versions(&body),
+        ApiKey::Metadata => topics::metadata(shard, &body),
+        ApiKey::CreateTopics => topics::create(shard, &body).await,
+        ApiKey::DeleteTopics => topics::delete(shard, &body).await,
+        ApiKey::DescribeTopics => topics::describe(shard, &body).await,
         ApiKey::Produce => produce::produce(shard, body, received).await,
-        ApiKey::Fetch => fetch::fetch(shard, body).await,
-        ApiKey::ListOffsets => offsets::list_offsets(shard, body).await,
-        ApiKey::InitProducerId => init_producer_id(shard, body).await,
-        ApiKey::DescribeShards => describe_shards(shard, body),
-        ApiKey::FindCoordinator => groups::find_coordinator(shard, body),
-        ApiKey::JoinGroup => groups::join(shard, body, peer).await,
-        ApiKey::Heartbeat => groups::heartbeat(shard, body).await,
-        ApiKey::LeaveGroup => groups::leave(shard, body).await,
-        ApiKey::OffsetCommit => groups::commit(shard, body).await,
-        ApiKey::OffsetFetch => groups::fetch_offsets(shard, body).await,
-        ApiKey::ListGroups => groups::list(shard, body).await,
-        ApiKey::DescribeGroups => groups::describe(shard, body).await,
-        ApiKey::DeleteGroups => groups::delete(shard, body).await,
-        ApiKey::ResetOffsets => groups::reset(shard, body).await,
-        ApiKey::WriteAudit => groups::write_audit(shard, body).await,
+        ApiKey::Fetch => fetch::fetch(shard, &body).await,
+        ApiKey::ListOffsets => offsets::list_offsets(shard, &body).await,
+        ApiKey::InitProducerId => init_producer_id(shard, &body).await,
+        ApiKey::DescribeShards => describe_shards(shard, &body),
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &body),
+        ApiKey::JoinGroup => groups::join(shard, &body, peer).await,
+        ApiKey::Heartbeat => groups::heartbeat(shard, &body).await,
+        ApiKey::LeaveGroup => groups::leave(shard, &body).await,
+        ApiKey::OffsetCommit => groups::commit(shard, &body).await,
+        ApiKey::OffsetFetch => groups::fetch_offsets(shard, &body).await,
+        ApiKey::ListGroups => groups::list(shard, &body).await,
+        ApiKey::DescribeGroups => groups::describe(shard, &body).await,
+        ApiKey::DeleteGroups => groups::delete(shard, &body).await,
+        ApiKey::ResetOffsets => groups::reset(shard, &body).await,
+        ApiKey::WriteAudit => groups::write_audit(shard, &body).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft
         | ApiKey::BrokerRegister
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
-        | ApiKey::ControllerOperation => cluster::handle(shard, api_key, body).await,
+        | ApiKey::ControllerOperation => cluster::handle(shard, api_key, &body).await,
         // Replication: answered by the replica's owning shard.
         ApiKey::ReplicaPush => replica::push(shard, body).await,
-        ApiKey::ReplicaQuery => replica::query(shard, body).await,
+        ApiKey::ReplicaQuery => replica::query(shard, &body).await,
     }
 }
 

@@ -4,10 +4,10 @@
 //! (default) once durable on a majority, `leader` once durable on the
 //! leader — within the request's timeout.
 
+use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::decode_request;
 use corelog_wire::message::produce::{
@@ -18,8 +18,16 @@ use futures::future::{Either, join_all, ready};
 
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
+use crate::net::request_body::RequestBody;
 use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
+
+/// One partition's part of a produce: where its batch lies in the body.
+struct Target {
+    topic: String,
+    partition: u32,
+    records: Range<usize>,
+}
 
 /// How long a replicated produce waits for its acknowledgement when the
 /// request names no timeout.
@@ -27,45 +35,61 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(super) async fn produce(
     shard: &Rc<Shard>,
-    body: &[u8],
+    body: RequestBody,
     received: Instant,
 ) -> Result<Reply, ErrorCode> {
-    let (request, raw) = decode_request::<ProduceRequest>(body).map_err(refused)?;
-    let acks = match request.acks {
-        ArchivedAcks::Leader => Acks::Leader,
-        ArchivedAcks::Quorum => Acks::Quorum,
+    let (acks, timeout, targets) = {
+        let (request, raw) = decode_request::<ProduceRequest>(&body).map_err(refused)?;
+        let acks = match request.acks {
+            ArchivedAcks::Leader => Acks::Leader,
+            ArchivedAcks::Quorum => Acks::Quorum,
+        };
+        let timeout = match request.timeout_ms.to_native() {
+            0 => DEFAULT_TIMEOUT,
+            millis => Duration::from_millis(u64::from(millis)),
+        };
+        let entries = partition_records(request, raw).map_err(refused)?;
+        let targets: Vec<Target> = entries
+            .iter()
+            .map(|entry| Target {
+                topic: entry.topic.to_owned(),
+                partition: entry.partition.partition.to_native(),
+                records: body.range_of(entry.records),
+            })
+            .collect();
+        (acks, timeout, targets)
     };
-    let timeout = match request.timeout_ms.to_native() {
-        0 => DEFAULT_TIMEOUT,
-        millis => Duration::from_millis(u64::from(millis)),
-    };
-    let entries = partition_records(request, raw).map_err(refused)?;
+    // Each batch is cut out of the request body, not copied: the leader
+    // stamps its offset and epoch in place and the log keeps it.
+    let ranges: Vec<Range<usize>> = targets
+        .iter()
+        .map(|target| target.records.clone())
+        .collect();
+    let batches = body.split_into(&ranges);
     // Started in request order, synchronously up to offset assignment (or
     // queueing to the owner), so that pipelined produces keep their order.
-    let mut pending = Vec::with_capacity(entries.len());
-    let mut order: Vec<(String, u32)> = Vec::with_capacity(entries.len());
-    for entry in &entries {
-        let partition = entry.partition.partition.to_native();
-        order.push((entry.topic.to_owned(), partition));
-        let located = if entry.topic.starts_with("__") {
+    let mut pending = Vec::with_capacity(targets.len());
+    let mut order: Vec<(String, u32)> = Vec::with_capacity(targets.len());
+    for (target, batch) in targets.into_iter().zip(batches) {
+        let located = if target.topic.starts_with("__") {
             Err(PartitionError::new(
                 ErrorCode::InternalTopic,
                 format!(
                     "{} is an internal topic, written by the broker only",
-                    entry.topic
+                    target.topic
                 ),
             ))
         } else {
-            shard.locate(entry.topic, partition)
+            shard.locate(&target.topic, target.partition)
         };
         let future = match located {
             Ok((id, owner)) => {
-                let batch = BytesMut::from(entry.records);
                 Either::Left(shard.produce(id, owner, batch, received, acks, timeout))
             }
             Err(error) => Either::Right(ready(Err(error))),
         };
         pending.push(future);
+        order.push((target.topic, target.partition));
     }
     let results = join_all(pending).await;
     let mut topics: Vec<ProduceTopicResponse> = Vec::new();

@@ -12,15 +12,19 @@ use corelog_wire::message::replica_query::ReplicaQueryRequest;
 use rkyv::rancor;
 
 use crate::api::{Reply, owned, refused};
+use crate::net::request_body::RequestBody;
 use crate::runtime::shard::Shard;
 
-pub(super) async fn push(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let (archived, raw) = decode_request::<ReplicaPushRequest>(body).map_err(refused)?;
-    let request = rkyv::deserialize::<ReplicaPushRequest, rancor::Error>(archived)
-        .map_err(|_| ErrorCode::InvalidRequest)?;
-    let response = shard
-        .replica_push(request, Bytes::copy_from_slice(raw))
-        .await;
+pub(super) async fn push(shard: &Rc<Shard>, body: RequestBody) -> Result<Reply, ErrorCode> {
+    let (request, raw) = {
+        let (archived, raw) = decode_request::<ReplicaPushRequest>(&body).map_err(refused)?;
+        let request = rkyv::deserialize::<ReplicaPushRequest, rancor::Error>(archived)
+            .map_err(|_| ErrorCode::InvalidRequest)?;
+        (request, body.range_of(raw))
+    };
+    // The batches stay in the request's buffer: cut out, not copied.
+    let raw: Bytes = body.split_into(&[raw]).pop().unwrap_or_default().freeze();
+    let response = shard.replica_push(request, raw).await;
     Reply::encode(&response, Vec::new())
 }
 
