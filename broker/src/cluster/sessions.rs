@@ -172,9 +172,15 @@ impl SessionBook {
         self.pending.remove(&node);
     }
 
-    /// This node stopped leading the controller.
+    /// This node stopped leading the controller. The proposals in flight
+    /// are forgotten with the leadership: they may never finish (their
+    /// tasks can end with the term), and a broker whose proposal was lost
+    /// must not stay unproposed when this node leads again. A late
+    /// `settled` from an old term only allows one repeated proposal, which
+    /// the state machine applies as a no-op.
     pub fn stop_leading(&mut self) {
         self.leading = false;
+        self.pending.clear();
     }
 }
 
@@ -241,6 +247,35 @@ mod tests {
         assert!(
             book.expired(&state, start + ms(200)).is_empty(),
             "not proposed twice while in flight"
+        );
+    }
+
+    /// Found by the simulator (seed 1115 of the stream-frame change): a
+    /// controller failover ended the unfence task of two brokers before it
+    /// called `settled`, and the next leader never unfenced them.
+    #[test]
+    fn a_proposal_lost_with_the_leadership_does_not_block_the_next_term() {
+        let start = Instant::now();
+        let mut state = MetadataState::default();
+        let mut book = SessionBook::new(ms(100));
+        apply(&mut state, &registered(1, 7));
+        book.registered(NodeId(1), state.version(), start);
+        let heartbeat = |book: &mut SessionBook, state: &MetadataState| {
+            book.heartbeat(state, NodeId(1), 7, state.version(), start)
+                .unwrap()
+                .unfence
+        };
+        assert!(heartbeat(&mut book, &state).is_some());
+        // The leadership moves; the unfence never settles.
+        book.stop_leading();
+        assert!(book.expired(&state, start).is_empty());
+        assert_eq!(
+            heartbeat(&mut book, &state),
+            Some(Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 7
+            }),
+            "the next leader proposes the unfence again"
         );
     }
 
