@@ -17,7 +17,8 @@
 //!   indexes and metadata alike);
 //! - each broker's `/metrics`: fdatasyncs
 //!   (`corelog_fsync_latency_seconds_count`), replication RPCs received
-//!   (`corelog_requests_total{api="ReplicaPush"}`) and the bytes producers
+//!   (`corelog_requests_total` of `ReplicaPush` and of the `ReplicaStream`
+//!   frames that replaced it; a build may use either) and the bytes producers
 //!   appended (`corelog_bytes_in_total`, on leaders);
 //! - the load generator's CPU time (the waited-for children's time in
 //!   `/proc/self/stat`: the brokers are not this process's children,
@@ -380,7 +381,10 @@ impl<'a> Cluster<'a> {
         for i in 1..=self.brokers {
             let text = scrape(self.args.base_port + 100 + i)?;
             counters.fsyncs += metric_sum(&text, "corelog_fsync_latency_seconds_count", "");
-            counters.pushes += metric_sum(&text, "corelog_requests_total", "api=\"ReplicaPush\"");
+            for api in ["ReplicaPush", "ReplicaStream"] {
+                let label = format!("api=\"{api}\"");
+                counters.pushes += metric_sum(&text, "corelog_requests_total", &label);
+            }
             counters.appended_bytes += metric_sum(&text, "corelog_bytes_in_total", "");
             counters.shards += metric_series(&text, "corelog_fsync_latency_seconds_count");
         }

@@ -5,14 +5,15 @@
 //! A message is judged when it is delivered: a link blocked at that moment
 //! drops it, as does a destination node that is down. What travels between
 //! replicas and the controller are the inter-broker messages themselves
-//! (`ReplicaPush`, `ReplicaQuery` and their answers, in their wire structs),
-//! converted by the broker's own conversions on both ends.
+//! (`ReplicaStream` frames, `ReplicaQuery` and their answers, in their wire
+//! structs), converted by the broker's own conversions on both ends: a lost,
+//! duplicated or late message is a lost, duplicated or late stream frame.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
+use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
 use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};
 
@@ -44,13 +45,14 @@ pub struct Published {
 /// Everything that travels.
 #[derive(Clone, Debug)]
 pub enum Message {
-    /// Leader to follower: a push, with its batches as the raw section.
-    Push {
+    /// Leader to follower: a replication stream frame (one or more
+    /// pushes), with their batches as the raw section.
+    Stream {
         /// The call, for the answer.
         call: u64,
         /// The request.
-        request: ReplicaPushRequest,
-        /// The batches, as stored.
+        request: ReplicaStreamRequest,
+        /// The pushes' batches, as stored, in push order.
         raw: Bytes,
     },
     /// Controller to replica: an election query.
@@ -130,11 +132,11 @@ pub enum Message {
     },
 }
 
-/// The answer to a push or a query.
+/// The answer to a stream frame or a query.
 #[derive(Clone, Debug)]
 pub enum Answer {
-    /// To a push.
-    Push(ReplicaPushResponse),
+    /// To a stream frame.
+    Stream(ReplicaStreamResponse),
     /// To a query.
     Query(ReplicaQueryResponse),
 }

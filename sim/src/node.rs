@@ -1,6 +1,7 @@
 //! A simulated broker holding one replica: the production replica shell
 //! ([`ReplicatedPartition`]) on a [`SimDisk`], its pushes carried by a
-//! [`SimPushTransport`], its tasks and clock the simulator's.
+//! [`SimFrameCarrier`] (the broker's own replication streams batch them
+//! into frames), its tasks and clock the simulator's.
 //!
 //! The host does what the broker's runtime does around a replica and no
 //! more: it opens the replica at start (recovering from the disk), follows
@@ -20,12 +21,12 @@ use bytes::{Bytes, BytesMut};
 use corelog_broker::clock::Clock;
 use corelog_broker::metadata::{ReplicationView, TopicConfig};
 use corelog_broker::partition::PartitionSpec;
-use corelog_broker::replica::peer_transport::{
-    ack_from_wire, ack_to_wire, push_from_wire, push_refusal, push_request,
+use corelog_broker::replica::peer_transport::{ack_to_wire, push_from_wire, push_refusal};
+use corelog_broker::replica::stream::{
+    FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits, serve_frame,
 };
 use corelog_broker::replica::{
-    Acks, PushTransport, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange,
-    TransportError, resignation, role_change,
+    Acks, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change,
 };
 use corelog_broker::storage::disk::Disk;
 use corelog_broker::storage::memory_disk::MemoryDisk;
@@ -33,11 +34,13 @@ use corelog_broker::storage::{
     CacheKey, DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
 };
 use corelog_replication::wire::{answer_to_wire, partition_key, query_from_wire, query_refusal};
-use corelog_replication::{
-    Batch, Push, PushAck, PushResult, ReplicaConfig, ReplicaId, ReplicationError,
-};
+use corelog_replication::{Batch, Push, ReplicaConfig, ReplicaId, ReplicationError};
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::replica_push::{
+    PushResult as WirePushResult, ReplicaPushRequest, ReplicaPushResponse,
+};
+use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
 use corelog_wire::types::TimestampMs;
 use futures::future::LocalBoxFuture;
 
@@ -68,8 +71,10 @@ pub struct NodeSettings {
     pub topic: TopicConfig,
     /// A produce not committed in this long fails (outcome unknown).
     pub produce_timeout: Duration,
-    /// A push not answered in this long counts as lost.
+    /// A stream frame not answered in this long counts as lost.
     pub push_timeout: Duration,
+    /// The replication streams' frames and queues.
+    pub stream: StreamLimits,
     /// Heartbeats to the controller, this often.
     pub heartbeat_ms: u64,
     /// Fsync duration range, milliseconds.
@@ -152,58 +157,84 @@ impl StorageObserver for FenceReporter {
     }
 }
 
-/// Pushes over the simulated network, as `ReplicaPush` requests.
+/// Replication stream frames over the simulated network, as
+/// `ReplicaStream` requests: the broker's own [`ReplicationStreams`] batch
+/// the replica's pushes into frames; this only carries them (and counts
+/// what the statistics want).
 #[derive(Debug)]
-pub struct SimPushTransport {
+pub struct SimFrameCarrier {
     world: Rc<World>,
     from: u32,
-    topic_id: u64,
     timeout: Duration,
     stats: Rc<RefCell<Stats>>,
 }
 
-impl PushTransport for SimPushTransport {
-    fn send_push(
+impl FrameCarrier for SimFrameCarrier {
+    fn carry(
         &self,
         to: ReplicaId,
-        push: Push,
-    ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
+        request: ReplicaStreamRequest,
+        raw: Vec<Bytes>,
+    ) -> LocalBoxFuture<'_, Result<ReplicaStreamResponse, String>> {
         Box::pin(async move {
-            if let Some(reset_to) = push.reset_to {
+            for reset_to in request.pushes.iter().filter_map(|push| push.reset_to) {
                 self.stats.borrow_mut().reset_pushes += 1;
                 let from = self.from;
                 self.world
                     .log(|| format!("{from}: push resetting {to} to {reset_to}"));
             }
-            let request = push_request(self.topic_id, 0, &push);
-            let mut raw = BytesMut::new();
-            for batch in &push.batches {
-                raw.extend_from_slice(&batch.bytes);
+            let mut joined = BytesMut::new();
+            for part in &raw {
+                joined.extend_from_slice(part);
             }
-            let raw = raw.freeze();
+            let raw = joined.freeze();
             let answer = self
                 .world
                 .call(
                     Endpoint::Node(self.from),
                     Endpoint::Node(to.0),
-                    |call| Message::Push { call, request, raw },
+                    |call| Message::Stream { call, request, raw },
                     self.timeout,
                 )
                 .await;
-            let unreachable = |reason: &str| TransportError::Unreachable {
-                to,
-                reason: reason.to_owned(),
-            };
-            let ack = match answer {
-                Some(Answer::Push(response)) => ack_from_wire(to, &push, response)?,
-                Some(Answer::Query(_)) => return Err(unreachable("a query answer to a push")),
-                None => return Err(unreachable("no answer in time")),
-            };
-            if matches!(ack.result, PushResult::Mismatch { .. }) {
-                self.stats.borrow_mut().mismatches += 1;
+            match answer {
+                Some(Answer::Stream(response)) => {
+                    let mismatches = response
+                        .answers
+                        .iter()
+                        .filter(|answer| matches!(answer.result, WirePushResult::Mismatch { .. }))
+                        .count();
+                    self.stats.borrow_mut().mismatches += mismatches as u64;
+                    Ok(response)
+                }
+                Some(Answer::Query(_)) => Err("a query answer to a stream frame".to_owned()),
+                None => Err("no answer in time".to_owned()),
             }
-            Ok(ack)
         })
+    }
+}
+
+/// A follower's side of one push of a frame: the broker's own wire
+/// conversions around the replica's `handle_push`.
+async fn serve_push(
+    world: Rc<World>,
+    id: u32,
+    replica: Rc<Replica>,
+    limits: BatchLimits,
+    request: ReplicaPushRequest,
+    records: Bytes,
+) -> ReplicaPushResponse {
+    let push = match push_from_wire(&request, records, &limits) {
+        Ok(push) => push,
+        Err(error) => return push_refusal(error.code(), error.to_string()),
+    };
+    world.log(|| format!("{id}: receives {}", describe_push(&push)));
+    match replica.handle_push(push).await {
+        Ok(ack) => {
+            world.log(|| format!("{id}: answers {:?}", ack.result));
+            ack_to_wire(&ack)
+        }
+        Err(error) => push_refusal(error.code(), error.to_string()),
     }
 }
 
@@ -347,14 +378,21 @@ impl Node {
                 },
                 high_watermark_signal: Default::default(),
             };
-            let transport = Rc::new(SimPushTransport {
+            let executor = world.executor.for_owner((id, incarnation));
+            let carrier = Rc::new(SimFrameCarrier {
                 world: world.clone(),
                 from: id,
-                topic_id: settings.topic_id,
                 timeout: settings.push_timeout,
                 stats,
             });
-            let executor = world.executor.for_owner((id, incarnation));
+            let streams = ReplicationStreams::new(
+                ReplicaId(id),
+                carrier,
+                executor.clone(),
+                settings.stream,
+                Rc::new(NoStreamObserver),
+            );
+            let transport = Rc::new(streams.transport(settings.topic_id, 0));
             match ReplicatedPartition::open(disk, spec, storage, transport, executor).await {
                 Ok(replica) => {
                     world.log(|| {
@@ -382,26 +420,15 @@ impl Node {
             return;
         };
         match message {
-            Message::Push { call, request, raw } => {
+            Message::Stream { call, request, raw } => {
                 let limits = self.settings.log.batch_limits;
                 let world = self.world.clone();
                 let id = self.id;
                 self.serve(&process, from, call, move |replica| async move {
-                    let push = match push_from_wire(&request, raw, &limits) {
-                        Ok(push) => push,
-                        Err(error) => {
-                            return Answer::Push(push_refusal(error.code(), error.to_string()));
-                        }
+                    let serve = |push, records| {
+                        serve_push(world.clone(), id, replica.clone(), limits, push, records)
                     };
-                    world.log(|| format!("{id}: receives {}", describe_push(&push)));
-                    let response = match replica.handle_push(push).await {
-                        Ok(ack) => {
-                            world.log(|| format!("{id}: answers {:?}", ack.result));
-                            ack_to_wire(&ack)
-                        }
-                        Err(error) => push_refusal(error.code(), error.to_string()),
-                    };
-                    Answer::Push(response)
+                    Answer::Stream(serve_frame(request, raw, serve).await)
                 });
             }
             Message::Query { call, request } => {
@@ -461,7 +488,11 @@ impl Node {
                         Endpoint::Controller => {
                             Answer::Query(query_refusal(ErrorCode::LeaderNotAvailable, message))
                         }
-                        _ => Answer::Push(push_refusal(ErrorCode::LeaderNotAvailable, message)),
+                        _ => Answer::Stream(ReplicaStreamResponse {
+                            error_code: ErrorCode::LeaderNotAvailable.code(),
+                            error_message: Some(message),
+                            answers: Vec::new(),
+                        }),
                     }
                 }
             };

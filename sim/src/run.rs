@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use corelog_broker::cluster::election::ElectionTimings;
 use corelog_broker::metadata::{CleanupPolicy, TopicConfig};
+use corelog_broker::replica::stream::StreamLimits;
 use corelog_broker::storage::{LogConfig, RetentionPolicy};
 use corelog_replication::{ReplicaConfig, RoleView};
 use corelog_wire::batch::{self, BatchLimits};
+use corelog_wire::message::replica_stream::PUSHES_PER_FRAME_MAX;
 use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};
 
@@ -122,6 +124,11 @@ impl SimConfig {
         // leader holds an older epoch's uncommitted suffix and dies before
         // its marker is on a majority (Raft fig. 8) need all of that.
         let churn = rng.below(4) == 0;
+        let max_push_bytes = if churn {
+            rng.between(60, 200)
+        } else {
+            rng.between(100, 1_500)
+        } as usize;
         let mut config = Self {
             node_count: if churn { 3 } else { rng.between(3, 5) as u32 },
             network: NetworkFaults {
@@ -160,11 +167,7 @@ impl SimConfig {
                     resend_timeout_ms,
                     heartbeat_interval_ms: rng.between(10, 50),
                     max_inflight_records: rng.between(4, 64),
-                    max_push_bytes: if churn {
-                        rng.between(60, 200)
-                    } else {
-                        rng.between(100, 1_500)
-                    },
+                    max_push_bytes: max_push_bytes as u64,
                 },
                 log: LogConfig {
                     segment_bytes,
@@ -187,6 +190,22 @@ impl SimConfig {
                 },
                 produce_timeout: Duration::from_millis(rng.between(150, 500)),
                 push_timeout: Duration::from_millis(resend_timeout_ms * 3),
+                stream: {
+                    // Frames of four to sixteen full pushes (heartbeats fill
+                    // them up; the broker's hold four); queues of four to
+                    // sixteen frames' worth, which fill while a follower is
+                    // cut off or down. Less (one small frame in flight, a
+                    // few pushes a frame) caps the stream below what the
+                    // clients offer: queued pushes outlive the resend
+                    // timeout and the run never catches up.
+                    let frame_bytes_max = max_push_bytes * rng.between(4, 16) as usize;
+                    StreamLimits {
+                        frame_bytes_max,
+                        frame_pushes_max: PUSHES_PER_FRAME_MAX,
+                        frames_in_flight_max: rng.between(2, 4) as usize,
+                        queued_bytes_max: frame_bytes_max * rng.between(4, 16) as usize,
+                    }
+                },
                 heartbeat_ms: (session_ms / 4).max(TICK_MS),
                 sync_ms: (1, rng.between(1, 15)),
             },
@@ -227,6 +246,14 @@ impl SimConfig {
             config.first_ack_crash_per_million = 0;
             config.partition_per_million = 0;
             config.node.replica.max_push_bytes = rng.between(60, 200);
+            // A frame per push, pipelined as deep as pushes alone were: the
+            // schedule loses exactly the pushes that carry the new epoch,
+            // and a frame that also carried the old epoch's suffix would
+            // take that with it and break the chain (the other seeds put
+            // many pushes in a frame).
+            config.node.stream.frame_pushes_max = 1;
+            config.node.stream.frames_in_flight_max = 64;
+            config.node.stream.queued_bytes_max = usize::MAX;
         }
         config
     }
@@ -482,7 +509,7 @@ impl Sim {
                 let push_answer = matches!(
                     message,
                     Message::Answer {
-                        answer: Answer::Push(_),
+                        answer: Answer::Stream(_),
                         ..
                     }
                 );
@@ -494,7 +521,7 @@ impl Sim {
                 {
                     let limits = self.config.node.log.batch_limits;
                     let pushed_epoch = match &message {
-                        Message::Push { raw, .. } => batch::batches(raw, &limits)
+                        Message::Stream { raw, .. } => batch::batches(raw, &limits)
                             .flatten()
                             .filter_map(|found| found.header.leader_epoch())
                             .max(),
@@ -503,8 +530,9 @@ impl Sim {
                     let now_ms = self.world.now_ms();
                     let acts = schedule.on_deliver(sender, id, push_answer, pushed_epoch, now_ms);
                     if acts.contains(&Act::Lose) {
-                        self.world
-                            .log(|| format!("fig. 8 schedule: loses a push {sender} -> {id}"));
+                        self.world.log(|| {
+                            format!("fig. 8 schedule: loses a stream frame {sender} -> {id}")
+                        });
                         return;
                     }
                     self.carry_out_schedule(acts);

@@ -131,6 +131,9 @@ pub enum ApiKey {
     /// The controller asks a replica for its log position before an election
     /// (inter-broker).
     ReplicaQuery = 46,
+    /// A leader shard sends the pushes of many partitions to one follower
+    /// broker in one frame (inter-broker).
+    ReplicaStream = 47,
 }
 
 impl ApiKey {
@@ -164,6 +167,7 @@ impl ApiKey {
         ApiKey::ControllerOperation,
         ApiKey::ReplicaPush,
         ApiKey::ReplicaQuery,
+        ApiKey::ReplicaStream,
     ];
 
     /// The wire number.
@@ -205,6 +209,7 @@ impl ApiKey {
             44 => Some(ApiKey::ControllerOperation),
             45 => Some(ApiKey::ReplicaPush),
             46 => Some(ApiKey::ReplicaQuery),
+            47 => Some(ApiKey::ReplicaStream),
             _ => None,
         }
     }
@@ -241,6 +246,7 @@ impl ApiKey {
             ApiKey::ControllerOperation => "ControllerOperation",
             ApiKey::ReplicaPush => "ReplicaPush",
             ApiKey::ReplicaQuery => "ReplicaQuery",
+            ApiKey::ReplicaStream => "ReplicaStream",
         }
     }
 
@@ -278,7 +284,8 @@ impl ApiKey {
             | ApiKey::MetadataFetch
             | ApiKey::ControllerOperation
             | ApiKey::ReplicaPush
-            | ApiKey::ReplicaQuery => VersionRange { min: 0, max: 0 },
+            | ApiKey::ReplicaQuery
+            | ApiKey::ReplicaStream => VersionRange { min: 0, max: 0 },
         }
     }
 
@@ -296,7 +303,8 @@ impl ApiKey {
             | ApiKey::MetadataFetch
             | ApiKey::ControllerOperation
             | ApiKey::ReplicaPush
-            | ApiKey::ReplicaQuery => true,
+            | ApiKey::ReplicaQuery
+            | ApiKey::ReplicaStream => true,
             ApiKey::ApiVersions
             | ApiKey::Metadata
             | ApiKey::CreateTopics
@@ -840,12 +848,13 @@ mod tests {
                 (44, "ControllerOperation"),
                 (45, "ReplicaPush"),
                 (46, "ReplicaQuery"),
+                (47, "ReplicaStream"),
             ]
         );
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 9 || (20..=30).contains(&code) || (40..=46).contains(&code))
+                (code <= 9 || (20..=30).contains(&code) || (40..=47).contains(&code))
                     .then_some(code)
             );
         }
@@ -857,13 +866,13 @@ mod tests {
     }
 
     #[test]
-    fn inter_broker_apis_are_exactly_40_to_46() {
+    fn inter_broker_apis_are_exactly_40_to_47() {
         let inter_broker: Vec<u16> = ApiKey::ALL
             .iter()
             .filter(|key| key.is_inter_broker())
             .map(|key| key.code())
             .collect();
-        assert_eq!(inter_broker, [40, 41, 42, 43, 44, 45, 46]);
+        assert_eq!(inter_broker, [40, 41, 42, 43, 44, 45, 46, 47]);
     }
 
     #[test]

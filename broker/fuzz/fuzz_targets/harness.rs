@@ -475,6 +475,7 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         ControllerOperation => controller_operation::ControllerOperationResponse,
         ReplicaPush => replica_push::ReplicaPushResponse,
         ReplicaQuery => replica_query::ReplicaQueryResponse,
+        ReplicaStream => replica_stream::ReplicaStreamResponse,
     )
 }
 

@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::replica::stream::StreamObserver;
 use crate::storage::StorageObserver;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,6 +67,9 @@ pub struct BrokerMetrics {
     bytes_out: Family<ShardLabel, Counter>,
     requests: Family<ShardApiLabel, Counter>,
     forwarded: Family<ShardApiLabel, Counter>,
+    replication_frames: Family<ShardLabel, Counter>,
+    replication_frame_pushes: Family<ShardLabel, Counter>,
+    replication_pushes_refused: Family<ShardLabel, Counter>,
     errors: Family<ShardCodeLabel, Counter>,
     connections: Family<ShardLabel, Gauge>,
     in_flight_requests: Family<ShardLabel, Gauge>,
@@ -106,6 +110,9 @@ impl BrokerMetrics {
             bytes_out: Family::default(),
             requests: Family::default(),
             forwarded: Family::default(),
+            replication_frames: Family::default(),
+            replication_frame_pushes: Family::default(),
+            replication_pushes_refused: Family::default(),
             errors: Family::default(),
             connections: Family::default(),
             in_flight_requests: Family::default(),
@@ -173,6 +180,21 @@ impl BrokerMetrics {
             "forwarded_batches",
             "Partition batches received on a connection to another shard than the partition's owner and forwarded to the owner, by API (shard-aware clients keep this near 0)",
             metrics.forwarded.clone(),
+        );
+        registry.register(
+            "replication_frames",
+            "Replication stream frames sent to follower brokers by this shard's leaders (one carries the pushes of many partitions)",
+            metrics.replication_frames.clone(),
+        );
+        registry.register(
+            "replication_frame_pushes",
+            "Partition pushes carried by those frames (divided by the frames: partitions per frame)",
+            metrics.replication_frame_pushes.clone(),
+        );
+        registry.register(
+            "replication_pushes_refused",
+            "Pushes failed at once because their follower's stream queue was full (the follower is down or slow); resent after the replication timeout",
+            metrics.replication_pushes_refused.clone(),
         );
         registry.register(
             "errors",
@@ -269,6 +291,9 @@ impl BrokerMetrics {
                 shard,
                 api: "Fetch",
             }),
+            replication_frames: self.replication_frames.get_or_create_owned(&label),
+            replication_frame_pushes: self.replication_frame_pushes.get_or_create_owned(&label),
+            replication_pushes_refused: self.replication_pushes_refused.get_or_create_owned(&label),
         }
     }
 
@@ -330,6 +355,12 @@ pub struct ShardMetrics {
     pub forwarded_produce: Counter,
     /// Fetched partitions forwarded to their owning shard.
     pub forwarded_fetch: Counter,
+    /// Replication stream frames sent.
+    pub replication_frames: Counter,
+    /// Pushes carried by those frames.
+    pub replication_frame_pushes: Counter,
+    /// Pushes failed at once on a full stream queue.
+    pub replication_pushes_refused: Counter,
 }
 
 impl ShardMetrics {
@@ -384,6 +415,17 @@ impl ShardMetrics {
                 api,
             })
             .inc();
+    }
+}
+
+impl StreamObserver for ShardMetrics {
+    fn on_frame(&self, pushes: usize, _bytes: usize) {
+        self.replication_frames.inc();
+        self.replication_frame_pushes.inc_by(pushes as u64);
+    }
+
+    fn on_push_refused(&self) {
+        self.replication_pushes_refused.inc();
     }
 }
 

@@ -19,7 +19,9 @@
 //! - `batches.rs`: stored bytes as replication batches, push
 //!   checks, the epoch-start marker.
 //! - `leadership.rs`: which role change published metadata asks for.
-//! - [`peer_transport`]: pushes over the inter-broker RPC, and the wire
+//! - [`stream`]: the pushes of all of a shard's partitions, to each
+//!   follower broker in shared frames, and the follower's side of a frame.
+//! - [`peer_transport`]: frames over the inter-broker RPC, and the wire
 //!   forms of pushes, queries and their answers.
 //!
 //! # Ordering rules
@@ -72,6 +74,7 @@ mod leader;
 mod leadership;
 pub mod meta_file;
 pub mod peer_transport;
+pub mod stream;
 mod transport;
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! Replication over the inter-broker RPC: [`PeerPushTransport`] carries a
-//! leader's pushes to followers as `ReplicaPush` requests, and the
-//! conversions here turn pushes and their acknowledgements into wire
-//! messages and back (on the sending and on the receiving broker). The
+//! Replication over the inter-broker RPC: [`PeerFrameCarrier`] carries a
+//! shard's replication stream frames (`ReplicaStream`, see
+//! [`super::stream`]) to followers, and the conversions here turn pushes and
+//! their acknowledgements into wire messages and back (on the sending and on
+//! the receiving broker). The
 //! election queries' conversions, which the controller shares, are
 //! `corelog_replication::wire`'s.
 //!
@@ -14,76 +15,66 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use corelog_replication::{Push, PushAck, PushResult, ReplicaId};
+use corelog_replication::{PartitionKey, Push, PushAck, PushResult, ReplicaId};
 use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::replica_push::{
     PushResult as WirePushResult, ReplicaPushRequest, ReplicaPushResponse,
 };
+use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
 use corelog_wire::types::{LeaderEpoch, Offset};
 use futures::future::LocalBoxFuture;
 
 use corelog_replication::wire::partition_key;
 
-use super::{PushTransport, ReplicaError, TransportError, batches};
+use super::stream::FrameCarrier;
+use super::{ReplicaError, TransportError, batches};
 use crate::peer::Peers;
 
-/// How long a push may go unanswered before the transport gives up (the
-/// state machine resends on its own timeout meanwhile). Covers a follower's
-/// fsync under load.
-const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a frame may go unanswered before the carrier gives up (the
+/// state machines resend on their own timeouts meanwhile). Covers a
+/// follower's fsync under load.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Finds a broker's address in the current metadata.
 pub type ResolveBroker = Rc<dyn Fn(ReplicaId) -> Option<SocketAddr>>;
 
-/// Pushes of one partition over [`Peers`].
-pub struct PeerPushTransport {
+/// Replication stream frames over [`Peers`], as `ReplicaStream` requests.
+pub struct PeerFrameCarrier {
     peers: Rc<Peers>,
     resolve: ResolveBroker,
-    topic_id: u64,
-    partition: u32,
 }
 
-impl std::fmt::Debug for PeerPushTransport {
+impl std::fmt::Debug for PeerFrameCarrier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerPushTransport")
-            .field("topic_id", &self.topic_id)
-            .field("partition", &self.partition)
-            .finish_non_exhaustive()
+        f.debug_struct("PeerFrameCarrier").finish_non_exhaustive()
     }
 }
 
-impl PeerPushTransport {
-    /// The transport of partition `partition` of topic `topic_id`.
+impl PeerFrameCarrier {
+    /// Frames to the brokers `resolve` finds, over `peers`.
     #[must_use]
-    pub fn new(peers: Rc<Peers>, resolve: ResolveBroker, topic_id: u64, partition: u32) -> Self {
-        Self {
-            peers,
-            resolve,
-            topic_id,
-            partition,
-        }
+    pub fn new(peers: Rc<Peers>, resolve: ResolveBroker) -> Self {
+        Self { peers, resolve }
     }
 }
 
-impl PushTransport for PeerPushTransport {
-    fn send_push(
+impl FrameCarrier for PeerFrameCarrier {
+    fn carry(
         &self,
         to: ReplicaId,
-        push: Push,
-    ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
+        request: ReplicaStreamRequest,
+        raw: Vec<Bytes>,
+    ) -> LocalBoxFuture<'_, Result<ReplicaStreamResponse, String>> {
         Box::pin(async move {
-            let unreachable = |reason: String| TransportError::Unreachable { to, reason };
-            let addr = (self.resolve)(to)
-                .ok_or_else(|| unreachable("the broker is not in the metadata".to_owned()))?;
-            let request = push_request(self.topic_id, self.partition, &push);
-            let raw: Vec<&[u8]> = push.batches.iter().map(|batch| &batch.bytes[..]).collect();
-            let answer = self
-                .peers
-                .call_parts(addr, &request, &raw, PUSH_TIMEOUT)
+            let addr =
+                (self.resolve)(to).ok_or_else(|| "the broker is not in the metadata".to_owned())?;
+            let parts: Vec<&[u8]> = raw.iter().map(|batch| &batch[..]).collect();
+            self.peers
+                .call_parts(addr, &request, &parts, FRAME_TIMEOUT)
                 .await
-                .map_err(|error| unreachable(error.to_string()))?;
-            ack_from_wire(to, &push, answer.message)
+                .map(|answer| answer.message)
+                .map_err(|error| error.to_string())
         })
     }
 }
@@ -171,14 +162,15 @@ pub fn push_refusal(code: ErrorCode, message: String) -> ReplicaPushResponse {
     }
 }
 
-/// A follower's answer to `push` (sent to `to`) as the state machine's
-/// [`PushAck`].
+/// A follower's answer to a push of `partition` in `epoch` (sent to `to`)
+/// as the state machine's [`PushAck`].
 ///
 /// # Errors
 /// [`TransportError::Refused`] for an error answer.
 pub fn ack_from_wire(
     to: ReplicaId,
-    push: &Push,
+    partition: PartitionKey,
+    epoch: LeaderEpoch,
     response: ReplicaPushResponse,
 ) -> Result<PushAck, TransportError> {
     let refused = |code: ErrorCode, message: String| TransportError::Refused { to, code, message };
@@ -214,8 +206,8 @@ pub fn ack_from_wire(
         }
     };
     Ok(PushAck {
-        partition: push.partition,
-        epoch: push.epoch,
+        partition,
+        epoch,
         from: to,
         result,
     })
@@ -257,12 +249,13 @@ mod tests {
                 from: ReplicaId(2),
                 result,
             };
-            let back = ack_from_wire(ReplicaId(2), &push, ack_to_wire(&ack));
+            let back = ack_from_wire(ReplicaId(2), push.partition, push.epoch, ack_to_wire(&ack));
             assert_eq!(back, Ok(ack));
         }
         let refused = ack_from_wire(
             ReplicaId(2),
-            &push,
+            push.partition,
+            push.epoch,
             push_refusal(ErrorCode::StorageError, "fenced".to_owned()),
         );
         assert!(matches!(

@@ -33,7 +33,8 @@ use crate::group::service::GROUPS_TOPIC;
 use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
 use crate::partition::PartitionSpec;
-use crate::replica::peer_transport::{self, PeerPushTransport};
+use crate::replica::peer_transport::{self, PeerFrameCarrier};
+use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
 use crate::storage::CacheKey;
 use crate::storage::disk::Disk;
@@ -41,6 +42,10 @@ use crate::storage::disk::Disk;
 /// How often leaders are given the time (pushes due, resends, heartbeats)
 /// and replication gauges are sampled.
 const REPLICATION_TICK: Duration = Duration::from_millis(20);
+
+/// The most batch bytes one replication stream frame carries (4 MiB: four
+/// of the largest pushes).
+const FRAME_BYTES_MAX: usize = 4 << 20;
 
 /// The role changes one snapshot started, for a caller that waits for them.
 #[derive(Debug, Default)]
@@ -124,12 +129,7 @@ impl Shard {
             },
             high_watermark_signal: partition.data_signal.clone(),
         };
-        let transport = Rc::new(PeerPushTransport::new(
-            self.brokers.clone(),
-            self.broker_resolver(),
-            view.record.id,
-            index,
-        ));
+        let transport = Rc::new(self.replication_streams().transport(view.record.id, index));
         let opened = ReplicatedPartition::open(
             self.disk.clone(),
             spec,
@@ -250,6 +250,23 @@ impl Shard {
                 tracing::warn!(dir = %dir.display(), %error, "cannot remove a deleted replica's directory");
             }
         }
+    }
+
+    /// The streams this shard's leaders push to their followers over.
+    pub(super) fn replication_streams(&self) -> &Rc<ReplicationStreams> {
+        self.streams.get_or_init(|| {
+            let carrier = PeerFrameCarrier::new(self.brokers.clone(), self.broker_resolver());
+            // Half the largest frame a follower accepts leaves room for the
+            // frame's own fields.
+            let frame_bytes_max = (self.config.max_frame_bytes as usize / 2).min(FRAME_BYTES_MAX);
+            ReplicationStreams::new(
+                ReplicaId(self.config.node_id),
+                Rc::new(carrier),
+                self.executor.clone(),
+                StreamLimits::for_frame_bytes(frame_bytes_max),
+                Rc::new(self.metrics.clone()),
+            )
+        })
     }
 
     /// Routes a leader's push to the shard owning the replica.

@@ -32,6 +32,7 @@ use crate::metrics::ShardMetrics;
 use crate::net::shard_ports::ShardPortTable;
 use crate::peer::Peers;
 use crate::replica::ReplicatedPartition;
+use crate::replica::stream::ReplicationStreams;
 use crate::storage::ShardStorage;
 use crate::storage::glommio_disk::GlommioDisk;
 
@@ -56,6 +57,9 @@ pub struct Shard {
     pub(super) replicas: RefCell<AHashMap<PartitionId, Replica>>,
     /// Connections to other brokers (replication pushes, lookups).
     pub(super) brokers: Rc<Peers>,
+    /// The replication streams of the partitions this shard leads, made on
+    /// first use.
+    pub(super) streams: std::cell::OnceCell<Rc<ReplicationStreams>>,
     /// Group coordinators of the `__groups` partitions this shard leads, by index.
     pub(super) coordinators: RefCell<AHashMap<u32, Rc<Coordinator>>>,
     /// Partitions this shard should host but could not open, with why.
@@ -147,6 +151,7 @@ impl Shard {
             executor: Rc::new(GlommioExecutor),
             replicas: RefCell::new(AHashMap::new()),
             brokers: Peers::new(),
+            streams: std::cell::OnceCell::new(),
             coordinators: RefCell::new(AHashMap::new()),
             failed: RefCell::new(AHashMap::new()),
             snapshot: RefCell::new(Arc::new(empty)),

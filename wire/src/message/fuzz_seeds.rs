@@ -161,7 +161,7 @@ fn write_all_seeds(dir: &Path) {
         describe_shards, describe_topics, fetch, find_coordinator, group_records, heartbeat,
         init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
         metadata_fetch, offset_commit, offset_fetch, produce, replica_push, replica_query,
-        reset_offsets, write_audit,
+        replica_stream, reset_offsets, write_audit,
     };
     write_seeds(
         dir,
@@ -261,6 +261,12 @@ fn write_all_seeds(dir: &Path) {
         "replica_push",
         replica_push::tests::request(),
         no_raw(replica_push::tests::response()),
+    );
+    write_seeds(
+        dir,
+        "replica_stream",
+        replica_stream::tests::request(),
+        no_raw(replica_stream::tests::response()),
     );
     no_raw_seeds!(
         broker_register,

@@ -29,7 +29,9 @@
 //!   inter-broker messages carry one opaque section each, declared by one
 //!   length field: ControllerRaft requests (`message_len`, a raft message),
 //!   MetadataFetch responses (`state_len`, the metadata state) and
-//!   ReplicaPush requests (`records_len`, record batches). Every other
+//!   ReplicaPush requests (`records_len`, record batches). ReplicaStream
+//!   requests declare one `records_len` per push, as produce requests do per
+//!   partition ([`replica_stream::push_records`]). Every other
 //!   message has an empty raw section. The decoders check that the declared
 //!   lengths add up to the raw section's length.
 //! - A response whose `error_code` is not `NONE` refuses the whole request
@@ -56,8 +58,8 @@
 //! # Inter-broker APIs
 //!
 //! [`controller_raft`], [`broker_register`], [`broker_heartbeat`],
-//! [`metadata_fetch`], [`controller_operation`], [`replica_push`] and
-//! [`replica_query`] (api keys `40..`) are spoken between brokers and
+//! [`metadata_fetch`], [`controller_operation`], [`replica_push`],
+//! [`replica_query`] and [`replica_stream`] (api keys `40..`) are spoken between brokers and
 //! controller voters, never by clients
 //! ([`ApiKey::is_inter_broker`](crate::frame::ApiKey::is_inter_broker)). They
 //! use the same frames and bodies as the client APIs, so that one codec and
@@ -102,6 +104,7 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod replica_push;
 pub mod replica_query;
+pub mod replica_stream;
 pub mod reset_offsets;
 pub mod write_audit;
 

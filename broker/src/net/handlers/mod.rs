@@ -94,6 +94,7 @@ pub async fn dispatch(
         // Replication: answered by the replica's owning shard.
         ApiKey::ReplicaPush => replica::push(shard, body).await,
         ApiKey::ReplicaQuery => replica::query(shard, &body).await,
+        ApiKey::ReplicaStream => replica::stream(shard, body).await,
     }
 }
 

@@ -36,6 +36,8 @@ use crate::storage::{
     CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
 };
 
+mod streams;
+
 type Node = ReplicatedPartition<MemoryDisk>;
 
 const T0: i64 = 1_767_225_600_000;
@@ -195,52 +197,15 @@ impl Cluster {
     /// Opens (or reopens, recovering) a replica on its disk.
     async fn open(&self, id: ReplicaId) -> Rc<Node> {
         let disk = self.disks[&id].clone();
-        let probe = disk.clone();
-        let shard = ShardStorage {
-            clock: self.clock.clone(),
-            space: Rc::new(DiskSpace::new(0, move || {
-                probe.free_bytes(Path::new("/data"))
-            })),
-            cache: TailCache::new(64 << 10),
-            observer: self.fences.clone(),
-            journal: None,
-        };
-        let limits = BatchLimits {
-            batch_bytes_max: 4 << 10,
-            decompressed_bytes_max: 1 << 20,
-        };
-        let spec = ReplicaSpec {
+        let shard = shard_storage(&disk, self.clock.clone(), self.fences.clone());
+        let spec = replica_spec(
             id,
-            key: KEY,
-            config: self.config,
-            partition: PartitionSpec {
-                topic: "orders",
-                index: 0,
-                dir: Path::new(DIR),
-                config: TopicConfig {
-                    retention_ms: None,
-                    retention_bytes: self.retention_bytes,
-                    segment_bytes: self.segment_bytes,
-                    segment_ms: 1 << 40,
-                    max_message_bytes: 4 << 10,
-                    cleanup_policy: CleanupPolicy::Delete,
-                },
-                broker_log: LogConfig {
-                    segment_bytes: self.segment_bytes,
-                    segment_ms: 1 << 40,
-                    retention: RetentionPolicy {
-                        retention_ms: None,
-                        retention_bytes: None,
-                    },
-                    index_interval_bytes: 1024,
-                    flush_bytes_max: 64 << 10,
-                    batch_limits: limits,
-                },
-                cache_key: CacheKey(0),
-                producer_state_retention_ms: 1 << 40,
-            },
-            high_watermark_signal: Arc::new(Event::new()),
-        };
+            KEY,
+            Path::new(DIR),
+            self.config,
+            self.segment_bytes,
+            self.retention_bytes,
+        );
         let incarnation = self.network.incarnations.get() + 1;
         self.network.incarnations.set(incarnation);
         let link = Rc::new(Link {
@@ -326,6 +291,72 @@ impl Cluster {
         };
         self.publish(leader, epoch).await;
         leader
+    }
+}
+
+/// A shard's storage on `disk`, its log fences reported to `fences`.
+fn shard_storage(
+    disk: &MemoryDisk,
+    clock: Rc<ManualClock>,
+    fences: Rc<FenceRecorder>,
+) -> ShardStorage {
+    let probe = disk.clone();
+    ShardStorage {
+        clock,
+        space: Rc::new(DiskSpace::new(0, move || {
+            probe.free_bytes(Path::new("/data"))
+        })),
+        cache: TailCache::new(64 << 10),
+        observer: fences,
+        journal: None,
+    }
+}
+
+/// Replica `id` of partition `key`, kept in `dir`, with small batches and
+/// segments of `segment_bytes`.
+fn replica_spec(
+    id: ReplicaId,
+    key: PartitionKey,
+    dir: &Path,
+    config: ReplicaConfig,
+    segment_bytes: u64,
+    retention_bytes: Option<u64>,
+) -> ReplicaSpec<'_> {
+    let limits = BatchLimits {
+        batch_bytes_max: 4 << 10,
+        decompressed_bytes_max: 1 << 20,
+    };
+    ReplicaSpec {
+        id,
+        key,
+        config,
+        partition: PartitionSpec {
+            topic: "orders",
+            index: 0,
+            dir,
+            config: TopicConfig {
+                retention_ms: None,
+                retention_bytes,
+                segment_bytes,
+                segment_ms: 1 << 40,
+                max_message_bytes: 4 << 10,
+                cleanup_policy: CleanupPolicy::Delete,
+            },
+            broker_log: LogConfig {
+                segment_bytes,
+                segment_ms: 1 << 40,
+                retention: RetentionPolicy {
+                    retention_ms: None,
+                    retention_bytes: None,
+                },
+                index_interval_bytes: 1024,
+                flush_bytes_max: 64 << 10,
+                batch_limits: limits,
+            },
+            cache_key: CacheKey(0),
+            producer_state_retention_ms: 1 << 40,
+        },
+        high_watermark_signal: Arc::new(Event::new()),
     }
 }
 
