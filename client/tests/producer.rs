@@ -318,14 +318,49 @@ async fn unanswered_records_fail_with_a_delivery_timeout() {
     producer.close().await.unwrap();
 }
 
+/// Found by `corelog-bench matrix`: producers started right after a topic
+/// was created asked a broker that had not applied the creation yet, and
+/// their first records failed with `UNKNOWN_TOPIC_OR_PARTITION` on a
+/// healthy cluster.
+#[tokio::test]
+async fn a_topic_that_appears_while_send_waits_takes_the_record() {
+    let broker = FakeBroker::start().await;
+    let producer = Producer::connect(producer_config(&broker.addr()))
+        .await
+        .unwrap();
+    let creating = {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            broker.create_topic("late", 1);
+        })
+    };
+    let delivered = producer
+        .send(ProducerRecord::new("late", "first").partition(0))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(delivered.offset.0, 0);
+    creating.await.unwrap();
+    assert_eq!(values_of(&broker, "late", 0), [(0, "first".to_owned())]);
+    producer.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn unknown_topics_and_partitions_are_refused_at_send() {
     let (_broker, producer) = setup(2).await;
+    let started = std::time::Instant::now();
     let error = producer
         .send(ProducerRecord::new("missing", "x"))
         .await
         .unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::UnknownTopicOrPartition));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "a missing topic is refused after topic_wait (300 ms), not {waited:?}"
+    );
     let error = producer
         .send(ProducerRecord::new("t", "x").partition(2))
         .await

@@ -66,6 +66,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use corelog_wire::batch::{Compression, Header, NewRecord, SchemaVersion};
+use corelog_wire::error::ErrorCode;
 use corelog_wire::message::init_producer_id::InitProducerIdRequest;
 use corelog_wire::message::produce::Acks;
 use corelog_wire::types::{Offset, TimestampMs};
@@ -118,6 +119,13 @@ pub struct ProducerConfig {
     /// past it the record fails with [`ClientError::DeliveryTimeout`].
     /// Default 120 s.
     pub delivery_timeout: Duration,
+    /// How long `send` waits for a topic the brokers do not know yet
+    /// before it fails with `UNKNOWN_TOPIC_OR_PARTITION`: a topic just
+    /// created reaches every broker's metadata moments after its creation
+    /// was answered, and a producer that starts then must not fail its
+    /// first records. Default 5 s, at most `delivery_timeout`; zero fails
+    /// at once.
+    pub topic_wait: Duration,
     /// How long the broker may wait for the acknowledgement condition
     /// before answering `REQUEST_TIMED_OUT` (sent in the request). Below
     /// the client's `request_timeout`, so that the broker's answer comes
@@ -141,6 +149,7 @@ impl Default for ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             delivery_timeout: Duration::from_secs(120),
+            topic_wait: Duration::from_secs(5),
             ack_timeout: Duration::from_secs(20),
         }
     }
@@ -412,23 +421,32 @@ impl Producer {
     /// fails in transport (a broker restarting, a dropped connection, a
     /// timeout) is retried with the producer's backoff until the delivery
     /// timeout, as a batch would be: the record has no delivery handle yet
-    /// to report such a failure on. Answers from a broker, such as
-    /// `UNKNOWN_TOPIC_OR_PARTITION`, return at once.
+    /// to report such a failure on. A topic the broker does not know is
+    /// looked up again until `topic_wait` (it may have been created a
+    /// moment ago); other answers from a broker return at once.
     async fn topic_metadata(&self, topic: &str) -> Result<Arc<ClusterMetadata>, ClientError> {
         let config = &self.inner.config;
-        let deadline = Instant::now() + config.delivery_timeout;
+        let started = Instant::now();
+        let deadline = started + config.delivery_timeout;
+        let topic_deadline = started + config.topic_wait.min(config.delivery_timeout);
         let mut backoff = config.retry_backoff;
         loop {
-            match self.inner.cluster.topic_metadata(topic).await {
-                Err(error)
-                    if is_transport_failure(&error) && Instant::now() + backoff < deadline =>
-                {
-                    tracing::debug!(topic, %error, ?backoff, "metadata lookup failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(config.retry_backoff_max);
+            let outcome = self.inner.cluster.topic_metadata(topic).await;
+            let retry_until = match &outcome {
+                Err(error) if is_transport_failure(error) => deadline,
+                Err(error) if error.code() == Some(ErrorCode::UnknownTopicOrPartition) => {
+                    topic_deadline
                 }
-                outcome => return outcome,
+                _ => return outcome,
+            };
+            if Instant::now() + backoff >= retry_until {
+                return outcome;
             }
+            if let Err(error) = &outcome {
+                tracing::debug!(topic, %error, ?backoff, "metadata lookup failed; retrying");
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(config.retry_backoff_max);
         }
     }
 
@@ -543,7 +561,7 @@ fn target(
     let partition_count = metadata.topic(topic)?.partition_count();
     if partition_count == 0 {
         return Err(ClientError::Broker {
-            code: corelog_wire::error::ErrorCode::LeaderNotAvailable,
+            code: ErrorCode::LeaderNotAvailable,
             context: format!("topic {topic} has no partitions in the metadata"),
             detail: None,
         });

@@ -28,6 +28,7 @@ pub fn producer_config(addr: &str) -> ProducerConfig {
         retry_backoff_max: Duration::from_millis(50),
         ack_timeout: Duration::from_millis(200),
         delivery_timeout: Duration::from_secs(10),
+        topic_wait: Duration::from_millis(300),
         ..ProducerConfig::default()
     }
 }
