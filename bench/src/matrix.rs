@@ -426,6 +426,32 @@ fn run_cell(args: &MatrixArgs, cell: &Cell<'_>) -> Result<Vec<Row>, String> {
     measured
 }
 
+/// Waits until every broker of the cell describes `topic`.
+fn wait_for_topic(cell: &Cell<'_>, cluster: &Cluster<'_>, topic: &str) -> Result<(), String> {
+    const PATIENCE: Duration = Duration::from_secs(120);
+    let deadline = Instant::now() + PATIENCE;
+    for broker in 1..=cluster.brokers {
+        let addr = format!("127.0.0.1:{}", cluster.args.base_port + broker);
+        loop {
+            let described = Command::new(cell.build.dir.join("corelog"))
+                .args(["--bootstrap", &addr, "topic", "describe", topic])
+                .output()
+                .map_err(|error| format!("cannot run corelog: {error}"))?;
+            if described.status.success() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "broker {broker} does not serve topic {topic} {PATIENCE:?} later: {}",
+                    String::from_utf8_lossy(&described.stderr)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    Ok(())
+}
+
 fn measure_cell(
     args: &MatrixArgs,
     cell: &Cell<'_>,
@@ -444,11 +470,12 @@ fn measure_cell(
         .args(["--replication-factor", &cell.rf.to_string()])
         .output()
         .map_err(|error| format!("cannot run corelog: {error}"))?;
-    if !created.status.success() {
-        return Err(format!(
-            "topic create: {}",
-            String::from_utf8_lossy(&created.stderr)
-        ));
+    // A creation of a thousand replicated partitions may outlast the
+    // request's timeout and still apply; what counts is that every broker
+    // serves the topic before the producers start.
+    if let Err(missing) = wait_for_topic(cell, cluster, topic) {
+        let refused = String::from_utf8_lossy(&created.stderr);
+        return Err(format!("topic create: {refused}{missing}"));
     }
     let mut phases = vec![("sustained", args.rate, args.duration)];
     if args.peak_rate > 0 {
