@@ -23,8 +23,8 @@ use crate::metadata::TopicConfig;
 use crate::metadata::topic_config::log_config;
 use crate::storage::disk::Disk;
 use crate::storage::{
-    AppendOutcome, CacheKey, DeletedRange, LogConfig, PartitionLog, ReadOutcome, ShardStorage,
-    StorageError, ValidBatch,
+    AppendOutcome, CacheKey, DeletedRange, LogConfig, PartitionLog, PlacedBatch, ReadOutcome,
+    ShardStorage, StorageError, ValidBatch,
 };
 use producer_state::{BatchRecord, ProducerStateTable, SequenceCheck, SequenceError};
 
@@ -369,7 +369,7 @@ impl<D: Disk> Partition<D> {
     /// As [`PartitionLog::start_append_replicated`].
     pub(crate) fn append_replicated(
         &self,
-        batch: ValidBatch,
+        batch: PlacedBatch,
     ) -> Result<AppendOutcome, StorageError> {
         let header = *batch.header();
         let bytes = batch.bytes().len() as u64;

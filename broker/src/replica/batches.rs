@@ -8,19 +8,39 @@ use corelog_wire::batch::{self, BatchBuilder, BatchLimits, Compression, NewRecor
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 
 use super::ReplicaError;
-use crate::storage::{StorageError, ValidBatch};
+use crate::storage::{PlacedBatch, StorageError, ValidBatch};
 
 /// Key of the epoch-start marker's one record (its value is the epoch, as a
 /// big-endian u32). Consumers skip control batches.
 const MARKER_KEY: &[u8] = b"corelog.leader-epoch-start";
 
 /// Splits whole stored batches into [`Batch`]es, each with its place and
-/// epoch from its header and its bytes sliced (not copied) from `chunks`.
+/// epoch from its header and its bytes sliced (not copied) from `chunks`,
+/// checking each batch's CRC: for bytes read from disk.
 ///
 /// # Errors
 /// [`StorageError::Corrupt`] for bytes that are not valid batches or a batch
 /// without a leader epoch: every batch of a replicated log is stamped.
 pub fn split(chunks: &[Bytes], limits: &BatchLimits) -> Result<Vec<Batch>, StorageError> {
+    split_with(chunks, limits, batch::batches)
+}
+
+/// [`split`] without the CRC check, for bytes whose CRC is checked once
+/// elsewhere: this replica's own batches from its tail cache (validated
+/// when they were appended), or a received push's (validated whole by
+/// [`check_push`] before the state machine sees them).
+///
+/// # Errors
+/// As [`split`], but for the CRC.
+pub fn split_trusted(chunks: &[Bytes], limits: &BatchLimits) -> Result<Vec<Batch>, StorageError> {
+    split_with(chunks, limits, batch::batches_trusted)
+}
+
+fn split_with<'a>(
+    chunks: &'a [Bytes],
+    limits: &BatchLimits,
+    iterate: fn(&'a [u8], &BatchLimits) -> batch::Batches<'a>,
+) -> Result<Vec<Batch>, StorageError> {
     let corrupt = |reason: String| StorageError::Corrupt {
         path: std::path::PathBuf::from("<read>"),
         position: 0,
@@ -28,7 +48,7 @@ pub fn split(chunks: &[Bytes], limits: &BatchLimits) -> Result<Vec<Batch>, Stora
     };
     let mut out = Vec::new();
     for chunk in chunks {
-        for found in batch::batches(chunk, limits) {
+        for found in iterate(chunk, limits) {
             let found = found.map_err(|error| corrupt(error.to_string()))?;
             let epoch = found.header.leader_epoch().ok_or_else(|| {
                 corrupt(format!(
@@ -123,13 +143,13 @@ pub fn check_push(push: &Push, limits: &BatchLimits) -> Result<(), ReplicaError>
     Ok(())
 }
 
-/// A pushed batch as the log takes it (the CRC is checked again: the bytes
-/// are about to become this replica's log).
+/// A pushed batch as the log takes it: its own bytes, not copied, and
+/// its CRC not computed again (see [`check_push`], which ran first).
 ///
 /// # Errors
-/// [`StorageError::InvalidBatch`] if the bytes are not one valid batch.
-pub fn valid(batch: &Batch, limits: &BatchLimits) -> Result<ValidBatch, StorageError> {
-    ValidBatch::check(BytesMut::from(&batch.bytes[..]), limits)
+/// [`StorageError::InvalidBatch`] if the bytes are not one batch.
+pub fn placed(batch: &Batch, limits: &BatchLimits) -> Result<PlacedBatch, StorageError> {
+    PlacedBatch::of_checked_push(batch.bytes.clone(), limits)
 }
 
 /// The epoch-start marker of `epoch`: a control batch of one record,

@@ -98,8 +98,8 @@ impl<D: Disk> ReplicatedPartition<D> {
     pub(super) fn append_pushed(&self, pushed: &[Batch]) -> Result<Offset, ReplicaError> {
         let mut end = self.partition.log().next_offset();
         for batch in pushed {
-            let valid = batches::valid(batch, &self.limits)?;
-            let outcome = self.partition.append_replicated(valid)?;
+            let placed = batches::placed(batch, &self.limits)?;
+            let outcome = self.partition.append_replicated(placed)?;
             end = outcome.last_offset.plus(1);
         }
         Ok(end)

@@ -48,7 +48,7 @@ use corelog_wire::types::Offset;
 use crate::clock::Clock;
 pub use deletion_ledger::{DeletedRange, DeletionCause};
 pub use disk_space::{DiskSpace, ReserveExceeded};
-pub use log::{AppendOutcome, LogStats, PartitionLog, ReadOutcome, ValidBatch};
+pub use log::{AppendOutcome, LogStats, PartitionLog, PlacedBatch, ReadOutcome, ValidBatch};
 pub use retention::RetentionPolicy;
 pub use tail_cache::{CacheKey, TailCache};
 

@@ -216,12 +216,14 @@ pub fn decode_records(batch: &Bytes, limits: &BatchLimits) -> Result<Vec<Record>
 
 /// Iterates over consecutive batches in a buffer, such as a segment file or
 /// a fetch response, yielding each batch's position, header and bytes.
-/// Checks the CRC of each. Stops after the first error, which it yields.
+/// Checks the structure of each, and its CRC unless made by
+/// [`batches_trusted`]. Stops after the first error, which it yields.
 #[derive(Debug)]
 pub struct Batches<'a> {
     bytes: &'a [u8],
     position: usize,
     limits: BatchLimits,
+    verify_crc: bool,
     failed: bool,
 }
 
@@ -232,7 +234,21 @@ pub fn batches<'a>(bytes: &'a [u8], limits: &BatchLimits) -> Batches<'a> {
         bytes,
         position: 0,
         limits: *limits,
+        verify_crc: true,
         failed: false,
+    }
+}
+
+/// Iterates over the batches in `bytes` like [`batches`], checking each
+/// header and length but not the CRC: a pass over every byte, for bytes
+/// whose CRC is checked anyway, once, elsewhere (a process's own batches,
+/// validated when they arrived and kept in memory since; a push whose
+/// batches are validated whole right after they are cut apart).
+#[must_use]
+pub fn batches_trusted<'a>(bytes: &'a [u8], limits: &BatchLimits) -> Batches<'a> {
+    Batches {
+        verify_crc: false,
+        ..batches(bytes, limits)
     }
 }
 
@@ -250,7 +266,8 @@ impl<'a> Batches<'a> {
 pub struct BatchAt<'a> {
     /// Byte position of the batch in the buffer.
     pub position: usize,
-    /// Its parsed, CRC-checked header.
+    /// Its parsed header (CRC-checked unless iterated by
+    /// [`batches_trusted`]).
     pub header: BatchHeader,
     /// The whole batch.
     pub bytes: &'a [u8],
@@ -273,7 +290,9 @@ impl<'a> Iterator for Batches<'a> {
                 });
             }
             let bytes = &rest[..total];
-            check_crc(bytes, &header)?;
+            if self.verify_crc {
+                check_crc(bytes, &header)?;
+            }
             Ok(BatchAt {
                 position: self.position,
                 header,

@@ -207,6 +207,32 @@ fn iteration_stops_at_a_torn_tail_and_reports_the_valid_prefix() {
 }
 
 #[test]
+fn trusted_iteration_skips_only_the_crc_check() {
+    let one = sample_batch();
+    let mut log = Vec::new();
+    for base in [0u64, 2] {
+        let mut batch = one.to_vec();
+        set_base_offset(&mut batch, Offset(base));
+        log.extend_from_slice(&batch);
+    }
+    // A flipped byte in the second batch's records breaks its CRC only.
+    let flipped = one.len() + one.len() - 1;
+    log[flipped] ^= 0x40;
+    let limits = BatchLimits::default();
+    let checked: Vec<_> = batches(&log, &limits).collect();
+    assert!(checked[0].is_ok());
+    assert!(matches!(checked[1], Err(BatchError::CrcMismatch { .. })));
+    let trusted: Vec<_> = batches_trusted(&log, &limits)
+        .map(|found| found.map(|found| found.header.base_offset))
+        .collect();
+    assert_eq!(trusted, [Ok(Offset(0)), Ok(Offset(2))]);
+    // The structure is still checked: a torn tail stops it.
+    log.truncate(log.len() - 5);
+    let torn: Vec<_> = batches_trusted(&log, &limits).collect();
+    assert!(torn[0].is_ok() && matches!(torn[1], Err(BatchError::Truncated { .. })));
+}
+
+#[test]
 fn reserved_schema_header_is_refused_when_building() {
     let record = NewRecord {
         headers: vec![Header {

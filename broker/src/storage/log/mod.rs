@@ -88,6 +88,72 @@ impl ValidBatch {
     }
 }
 
+/// A batch a leader already placed and stamped, whose structure was
+/// checked and whose CRC was checked once on its way here: what a
+/// follower's log appends ([`PartitionLog::start_append_replicated`]),
+/// kept in the bytes it arrived in (no copy).
+#[derive(Debug)]
+pub struct PlacedBatch {
+    bytes: Bytes,
+    header: BatchHeader,
+}
+
+impl PlacedBatch {
+    /// Checks that `bytes` is exactly one batch within `limits` with a
+    /// correct CRC.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidBatch`] describing the first problem.
+    pub fn check(bytes: Bytes, limits: &batch::BatchLimits) -> Result<PlacedBatch, StorageError> {
+        let header = batch::validate(&bytes, limits)?;
+        Ok(PlacedBatch { bytes, header })
+    }
+
+    /// Checks that `bytes` is exactly one batch within `limits`, without
+    /// recomputing its CRC: for a pushed batch, which the replica shell
+    /// validated whole (CRC included) before the state machine took the
+    /// push (`replica::batches::check_push`).
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidBatch`] describing the first problem.
+    pub(crate) fn of_checked_push(
+        bytes: Bytes,
+        limits: &batch::BatchLimits,
+    ) -> Result<PlacedBatch, StorageError> {
+        let mut found = batch::batches_trusted(&bytes, limits);
+        let header = match found.next() {
+            Some(Ok(at)) if at.bytes.len() == bytes.len() => at.header,
+            Some(Ok(at)) => {
+                return Err(StorageError::InvalidBatch(
+                    batch::BatchError::TrailingBytes {
+                        extra: bytes.len() - at.bytes.len(),
+                    },
+                ));
+            }
+            Some(Err(error)) => return Err(StorageError::InvalidBatch(error)),
+            None => {
+                return Err(StorageError::InvalidBatch(batch::BatchError::Truncated {
+                    needed: 1,
+                    available: 0,
+                }));
+            }
+        };
+        Ok(PlacedBatch { bytes, header })
+    }
+
+    /// The batch's header.
+    #[must_use]
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The batch's bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// Where an appended batch landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendOutcome {
@@ -391,8 +457,8 @@ impl<D: Disk> PartitionLog<D> {
                         found.header.base_offset
                     )));
                 }
-                let batch = ValidBatch {
-                    bytes: BytesMut::from(found.bytes),
+                let batch = PlacedBatch {
+                    bytes: data.slice_ref(found.bytes),
                     header: found.header,
                 };
                 self.start_append_replicated(batch)?;
@@ -505,9 +571,9 @@ impl<D: Disk> PartitionLog<D> {
     /// log; otherwise as [`PartitionLog::start_append`].
     pub fn start_append_replicated(
         &self,
-        batch: ValidBatch,
+        batch: PlacedBatch,
     ) -> Result<AppendOutcome, StorageError> {
-        let ValidBatch { bytes, header } = batch;
+        let PlacedBatch { bytes, header } = batch;
         let mut state = self.state.borrow_mut();
         state.writable()?;
         if header.base_offset != state.next_offset {
@@ -517,7 +583,6 @@ impl<D: Disk> PartitionLog<D> {
             });
         }
         self.claim_space(bytes.len())?;
-        let bytes = bytes.freeze();
         state.next_offset = header.next_offset();
         state.check_offsets();
         self.shard.cache.insert(

@@ -2,16 +2,16 @@
 //! and appends of batches a leader placed (the follower's side of
 //! replication).
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use corelog_wire::batch;
 
-use super::super::{StorageError, ValidBatch};
+use super::super::{PlacedBatch, StorageError};
 use super::*;
 
-fn placed(tag: u64, base: u64, records: usize) -> ValidBatch {
+fn placed(tag: u64, base: u64, records: usize) -> PlacedBatch {
     let mut bytes = make_batch(tag, records, 100, T0).to_vec();
     batch::set_base_offset(&mut bytes, Offset(base));
-    ValidBatch::check(BytesMut::from(&bytes[..]), &BatchLimits::default()).expect("valid")
+    PlacedBatch::check(Bytes::from(bytes), &BatchLimits::default()).expect("valid")
 }
 
 #[test]
