@@ -21,9 +21,10 @@ pub enum ReplicaError {
         /// What the replica is.
         role: RoleView,
     },
-    /// The leader of `epoch` has not appended its epoch-start marker yet
-    /// (it was elected a moment ago). Retriable.
-    #[error("the leader of epoch {epoch} is not accepting writes yet")]
+    /// The leader of `epoch` was elected a moment ago: it has not appended
+    /// its epoch-start marker yet (writes), or not committed it (reads: its
+    /// high watermark may still be below what readers saw). Retriable.
+    #[error("the leader of epoch {epoch} was elected a moment ago and is not serving yet; retry")]
     LeaderNotReady {
         /// The epoch being taken.
         epoch: LeaderEpoch,

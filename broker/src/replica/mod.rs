@@ -374,9 +374,11 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// `readable_end` is the high watermark.
     ///
     /// # Errors
-    /// `OFFSET_OUT_OF_RANGE` below the log start or above the high
-    /// watermark; storage errors as [`Partition::read`].
+    /// [`ReplicaError::LeaderNotReady`] on a leader that has not committed
+    /// its epoch's marker yet; `OFFSET_OUT_OF_RANGE` below the log start or
+    /// above the high watermark; storage errors as [`Partition::read`].
     pub async fn read(&self, from: Offset, max_bytes: usize) -> Result<ReadOutcome, ReplicaError> {
+        self.check_serves_reads()?;
         let high_watermark = self.high_watermark();
         let log = self.partition.log();
         if from > high_watermark {
@@ -398,12 +400,14 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// nothing.
     ///
     /// # Errors
-    /// As [`Partition::list_offset`].
+    /// As [`read`](Self::read) for a new leader; as
+    /// [`Partition::list_offset`].
     pub async fn list_offset(
         &self,
         query: crate::partition::OffsetQuery,
     ) -> Result<Option<(Offset, corelog_wire::types::TimestampMs)>, ReplicaError> {
         use crate::partition::OffsetQuery;
+        self.check_serves_reads()?;
         let high_watermark = self.high_watermark();
         match query {
             OffsetQuery::Latest => Ok(Some((high_watermark, corelog_wire::types::TimestampMs(-1)))),
@@ -412,6 +416,17 @@ impl<D: Disk> ReplicatedPartition<D> {
                 .list_offset(query)
                 .await?
                 .filter(|(offset, _)| *offset <= high_watermark)),
+        }
+    }
+
+    /// A leader serves reads once its high watermark has reached its
+    /// epoch's marker: before, a restarted or newly elected leader's
+    /// committed end can be below what readers already saw, and a consumer
+    /// at the tail would be told its position is out of range.
+    fn check_serves_reads(&self) -> Result<(), ReplicaError> {
+        match self.replica.borrow().leader_catching_up() {
+            Some(epoch) => Err(ReplicaError::LeaderNotReady { epoch }),
+            None => Ok(()),
         }
     }
 

@@ -354,6 +354,19 @@ impl Replica {
         matches!(&self.role, Role::Leader(leader) if leader.accepts_writes())
     }
 
+    /// A leader that has not yet committed its epoch's marker: `Some(epoch)`.
+    /// Until its high watermark reaches the marker it does not know how
+    /// much of its log older leaders committed (Raft §5.4.2; a restarted
+    /// replica starts at its log start), so its committed end can be below
+    /// what readers already saw. The shell serves no reads until then.
+    #[must_use]
+    pub fn leader_catching_up(&self) -> Option<LeaderEpoch> {
+        match &self.role {
+            Role::Leader(leader) if self.high_watermark < leader.epoch_start => Some(leader.epoch),
+            _ => None,
+        }
+    }
+
     /// The shell carried out an [`Action::Persist`]: `meta` is durable.
     /// A leader whose leadership it names starts accepting writes (once
     /// its marker, if any, is appended).

@@ -373,11 +373,13 @@ fn the_high_watermark_needs_a_majority_and_the_marker() {
     assert_eq!(a.high_watermark(), o(0));
     // The marker is durable on A only: still nothing.
     assert!(high_watermarks(&a.on_local_durable(o(9))).is_empty());
+    assert_eq!(a.leader_catching_up(), Some(e(2)), "serves no reads yet");
     // And on B: the marker and everything before it commit.
     assert_eq!(
         high_watermarks(&a.on_push_ack(&ok(B, 2, 9), 2).unwrap()),
         vec![o(9)]
     );
+    assert_eq!(a.leader_catching_up(), None);
     // A late, smaller acknowledgement never moves it back.
     assert!(high_watermarks(&a.on_push_ack(&ok(C, 2, 3), 3).unwrap()).is_empty());
     assert_eq!(a.high_watermark(), o(9));

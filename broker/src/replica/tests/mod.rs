@@ -31,6 +31,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::executor::GlommioExecutor;
 use crate::metadata::{CleanupPolicy, TopicConfig};
+use crate::partition::OffsetQuery;
 use crate::storage::memory_disk::{Fault, MemoryDisk};
 use crate::storage::{
     CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
@@ -866,6 +867,68 @@ fn a_produce_waits_until_an_empty_logs_leadership_is_durable() {
         taking.await.unwrap();
         let produced = leader.produce(plain(2), Acks::Leader, LONG).await.unwrap();
         assert_eq!(produced.base_offset, Offset(0));
+    });
+}
+
+/// Regression: a restarted replica starts with its high watermark at its
+/// log start, and as a new leader it learns how much of its log is
+/// committed only when its epoch's marker commits. Until then a read found
+/// no records (and a consumer at the tail was told its position is out of
+/// range); now it answers the retriable `LEADER_NOT_AVAILABLE`. Seen as a
+/// flaky `one_core` test: a fetch right after a one-voter restart got 0 of
+/// 3 records.
+#[test]
+fn a_new_leader_serves_reads_once_its_marker_is_committed() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let old = cluster.node(IDS[0]);
+        for tag in 0..3 {
+            old.produce(plain(tag), Acks::Quorum, LONG).await.unwrap();
+        }
+        let committed_end = old.high_watermark();
+        for id in IDS {
+            cluster.crash_and_reopen(id).await;
+        }
+        cluster.cut(IDS[1]);
+        cluster.cut(IDS[2]);
+        let leader = cluster.node(IDS[0]);
+        leader.become_leader(LeaderEpoch(2), &IDS).await.unwrap();
+        for from in [Offset(0), committed_end] {
+            let refused = leader.read(from, 64 << 10).await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(ReplicaError::LeaderNotReady {
+                        epoch: LeaderEpoch(2)
+                    })
+                ),
+                "read from {from}: {refused:?}"
+            );
+        }
+        let latest = leader.list_offset(OffsetQuery::Latest).await;
+        assert!(
+            matches!(latest, Err(ReplicaError::LeaderNotReady { .. })),
+            "{latest:?}"
+        );
+        cluster.heal(IDS[1]);
+        cluster
+            .node(IDS[1])
+            .become_follower(LeaderEpoch(2), IDS[0])
+            .await
+            .unwrap();
+        wait_until("the marker commits", || {
+            leader.high_watermark() > committed_end
+        })
+        .await;
+        let read = committed(&leader, Offset(0)).await;
+        assert_eq!(
+            read.iter()
+                .filter(|batch| batch.base < committed_end)
+                .count(),
+            3,
+            "every batch of epoch 1 is served again"
+        );
     });
 }
 
