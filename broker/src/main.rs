@@ -7,14 +7,6 @@ use corelog_broker::server;
 /// Exit code of a broker one of whose threads panicked (a bug).
 const PANIC_EXIT_CODE: i32 = 5;
 
-/// mimalloc instead of glibc's malloc: each shard allocates and frees
-/// request buffers, batch handles and futures at a high rate, and glibc's
-/// arenas spent about 13% of a broker's CPU on it (bins, consolidation)
-/// in a 3-broker profile; mimalloc's per-thread free lists fit a
-/// thread-per-core broker.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     // A panicking shard thread would otherwise die alone and leave the
     // process up, holding its sockets and leaderships but answering
