@@ -33,6 +33,7 @@ use crate::migration;
 use crate::net::shard_ports::ShardPortTable;
 use crate::net::{listener, loopback::Loopback};
 use crate::runtime::command::ShardCommand;
+use crate::runtime::deletion::TopicDeletions;
 use crate::runtime::fatal::{self, ExitOnFence};
 use crate::runtime::shard::{Shard, ShardParts};
 use crate::storage::disk::Disk;
@@ -203,6 +204,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         .unzip();
     let open_connections = Arc::new(AtomicU32::new(0));
     let shard_ports = Arc::new(ShardPortTable::new(shard_count));
+    let topic_deletions = Arc::new(TopicDeletions::default());
     let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
     let mut executors = Vec::with_capacity(usize::from(shard_count));
     for (id, inbox) in (0..shard_count).zip(inboxes) {
@@ -217,6 +219,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let started = started.clone();
         let open_connections = open_connections.clone();
         let shard_ports = shard_ports.clone();
+        let topic_deletions = topic_deletions.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
@@ -232,6 +235,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                     Listeners {
                         open_connections,
                         shard_ports,
+                        topic_deletions,
                     },
                 )
                 .await
@@ -305,6 +309,8 @@ struct Listeners {
     open_connections: Arc<AtomicU32>,
     /// The port each shard accepts on alone.
     shard_ports: Arc<ShardPortTable>,
+    /// Deleted topics whose files the shards are still removing.
+    topic_deletions: Arc<TopicDeletions>,
 }
 
 /// Brings one shard up: disk, storage resources, listeners, the cluster
@@ -374,6 +380,7 @@ async fn start_shard(
         peers,
         inbox,
         shard_ports: listeners.shard_ports,
+        topic_deletions: listeners.topic_deletions,
     });
     // Calls this broker makes to itself run the handlers in-process.
     crate::peer::serve_locally(shard.config.node_id, Rc::new(Loopback::new(&shard)));
@@ -382,6 +389,7 @@ async fn start_shard(
     }
     glommio::spawn_local(shard.clone().run_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_segment_flusher()).detach();
+    glommio::spawn_local(shard.clone().run_deleter()).detach();
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_replication_timers()).detach();
     for listener in std::iter::once(listener).chain(own_listener) {

@@ -120,11 +120,19 @@ async fn create_produce_and_consume_round_trip() {
             .all(|r| r["schema"] == 2 && r["value_encoding"] == "utf-8")
     );
 
+    broker.mark_deleting("old-orders");
     let listed = corelog(args(&addr, &["topic", "list"]), "").await;
+    let rows: Vec<Vec<String>> = text(&listed.stdout)
+        .lines()
+        .map(|line| line.split_whitespace().map(str::to_owned).collect())
+        .collect();
     assert!(
-        text(&listed.stdout).contains("orders  2"),
-        "{}",
-        text(&listed.stdout)
+        rows.contains(&vec!["orders".into(), "2".into(), "ok".into()]),
+        "{rows:?}"
+    );
+    assert!(
+        rows.contains(&vec!["old-orders".into(), "0".into(), "deleting".into()]),
+        "a topic whose files are being removed is listed as deleting: {rows:?}"
     );
     let described = corelog(args(&addr, &["topic", "describe", "orders"]), "").await;
     let description = text(&described.stdout);

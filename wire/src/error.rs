@@ -119,6 +119,8 @@ error_codes! {
         "The replication factor is invalid or larger than the number of brokers; lower it or add brokers.";
     InvalidConfig = 15, "INVALID_CONFIG", retriable: false,
         "A topic configuration key or value is invalid; fix the configuration.";
+    TopicDeletionInProgress = 16, "TOPIC_DELETION_IN_PROGRESS", retriable: true,
+        "The topic was deleted and this broker is still removing its files; it disappears from listings once they are gone.";
 
     OffsetOutOfRange = 20, "OFFSET_OUT_OF_RANGE", retriable: false,
         "The requested offset is outside the log; resume from the returned log start offset or high watermark.";
@@ -256,6 +258,7 @@ mod tests {
         (13, "INVALID_PARTITIONS", false),
         (14, "INVALID_REPLICATION_FACTOR", false),
         (15, "INVALID_CONFIG", false),
+        (16, "TOPIC_DELETION_IN_PROGRESS", true),
         (20, "OFFSET_OUT_OF_RANGE", false),
         (21, "NOT_LEADER", true),
         (22, "FENCED_LEADER_EPOCH", true),

@@ -554,6 +554,12 @@ impl<D: Disk> Partition<D> {
         self.snapshot_producers().await
     }
 
+    /// Stops the partition for good without saving anything (its topic was
+    /// deleted): see [`PartitionLog::discard`].
+    pub async fn discard(&self) {
+        self.log.discard().await;
+    }
+
     /// The partition directory.
     #[must_use]
     pub fn dir(&self) -> PathBuf {

@@ -503,6 +503,16 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(self.partition.close().await?)
     }
 
+    /// Stops the replica for good without saving anything: its topic was
+    /// deleted. Everything is refused from now on, and once this returns
+    /// the log touches its directory no more. Idempotent.
+    pub async fn discard(&self) {
+        self.broken
+            .borrow_mut()
+            .get_or_insert_with(|| "the topic was deleted".to_owned());
+        self.partition.discard().await;
+    }
+
     /// Milliseconds on the executor's clock since the replica opened: the
     /// state machine's timers run on it.
     fn now_ms(&self) -> u64 {

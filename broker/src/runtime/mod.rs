@@ -9,12 +9,14 @@
 //! - [`groups`]: group coordinators, and the shard as their host.
 //! - [`maintenance`], [`reopen`]: housekeeping, and reopening logs fenced by
 //!   a full disk once space is back.
+//! - [`deletion`]: removing deleted topics' files in the background.
 //! - [`command`]: what shards send each other (owned, `Send` data only).
 //! - [`fatal`]: failures that end the process, with their exit codes.
 //!
 //! Starting and stopping the executors is `crate::server`'s.
 
 pub mod command;
+pub mod deletion;
 pub mod fatal;
 pub mod groups;
 pub mod maintenance;

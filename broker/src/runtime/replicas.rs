@@ -27,6 +27,7 @@ use event_listener::Event;
 use futures::channel::oneshot;
 
 use super::command::{PartitionId, ShardCommand};
+use super::deletion::Doomed;
 use super::fatal;
 use super::shard::{Replica, Shard};
 use crate::group::service::GROUPS_TOPIC;
@@ -37,7 +38,6 @@ use crate::replica::peer_transport::{self, PeerFrameCarrier};
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
 use crate::storage::CacheKey;
-use crate::storage::disk::Disk;
 
 /// How often leaders are given the time (pushes due, resends, heartbeats)
 /// and replication gauges are sampled.
@@ -224,32 +224,27 @@ impl Shard {
         .detach();
     }
 
-    /// Closes the replicas this shard should no longer host (their topic
-    /// was deleted) and removes their files.
-    pub(super) async fn close_replicas_not_in(&self, wanted: &BTreeSet<PartitionId>) {
-        let gone: Vec<(PartitionId, Replica)> = self
-            .replicas
-            .borrow()
-            .iter()
-            .filter(|(id, _)| !wanted.contains(id))
-            .map(|(id, replica)| (*id, replica.clone()))
+    /// Stops serving the replicas this shard should no longer host (their
+    /// topic was deleted) and hands them to the deleter, which removes
+    /// their files in the background (see [`super::deletion`]).
+    pub(super) fn close_replicas_not_in(&self, wanted: &BTreeSet<PartitionId>) {
+        let mut replicas = self.replicas.borrow_mut();
+        let gone: Vec<PartitionId> = replicas
+            .keys()
+            .filter(|id| !wanted.contains(id))
+            .copied()
             .collect();
-        for (id, replica) in gone {
-            self.replicas.borrow_mut().remove(&id);
-            self.storage.cache.forget(cache_key(id));
-            let partition = replica.partition();
-            if let Err(error) = replica.close().await {
-                tracing::warn!(topic = partition.topic(), partition = partition.index(), %error, "closing a deleted replica failed");
-            }
-            // Whatever it could not release is of no use now.
-            if let Some(journal) = &self.storage.journal {
-                journal.forget(cache_key(id).0);
-            }
-            let dir = partition.dir();
-            if let Err(error) = self.disk.remove_dir_all(&dir).await {
-                tracing::warn!(dir = %dir.display(), %error, "cannot remove a deleted replica's directory");
-            }
-        }
+        let doomed = gone
+            .into_iter()
+            .filter_map(|id| replicas.remove(&id).map(|replica| (id, replica)))
+            .map(|(id, replica)| Doomed::Replica {
+                id,
+                topic: replica.partition().topic().to_owned(),
+                replica,
+            })
+            .collect();
+        drop(replicas);
+        self.schedule_removal(doomed);
     }
 
     /// The streams this shard's leaders push to their followers over.

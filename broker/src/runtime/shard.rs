@@ -22,6 +22,7 @@ use ahash::AHashMap;
 use event_listener::Event;
 
 use super::command::{PartitionId, ShardCommand};
+use super::deletion::{DeletionQueue, TopicDeletions};
 use crate::clock::Clock;
 use crate::cluster::ClusterRole;
 use crate::config::BrokerConfig;
@@ -72,6 +73,10 @@ pub struct Shard {
     pub(super) inbox: flume::Receiver<ShardCommand>,
     /// The port each shard of the broker accepts on alone.
     pub shard_ports: Arc<ShardPortTable>,
+    /// Deleted topics whose files the broker's shards are still removing.
+    pub topic_deletions: Arc<TopicDeletions>,
+    /// This shard's share of that work (see [`super::deletion`]).
+    pub(super) deletion_queue: DeletionQueue,
     /// Shard 0: the controller role (on voters) and the membership.
     cluster: RefCell<Option<ClusterRole>>,
     /// Connections being served.
@@ -115,6 +120,8 @@ pub struct ShardParts {
     pub inbox: flume::Receiver<ShardCommand>,
     /// The port each shard accepts on alone.
     pub shard_ports: Arc<ShardPortTable>,
+    /// Deleted topics whose files the broker's shards are still removing.
+    pub topic_deletions: Arc<TopicDeletions>,
 }
 
 /// Counts a request as in flight until dropped.
@@ -159,6 +166,8 @@ impl Shard {
             peers: parts.peers,
             inbox: parts.inbox,
             shard_ports: parts.shard_ports,
+            topic_deletions: parts.topic_deletions,
+            deletion_queue: DeletionQueue::default(),
             cluster: RefCell::new(None),
             connections: Cell::new(0),
             in_flight: Cell::new(0),

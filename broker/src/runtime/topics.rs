@@ -162,10 +162,12 @@ impl Shard {
                 answers.push(answer);
             }
         }
-        self.apply_snapshot(snapshot).await;
+        self.apply_snapshot(snapshot.clone()).await;
         for answer in answers {
             let _applied = answer.await;
         }
+        // Every shard let go of the replicas this snapshot deleted.
+        self.sweep_deleted_topic_dirs(&snapshot).await;
         if serving && !self.is_ready.get() {
             for shard in self.other_shards() {
                 // A shard gone means the broker is stopping.
@@ -188,7 +190,7 @@ impl Shard {
             return;
         }
         let (wanted, role_changes) = self.apply_replicas(&snapshot).await;
-        self.close_replicas_not_in(&wanted).await;
+        self.close_replicas_not_in(&wanted);
         self.failed.borrow_mut().retain(|id, _| wanted.contains(id));
         self.metrics
             .partitions

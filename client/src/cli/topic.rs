@@ -1,7 +1,7 @@
 //! `corelog topic …`: create, list, describe and delete topics.
 
 use clap::Subcommand;
-use corelog_client::{Admin, ClientError, NewTopic, TopicDescription};
+use corelog_client::{Admin, ClientError, ErrorCode, NewTopic, TopicDescription};
 use serde_json::json;
 
 use crate::Global;
@@ -103,6 +103,7 @@ async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
                 .filter(|partition| partition.leader.is_none() || partition.error.is_some())
                 .count();
             let state = match (topic.error, leaderless) {
+                (Some(ErrorCode::TopicDeletionInProgress), _) => "deleting".to_owned(),
                 (Some(code), _) => code.name().to_owned(),
                 (None, 0) => "ok".to_owned(),
                 (None, count) => format!("{count} partitions without leader"),

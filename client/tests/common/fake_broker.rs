@@ -125,6 +125,8 @@ pub(crate) struct State {
     /// Connections accepted on the listeners of [`FakeBroker::add_shard_listener`].
     shard_connections: u32,
     describe_shards_count: u32,
+    /// Deleted topics `Metadata` lists as still being removed.
+    deleting: Vec<String>,
 }
 
 /// A running fake broker. It serves until the test's runtime ends.
@@ -204,6 +206,11 @@ impl FakeBroker {
 
     pub fn addr(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// Lists `name` as a deleted topic whose files are still being removed.
+    pub fn mark_deleting(&self, name: &str) {
+        self.state.lock().unwrap().deleting.push(name.to_owned());
     }
 
     pub fn create_topic(&self, name: &str, partitions: u32) {
@@ -467,6 +474,16 @@ impl FakeBroker {
             Some(names) => names.iter().map(|n| n.to_string()).collect(),
             None => state.topics.keys().cloned().collect(),
         };
+        let deleting = if request.topics.is_none() {
+            state.deleting.clone()
+        } else {
+            Vec::new()
+        };
+        let deleting = deleting.into_iter().map(|name| TopicMetadata {
+            name,
+            error_code: ErrorCode::TopicDeletionInProgress.code(),
+            partitions: Vec::new(),
+        });
         let topics = names
             .into_iter()
             .map(|name| match state.topics.get(&name) {
@@ -491,6 +508,7 @@ impl FakeBroker {
                     partitions: Vec::new(),
                 },
             })
+            .chain(deleting)
             .collect();
         (
             MetadataResponse {

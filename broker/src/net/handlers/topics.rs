@@ -27,7 +27,32 @@ pub(super) fn metadata(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCod
         .topics
         .as_ref()
         .map(|names| names.iter().map(|name| name.to_string()).collect());
-    Reply::encode(&cluster_metadata(&snapshot.cluster, wanted), Vec::new())
+    let listing_all = wanted.is_none();
+    let mut response = cluster_metadata(&snapshot.cluster, wanted);
+    if listing_all {
+        list_deleting(&mut response, shard);
+    }
+    Reply::encode(&response, Vec::new())
+}
+
+/// Adds the deleted topics whose files this broker is still removing, as
+/// `TOPIC_DELETION_IN_PROGRESS` without partitions, unless a new topic took
+/// the name already.
+fn list_deleting(response: &mut MetadataResponse, shard: &Shard) {
+    for deleting in shard.topic_deletions.deleting() {
+        if response
+            .topics
+            .iter()
+            .any(|topic| topic.name == deleting.name)
+        {
+            continue;
+        }
+        response.topics.push(TopicMetadata {
+            name: deleting.name,
+            error_code: ErrorCode::TopicDeletionInProgress.code(),
+            partitions: Vec::new(),
+        });
+    }
 }
 
 /// Metadata from the controller's state: every broker, and each

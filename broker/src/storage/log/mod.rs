@@ -620,6 +620,12 @@ impl<D: Disk> PartitionLog<D> {
                         no_space: state.fenced_no_space,
                     });
                 }
+                if state.closed {
+                    return Err(StorageError::Fenced {
+                        reason: "log is closed".to_owned(),
+                        no_space: false,
+                    });
+                }
                 if state.flushing {
                     Some(self.durable_changed.listen())
                 } else {
@@ -1289,6 +1295,27 @@ impl<D: Disk> PartitionLog<D> {
             .map_err(|error| StorageError::io(path, error))?;
         active.persist_indexes(&self.disk).await?;
         self.store_checkpoint(true).await
+    }
+
+    /// Stops the log for good without making anything more durable: its
+    /// topic was deleted and its directory is about to be removed. Waits
+    /// out a flush, rewrite or housekeeping step in progress (any may be
+    /// creating files in that directory); every later one is refused, so
+    /// nothing of this log touches the directory again. Idempotent.
+    pub async fn discard(&self) {
+        self.state.borrow_mut().closed = true;
+        // Retention and checkpoints work under the metadata lock.
+        drop(self.metadata.lock().await);
+        loop {
+            let listener = {
+                let state = self.state.borrow();
+                if !state.flushing && !state.rewriting {
+                    return;
+                }
+                self.durable_changed.listen()
+            };
+            listener.await;
+        }
     }
 
     /// First offset the log holds.

@@ -567,3 +567,39 @@ fn a_run_around_the_journal_that_fails_to_sync_fences_and_keeps_the_journaled_ba
     assert_eq!(kept.len(), 1, "the journaled batch is still served");
     assert_eq!(kept[0].1, durable);
 }
+
+#[test]
+fn a_discarded_log_waits_out_a_flush_under_way_and_touches_its_files_no_more() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    for tag in 0..4 {
+        block_on(log.append(make_batch(tag, 2, 300, T0))).expect("append");
+    }
+    assert!(log.unsegmented_bytes() > 0);
+    // Every disk operation yields: the flush is under way when the discard
+    // starts. Removing the directory under a flush that creates files
+    // there is what panicked glommio (issue 15, item 1).
+    shard.harness.disk.set_yielding(true);
+    let flushed = std::cell::Cell::new(false);
+    block_on(async {
+        let flush = async {
+            log.flush_segment().await.expect("the flush under way ends");
+            flushed.set(true);
+        };
+        let discard = async {
+            log.discard().await;
+            assert!(flushed.get(), "the discard returned before the flush ended");
+        };
+        futures::join!(flush, discard);
+    });
+    let generation = shard.harness.disk.generation();
+    block_on(log.append(make_batch(9, 1, 10, T0))).expect_err("a discarded log takes no append");
+    // Nothing is left to flush, and a flush must not write anything.
+    let _refused_or_nothing = block_on(log.flush_segment());
+    block_on(log.discard());
+    assert_eq!(
+        shard.harness.disk.generation(),
+        generation,
+        "the discarded log changed the disk"
+    );
+}
