@@ -152,7 +152,12 @@ start_node() {
     done
     mkdir -p "$node_dir"
     [ ! -f "$node_dir/log" ] || mv -f "$node_dir/log" "$node_dir/log.1"
+    # One cluster id for all the cluster's brokers: each refuses a data
+    # directory of another cluster (see meta.properties in the README).
+    [ -s "$cluster_dir/cluster-id" ] ||
+        od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$cluster_dir/cluster-id"
     "$corelogd" --node-id "$i" --rack "rack-$i" --shards "$shards" \
+        --cluster-id "$(cat "$cluster_dir/cluster-id")" \
         --listen "127.0.0.1:$((base_port + i))" \
         --metrics-listen "127.0.0.1:$((base_port + 100 + i))" \
         --advertised-host 127.0.0.1 \

@@ -45,6 +45,9 @@ pub struct BrokerConfig {
     pub controller_voters: Vec<ControllerVoter>,
     /// Failure domain; placement spreads a partition's replicas over racks.
     pub rack: Option<String>,
+    /// The cluster this broker belongs to, if pinned: the data directory
+    /// must have been created for it (see [`crate::identity`]).
+    pub cluster_id: Option<String>,
     /// How often a broker heartbeats to the controller leader.
     pub broker_heartbeat_interval_ms: u64,
     /// A broker silent this long is fenced by the controller.
@@ -109,6 +112,7 @@ impl Default for BrokerConfig {
             advertised_host: "127.0.0.1".to_owned(),
             controller_voters: Vec::new(),
             rack: None,
+            cluster_id: None,
             broker_heartbeat_interval_ms: 250,
             broker_session_timeout_ms: 2_000,
             max_frame_bytes: 16 << 20,
@@ -255,6 +259,11 @@ pub struct Flags {
     /// Rack (failure domain) of this broker [default: none].
     #[arg(long)]
     pub rack: Option<String>,
+    /// Cluster id: the data directory must belong to this cluster; a new
+    /// one records it [default: a new directory gets a random id, an
+    /// existing one keeps its own].
+    #[arg(long)]
+    pub cluster_id: Option<String>,
     /// Heartbeat interval to the controller in ms [default: 250].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
@@ -337,6 +346,7 @@ struct FileSettings {
     advertised_host: Option<String>,
     controller_voters: Option<String>,
     rack: Option<String>,
+    cluster_id: Option<String>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
     max_frame_bytes: Option<u32>,
@@ -453,6 +463,15 @@ impl BrokerConfig {
         }
         if let Some(rack) = flags.rack.clone().or(file.rack.clone()) {
             config.rack = Some(rack);
+        }
+        if let Some(cluster_id) = flags.cluster_id.clone().or(file.cluster_id.clone()) {
+            crate::identity::check_cluster_id(&cluster_id).map_err(|message| {
+                ConfigError::Invalid {
+                    name: "cluster_id",
+                    message,
+                }
+            })?;
+            config.cluster_id = Some(cluster_id);
         }
         let topic = &mut config.topic_defaults;
         if let Some(ms) = flags.retention_ms.or(file.retention_ms) {

@@ -24,6 +24,7 @@
 //!   group-commit appends, recovery, retention, the tail cache.
 //!
 //! Beside them: [`server`] (the process: it wires `net` onto `runtime`),
+//! [`identity`] (which node and cluster a data directory belongs to),
 //! [`migration`] (upgrading a standalone data directory), [`metadata`]
 //! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
 //! itself in-process), [`api`] (encoded replies), [`executor`] (the
@@ -36,6 +37,7 @@ pub mod cluster;
 pub mod config;
 pub mod executor;
 pub mod group;
+pub mod identity;
 pub mod metadata;
 pub mod metrics;
 pub mod migration;

@@ -35,6 +35,6 @@ fn main() {
         .init();
     if let Err(error) = server::run(config) {
         eprintln!("corelogd: {error}");
-        std::process::exit(1);
+        std::process::exit(error.exit_code());
     }
 }

@@ -62,6 +62,22 @@ pub enum RunError {
     /// The data directory cannot be used with this configuration.
     #[error("{0}")]
     Configuration(String),
+    /// The data directory belongs to another node or cluster, or its
+    /// identity cannot be read or recorded (see [`crate::identity`]).
+    #[error("{0}")]
+    Identity(String),
+}
+
+impl RunError {
+    /// The process's exit code: 2 for a data directory of another node or
+    /// cluster (a setting to fix, like a bad flag), 1 otherwise.
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Identity(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// Refuses to start on a listen or metrics address where something already
@@ -195,6 +211,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
             config.data_dir.display()
         ),
     })?;
+    crate::identity::establish(
+        &config.data_dir,
+        config.node_id,
+        config.cluster_id.as_deref(),
+    )
+    .map_err(RunError::Identity)?;
     refuse_ports_in_use(&config)?;
     migration::check_configuration(&config).map_err(RunError::Configuration)?;
     let metrics = BrokerMetrics::new();
