@@ -59,6 +59,13 @@ pub struct BrokerConfig {
     /// Requests one connection may have in flight; further frames are not
     /// read until one completes (backpressure).
     pub max_in_flight_per_connection: u32,
+    /// A connection with no request in flight that sends nothing for this
+    /// long is closed; 0 never closes one.
+    pub connection_idle_timeout_ms: u64,
+    /// A request frame must arrive whole within this long of its first
+    /// byte, or the connection is closed (a header that promises a large
+    /// body and stops must not hold a connection for good).
+    pub frame_read_timeout_ms: u64,
     /// Commands one shard may have queued from the others.
     pub shard_queue_depth: u32,
     /// Free space appends never use.
@@ -118,6 +125,8 @@ impl Default for BrokerConfig {
             max_frame_bytes: 16 << 20,
             max_connections: 10_000,
             max_in_flight_per_connection: 64,
+            connection_idle_timeout_ms: 10 * 60 * 1000,
+            frame_read_timeout_ms: 30_000,
             shard_queue_depth: 4096,
             disk_reserve_bytes: 1 << 30,
             tail_cache_bytes: 256 << 20,
@@ -279,6 +288,14 @@ pub struct Flags {
     /// In-flight requests per connection [default: 64].
     #[arg(long)]
     pub max_in_flight_per_connection: Option<u32>,
+    /// Close a connection idle (nothing in flight, nothing sent) this long,
+    /// ms; 0 never [default: 10 min].
+    #[arg(long)]
+    pub connection_idle_timeout_ms: Option<u64>,
+    /// Close a connection whose request frame is not whole this long after
+    /// its first byte, ms [default: 30 s].
+    #[arg(long)]
+    pub frame_read_timeout_ms: Option<u64>,
     /// Cross-shard queue depth per shard [default: 4096].
     #[arg(long)]
     pub shard_queue_depth: Option<u32>,
@@ -352,6 +369,8 @@ struct FileSettings {
     max_frame_bytes: Option<u32>,
     max_connections: Option<u32>,
     max_in_flight_per_connection: Option<u32>,
+    connection_idle_timeout_ms: Option<u64>,
+    frame_read_timeout_ms: Option<u64>,
     shard_queue_depth: Option<u32>,
     disk_reserve_bytes: Option<u64>,
     tail_cache_bytes: Option<usize>,
@@ -438,6 +457,8 @@ impl BrokerConfig {
             max_frame_bytes,
             max_connections,
             max_in_flight_per_connection,
+            connection_idle_timeout_ms,
+            frame_read_timeout_ms,
             shard_queue_depth,
             disk_reserve_bytes,
             tail_cache_bytes,
@@ -531,6 +552,9 @@ impl BrokerConfig {
         }
         if self.max_in_flight_per_connection == 0 {
             return invalid("max_in_flight_per_connection", "must be at least 1");
+        }
+        if self.frame_read_timeout_ms == 0 {
+            return invalid("frame_read_timeout_ms", "must be at least 1");
         }
         if self.shard_queue_depth == 0 {
             return invalid("shard_queue_depth", "must be at least 1");

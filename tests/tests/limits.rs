@@ -134,3 +134,103 @@ fn a_second_broker_on_a_port_in_use_refuses_to_start() {
     // The first broker still serves.
     broker.client().handshake().unwrap();
 }
+
+/// Whether the broker closes `stream` within `within`: `Some(how long it
+/// took)`, or `None` if it stayed open.
+fn closed_within(stream: &mut std::net::TcpStream, within: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => Some(started.elapsed()),
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => {
+            Some(started.elapsed())
+        }
+        Ok(_) => panic!("the broker sent something unasked"),
+        Err(_) => None,
+    }
+}
+
+#[test]
+fn a_stalled_frame_and_an_idle_connection_are_closed_and_counted() {
+    use std::io::Write;
+    let broker = Broker::start(&[
+        "--frame-read-timeout-ms",
+        "500",
+        "--connection-idle-timeout-ms",
+        "1500",
+    ]);
+    // A header that promises a 10 MiB body, then nothing: it held the
+    // connection (and its memory) for good.
+    let mut stalled = broker.client();
+    let header = corelog_wire::frame::RequestHeader {
+        api_key: corelog_wire::frame::ApiKey::Produce,
+        api_version: 0,
+        correlation_id: 7,
+        flags: 0,
+    }
+    .encode(10 << 20)
+    .unwrap();
+    stalled.stream.write_all(&header).unwrap();
+    stalled.stream.write_all(&[0u8; 100]).unwrap();
+    let took = closed_within(&mut stalled.stream, Duration::from_secs(10))
+        .expect("a frame stalled past its read deadline is closed");
+    assert!(took < Duration::from_secs(3), "closed only after {took:?}");
+
+    // A connection that sends nothing is closed once idle that long...
+    let mut idle = broker.client();
+    let took = closed_within(&mut idle.stream, Duration::from_secs(10))
+        .expect("an idle connection is closed");
+    assert!(
+        took >= Duration::from_millis(1_000),
+        "closed after {took:?}"
+    );
+
+    // ...but not one that keeps asking, nor one waiting on a long poll.
+    let mut busy = broker.client();
+    busy.create_topic("t", 1, &[]);
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(600));
+        busy.create_topic("t", 1, &[]);
+    }
+    let fetch = message::encode_request(&support::fetch_request("t", 0, 0, 2_500), &[]).unwrap();
+    let polled = busy
+        .send_frame(corelog_wire::frame::ApiKey::Fetch, &fetch)
+        .unwrap();
+    let (correlation, _) = busy.read_response().unwrap();
+    assert_eq!(correlation, polled, "the long poll was answered, not cut");
+    assert_eq!(busy.create_topic("t2", 1, &[]), ErrorCode::None);
+
+    let metrics = broker.metrics();
+    assert!(
+        metrics
+            .contains("corelog_connections_closed_total{shard=\"0\",reason=\"frame_timeout\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("corelog_connections_closed_total{shard=\"0\",reason=\"idle_timeout\"}"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_client_reconnects_after_the_broker_closed_its_idle_connection() {
+    use corelog_client::{Admin, ClientConfig, NewTopic};
+    let broker = Broker::start(&["--connection-idle-timeout-ms", "500"]);
+    corelog_tests::cluster_client::client_runtime().block_on(async {
+        let admin = Admin::connect(ClientConfig::new(broker.addr.to_string()))
+            .await
+            .unwrap();
+        admin.create_topic(NewTopic::new("t", 1)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let topics = admin.list_topics().await.unwrap();
+        assert!(topics.iter().any(|topic| topic.name == "t"));
+    });
+    assert!(
+        broker
+            .metrics()
+            .contains("corelog_connections_closed_total{shard=\"0\",reason=\"idle_timeout\"}"),
+        "the admin's connection was closed while idle"
+    );
+}

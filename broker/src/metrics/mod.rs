@@ -32,6 +32,12 @@ struct ShardCodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardReasonLabel {
+    shard: u16,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GroupPartitionLabel {
     shard: u16,
     group: String,
@@ -71,6 +77,7 @@ pub struct BrokerMetrics {
     replication_frame_pushes: Family<ShardLabel, Counter>,
     replication_pushes_refused: Family<ShardLabel, Counter>,
     errors: Family<ShardCodeLabel, Counter>,
+    connections_closed: Family<ShardReasonLabel, Counter>,
     connections: Family<ShardLabel, Gauge>,
     in_flight_requests: Family<ShardLabel, Gauge>,
     queue_depth: Family<ShardLabel, Gauge>,
@@ -114,6 +121,7 @@ impl BrokerMetrics {
             replication_frame_pushes: Family::default(),
             replication_pushes_refused: Family::default(),
             errors: Family::default(),
+            connections_closed: Family::default(),
             connections: Family::default(),
             in_flight_requests: Family::default(),
             queue_depth: Family::default(),
@@ -205,6 +213,11 @@ impl BrokerMetrics {
             "connections",
             "Open client connections",
             metrics.connections.clone(),
+        );
+        registry.register(
+            "connections_closed",
+            "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte)",
+            metrics.connections_closed.clone(),
         );
         registry.register(
             "in_flight_requests",
@@ -375,6 +388,17 @@ impl ShardMetrics {
                 })
                 .inc();
         }
+    }
+
+    /// Counts a connection the broker closed, by why.
+    pub fn connection_closed(&self, reason: &'static str) {
+        self.all
+            .connections_closed
+            .get_or_create(&ShardReasonLabel {
+                shard: self.shard,
+                reason,
+            })
+            .inc();
     }
 
     /// Publishes a group's lag on one partition.

@@ -7,6 +7,14 @@
 //! answered `FRAME_TOO_LARGE` and the connection closed, since the stream
 //! cannot be resynchronised without reading the body.
 //!
+//! Deadlines: a connection with no request in flight that sends nothing
+//! for `connection_idle_timeout_ms` is closed, and so is one whose frame is
+//! not whole `frame_read_timeout_ms` after its first byte (a header that
+//! promises a large body and stops would otherwise hold the connection and
+//! its slot for good). Both are counted in
+//! `corelog_connections_closed_total`. A frame that is already whole costs
+//! no timer.
+//!
 //! Backpressure: at most `max_in_flight_per_connection` requests are
 //! handled at once; the next frame is not read until one finishes, so a
 //! fast client cannot make the broker buffer without bound.
@@ -17,9 +25,11 @@
 //! one partition append in order. Responses are written as they complete,
 //! matched to requests by correlation id.
 
+use std::cell::Cell;
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::{
@@ -27,7 +37,7 @@ use corelog_wire::frame::{
     decode_request_header,
 };
 use futures::io::{ReadHalf, WriteHalf};
-use futures::{AsyncReadExt, AsyncWriteExt};
+use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use glommio::net::TcpStream;
 
 use super::handlers::{self, Origin};
@@ -63,6 +73,9 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let writer_task = glommio::spawn_local(write_responses(writer, responses));
     let result = read_requests(&shard, reader, outgoing, peer).await;
     if let Err(reason) = result {
+        if let Some(counted) = reason.counted_as() {
+            shard.metrics.connection_closed(counted);
+        }
         tracing::debug!(?peer, %reason, "closing connection");
     }
     // The writer ends once every in-flight handler has dropped its sender.
@@ -126,6 +139,110 @@ enum CloseReason {
     Frame(FrameError),
     #[error("the shard is stopping")]
     Stopping,
+    #[error("idle for {0:?} with nothing in flight")]
+    IdleTimeout(Duration),
+    #[error("a request frame was not whole {0:?} after its first byte")]
+    FrameTimeout(Duration),
+}
+
+impl CloseReason {
+    /// The `reason` label of `corelog_connections_closed_total`, for the
+    /// closes that metric counts.
+    fn counted_as(&self) -> Option<&'static str> {
+        match self {
+            CloseReason::IdleTimeout(_) => Some("idle_timeout"),
+            CloseReason::FrameTimeout(_) => Some("frame_timeout"),
+            _ => None,
+        }
+    }
+}
+
+fn read_error(error: std::io::Error) -> CloseReason {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        CloseReason::ClientClosed
+    } else {
+        CloseReason::Read(error)
+    }
+}
+
+/// A connection's read deadlines (see the module docs).
+#[derive(Clone, Copy)]
+struct Deadlines {
+    /// `None`: a connection may idle for good.
+    idle: Option<Duration>,
+    frame: Duration,
+}
+
+/// Waits for the first bytes of the next frame header (as long as the
+/// connection may idle, or the shard stops), then for the rest of it.
+/// Returns the frame's deadline, which its body must meet too.
+async fn read_header(
+    shard: &Shard,
+    reader: &mut ReadHalf<TcpStream>,
+    header: &mut [u8; REQUEST_HEADER_BYTES],
+    deadlines: Deadlines,
+    in_flight: &Cell<u32>,
+) -> Result<Instant, CloseReason> {
+    let stopping = shard.stopping.listen();
+    if shard.is_stopping() {
+        return Err(CloseReason::Stopping);
+    }
+    let mut stopping = stopping.fuse();
+    let filled = {
+        let mut read = pin!(reader.read(header).fuse());
+        // Under load the next header is there already: no timer for it.
+        let ready = (&mut read).now_or_never();
+        if let Some(result) = ready {
+            result.map_err(read_error)?
+        } else {
+            loop {
+                let idle = async {
+                    match deadlines.idle {
+                        Some(timeout) => glommio::timer::sleep(timeout).await,
+                        None => futures::future::pending().await,
+                    }
+                };
+                futures::select_biased! {
+                    read = read => break read.map_err(read_error)?,
+                    () = stopping => return Err(CloseReason::Stopping),
+                    () = idle.fuse() => {
+                        // A long-polling fetch or a slow append is activity.
+                        if in_flight.get() == 0 {
+                            return Err(CloseReason::IdleTimeout(deadlines.idle.unwrap_or_default()));
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if filled == 0 {
+        return Err(CloseReason::ClientClosed);
+    }
+    let deadline = Instant::now() + deadlines.frame;
+    read_exact_by(reader, &mut header[filled..], deadline, deadlines.frame).await?;
+    Ok(deadline)
+}
+
+/// Fills `buf` by `deadline`; `frame` is the timeout it stands for.
+async fn read_exact_by(
+    reader: &mut ReadHalf<TcpStream>,
+    buf: &mut [u8],
+    deadline: Instant,
+    frame: Duration,
+) -> Result<(), CloseReason> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let mut read = pin!(reader.read_exact(buf).fuse());
+    // Most frames arrive whole: no timer for those.
+    if let Some(result) = (&mut read).now_or_never() {
+        return result.map_err(read_error);
+    }
+    let late = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+    futures::select_biased! {
+        result = read => result.map_err(read_error),
+        () = late.fuse() => Err(CloseReason::FrameTimeout(frame)),
+    }
 }
 
 async fn read_requests(
@@ -140,29 +257,21 @@ async fn read_requests(
     let permits = Arc::new(async_lock::Semaphore::new(
         shard.config.max_in_flight_per_connection as usize,
     ));
+    let deadlines = Deadlines {
+        idle: (shard.config.connection_idle_timeout_ms > 0)
+            .then(|| Duration::from_millis(shard.config.connection_idle_timeout_ms)),
+        frame: Duration::from_millis(shard.config.frame_read_timeout_ms),
+    };
+    // Requests being handled: a connection waiting on them is not idle.
+    let in_flight = Rc::new(Cell::new(0u32));
     let mut handshake_done = false;
     loop {
         // Backpressure: no next frame until a request slot is free; a slot
         // is freed when its response has been written.
         let permit = permits.acquire_arc().await;
         let mut header_bytes = [0u8; REQUEST_HEADER_BYTES];
-        let stopping = shard.stopping.listen();
-        if shard.is_stopping() {
-            return Err(CloseReason::Stopping);
-        }
-        let read =
-            futures::future::select(Box::pin(reader.read_exact(&mut header_bytes)), stopping).await;
-        match read {
-            futures::future::Either::Left((Ok(()), _)) => {}
-            futures::future::Either::Left((Err(error), _)) => {
-                return Err(if error.kind() == std::io::ErrorKind::UnexpectedEof {
-                    CloseReason::ClientClosed
-                } else {
-                    CloseReason::Read(error)
-                });
-            }
-            futures::future::Either::Right(_) => return Err(CloseReason::Stopping),
-        }
+        let frame_deadline =
+            read_header(shard, &mut reader, &mut header_bytes, deadlines, &in_flight).await?;
         let received = Instant::now();
         let head = match decode_request_header(&header_bytes, &limits) {
             Ok(head) => head,
@@ -172,7 +281,13 @@ async fn read_requests(
                 ..
             }) => {
                 // The length was acceptable: skip the body and refuse the request.
-                discard(&mut reader, body_len as usize).await?;
+                discard(
+                    &mut reader,
+                    body_len as usize,
+                    frame_deadline,
+                    deadlines.frame,
+                )
+                .await?;
                 shard.metrics.error(ErrorCode::InvalidRequest);
                 send(
                     &outgoing,
@@ -200,13 +315,7 @@ async fn read_requests(
             }
         };
         let mut body = RequestBody::zeroed(head.body_len);
-        reader.read_exact(&mut body).await.map_err(|error| {
-            if error.kind() == std::io::ErrorKind::UnexpectedEof {
-                CloseReason::ClientClosed
-            } else {
-                CloseReason::Read(error)
-            }
-        })?;
+        read_exact_by(&mut reader, &mut body, frame_deadline, deadlines.frame).await?;
         let header = head.header;
         if !header.api_key.supports(header.api_version) {
             shard.metrics.error(ErrorCode::UnsupportedVersion);
@@ -231,13 +340,16 @@ async fn read_requests(
             continue;
         }
         handshake_done = true;
-        let in_flight = shard.begin_request();
+        let request = shard.begin_request();
         let shard = shard.clone();
         let outgoing = outgoing.clone();
+        let in_flight = in_flight.clone();
+        in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
             let reply = handle(&shard, header, body, received, peer).await;
             send(&outgoing, permit, header.correlation_id, reply, false);
-            drop(in_flight);
+            in_flight.set(in_flight.get() - 1);
+            drop(request);
         })
         .detach();
     }
@@ -280,16 +392,19 @@ fn send(
     }
 }
 
-/// Reads and drops `len` bytes, in small pieces (no allocation of `len`).
-async fn discard(reader: &mut ReadHalf<TcpStream>, len: usize) -> Result<(), CloseReason> {
+/// Reads and drops `len` bytes by `deadline`, in small pieces (no
+/// allocation of `len`).
+async fn discard(
+    reader: &mut ReadHalf<TcpStream>,
+    len: usize,
+    deadline: Instant,
+    frame: Duration,
+) -> Result<(), CloseReason> {
     let mut scratch = [0u8; 4096];
     let mut left = len;
     while left > 0 {
         let take = left.min(scratch.len());
-        reader
-            .read_exact(&mut scratch[..take])
-            .await
-            .map_err(CloseReason::Read)?;
+        read_exact_by(reader, &mut scratch[..take], deadline, frame).await?;
         left -= take;
     }
     Ok(())
