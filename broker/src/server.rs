@@ -30,6 +30,7 @@ use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
 use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::migration;
+use crate::net::port::Port;
 use crate::net::shard_ports::ShardPortTable;
 use crate::net::{listener, loopback::Loopback};
 use crate::runtime::command::ShardCommand;
@@ -228,6 +229,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     let shard_ports = Arc::new(ShardPortTable::new(shard_count));
     let topic_deletions = Arc::new(TopicDeletions::default());
     let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
+    let (listening, listen_reports) = mpsc::channel::<Result<u16, RunError>>();
     let mut executors = Vec::with_capacity(usize::from(shard_count));
     for (id, inbox) in (0..shard_count).zip(inboxes) {
         let placement = if config.pin {
@@ -239,6 +241,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let metrics = metrics.clone();
         let peers = senders.clone();
         let started = started.clone();
+        let listening = listening.clone();
         let open_connections = open_connections.clone();
         let shard_ports = shard_ports.clone();
         let topic_deletions = topic_deletions.clone();
@@ -258,6 +261,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                         open_connections,
                         shard_ports,
                         topic_deletions,
+                        listening,
                     },
                 )
                 .await
@@ -276,17 +280,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         executors.push(executor);
     }
     drop(started);
-    let mut failure = None;
-    for _ in 0..shard_count {
-        match start_reports.recv() {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => {
-                failure.get_or_insert(error);
-            }
-            Err(_) => {
-                failure.get_or_insert(RunError::Executor("an executor thread exited".to_owned()));
-            }
-        }
+    drop(listening);
+    let mut failure = first_failure(&start_reports, shard_count);
+    if failure.is_none() {
+        // A single node listens once it serves: after its partitions
+        // opened and lead, which the shards log as they go.
+        failure = first_failure(&listen_reports, shard_count);
     }
     if let Some(error) = failure {
         stop_all(&senders);
@@ -325,6 +324,23 @@ fn wait_for_signal() -> Result<(), RunError> {
     Ok(())
 }
 
+/// The first failure among `count` shards' reports, if any.
+fn first_failure(reports: &mpsc::Receiver<Result<u16, RunError>>, count: u16) -> Option<RunError> {
+    let mut failure = None;
+    for _ in 0..count {
+        match reports.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                failure.get_or_insert(error);
+            }
+            Err(_) => {
+                failure.get_or_insert(RunError::Executor("an executor thread exited".to_owned()));
+            }
+        }
+    }
+    failure
+}
+
 /// What a shard's listeners share with the other shards'.
 struct Listeners {
     /// Client connections open on the broker, against its limit.
@@ -333,6 +349,8 @@ struct Listeners {
     shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the shards are still removing.
     topic_deletions: Arc<TopicDeletions>,
+    /// Told once the shard accepts connections.
+    listening: mpsc::Sender<Result<u16, RunError>>,
 }
 
 /// Brings one shard up: disk, storage resources, listeners, the cluster
@@ -357,7 +375,10 @@ async fn start_shard(
     if config.storage_journal {
         storage.journal = Some(open_shard_journal(id, &disk, &data_dir, &config, &storage).await?);
     }
-    let listener = TcpListener::bind(config.listen).map_err(|error| {
+    // A cluster member listens at once (its peers reach the controller
+    // through the same port); a single node once it serves (see `Port`).
+    let listen_now = !config.is_single_node();
+    let listener = Port::bind(config.listen, listen_now).map_err(|error| {
         format!(
             "cannot listen on {}: {error}; is another broker running there?",
             config.listen
@@ -369,7 +390,7 @@ async fn start_shard(
         .address(config.listen, config.shards, id.0)
     {
         Some(addr) => {
-            let own = TcpListener::bind(addr).map_err(|error| {
+            let own = Port::bind(addr, listen_now).map_err(|error| {
                 format!("cannot listen on {addr} for shard {id}: {error}; pick other --shard-ports or set them off")
             })?;
             let port = own
@@ -414,18 +435,42 @@ async fn start_shard(
     glommio::spawn_local(shard.clone().run_deleter()).detach();
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_replication_timers()).detach();
-    for listener in std::iter::once(listener).chain(own_listener) {
-        glommio::spawn_local(listener::accept_loop(
-            shard.clone(),
-            listener,
-            listeners.open_connections.clone(),
-        ))
-        .detach();
-    }
+    let ports: Vec<Port> = std::iter::once(listener).chain(own_listener).collect();
+    let listening_shard = shard.clone();
+    glommio::spawn_local(async move {
+        listening_shard.wait_ready().await;
+        let report = ports
+            .into_iter()
+            .map(|port| {
+                let addr = port
+                    .local_addr()
+                    .map_or_else(|_| "a client port".to_owned(), |addr| addr.to_string());
+                port.listen().map_err(|error| {
+                    format!("cannot listen on {addr} once serving: {error}; is another process using it?")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|bound| serve_listeners(&listening_shard, bound, &listeners.open_connections))
+            .map(|()| id.0)
+            .map_err(|message| RunError::ShardStart { shard: id.0, message });
+        let _reported = listeners.listening.send(report);
+    })
+    .detach();
     if let Some(metrics_listener) = metrics_listener {
         glommio::spawn_local(crate::metrics::http::serve(metrics_listener, metrics)).detach();
     }
     Ok(shard)
+}
+
+fn serve_listeners(shard: &Rc<Shard>, bound: Vec<TcpListener>, open_connections: &Arc<AtomicU32>) {
+    for listener in bound {
+        glommio::spawn_local(listener::accept_loop(
+            shard.clone(),
+            listener,
+            open_connections.clone(),
+        ))
+        .detach();
+    }
 }
 
 /// The topics the cluster creates for itself: group state and audit

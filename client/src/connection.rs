@@ -57,6 +57,9 @@ use crate::error::ClientError;
 /// (a frame is its head and its batches; a call writes up to IOV_MAX of them).
 const FRAMES_PER_WRITE_MAX: usize = 64;
 
+/// The pause before opening again a connection lost during its handshake.
+const HANDSHAKE_RETRY_BACKOFF: Duration = Duration::from_millis(50);
+
 /// A response body, 16-aligned as the wire decoders require, for a request
 /// of type `R`.
 pub(crate) struct Reply<R: Request> {
@@ -235,6 +238,24 @@ impl Connection {
     /// socket does not open; the handshake's errors otherwise (for example
     /// `TOO_MANY_CONNECTIONS`).
     pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
+        let deadline = tokio::time::Instant::now() + config.connect_timeout;
+        loop {
+            match Connection::open_once(addr, config).await {
+                // A listener of a broker that was just killed can linger
+                // while the kernel tears it down: it accepts, then resets.
+                // Its successor listens once it serves, so a connection
+                // lost before the handshake answered is opened again.
+                Err(ClientError::ConnectionLost { .. })
+                    if tokio::time::Instant::now() + HANDSHAKE_RETRY_BACKOFF < deadline =>
+                {
+                    tokio::time::sleep(HANDSHAKE_RETRY_BACKOFF).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn open_once(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
         let stream =
             match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => stream,

@@ -139,6 +139,13 @@ impl Broker {
 
     /// Starts the process again on the same ports and data directory.
     pub fn spawn(&mut self) {
+        self.spawn_unwaited();
+        self.wait_ready();
+    }
+
+    /// Starts the process like [`Broker::spawn`] but returns at once, for
+    /// a test that watches the start itself.
+    pub fn spawn_unwaited(&mut self) {
         let mut command = self.command();
         match &self.output_log {
             Some(log) => {
@@ -152,7 +159,6 @@ impl Broker {
             }
         }
         self.child = Some(command.spawn().expect("corelogd starts"));
-        self.wait_ready();
     }
 
     /// The command that starts this broker (arguments and fault-hook

@@ -351,7 +351,12 @@ impl ClusterMember {
     }
 
     async fn keep_registered(self: Rc<Self>, host: Rc<dyn MemberHost>) {
-        while !host.is_stopping() {
+        // A stopping cluster member goes silent, so that the controller
+        // moves its leaderships at once. A single node's own controller
+        // would only fence it and leave every partition leaderless while
+        // it closes them (one warning and one Raft entry each): it
+        // heartbeats until the process ends.
+        while self.single_node || !host.is_stopping() {
             if !self.registered.get() {
                 match self.call(&self.registration).await {
                     Ok(_) => {

@@ -3,6 +3,7 @@
 //! each request to its handler and writes responses as they complete.
 //!
 //! - [`listener`]: accept loop and the connection limit.
+//! - [`port`]: client ports bound at start, listening once the shard serves.
 //! - [`connection`]: one connection's frames, handshake, backpressure.
 //! - [`handlers`]: one module per API.
 //! - [`loopback`]: the same handlers for calls this broker makes to itself.
@@ -14,6 +15,7 @@ pub mod connection;
 pub mod handlers;
 pub mod listener;
 pub mod loopback;
+pub mod port;
 pub mod request_body;
 pub mod shard_ports;
 

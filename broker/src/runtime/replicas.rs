@@ -11,7 +11,7 @@
 //! refused by the state machine (its epoch is below the fence), so order
 //! between snapshots needs no coordination here.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::Duration;
@@ -24,6 +24,7 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use event_listener::Event;
+use futures::StreamExt;
 use futures::channel::oneshot;
 
 use super::command::{PartitionId, ShardCommand};
@@ -75,30 +76,51 @@ impl Shard {
         &self,
         snapshot: &MetadataSnapshot,
     ) -> (BTreeSet<PartitionId>, RoleChanges) {
-        let mut wanted = BTreeSet::new();
-        let changes = RoleChanges::default();
-        for (name, view) in &snapshot.topics {
-            for (index, partition) in view.partitions.iter().enumerate() {
-                if !partition.replication.local || partition.owner != self.id {
-                    continue;
+        let placed: Vec<(&str, &TopicView, &PartitionView, PartitionId)> = snapshot
+            .topics
+            .iter()
+            .flat_map(|(name, view)| {
+                view.partitions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, partition)| {
+                        partition.replication.local && partition.owner == self.id
+                    })
+                    .map(move |(index, partition)| {
+                        let id = PartitionId {
+                            topic_id: view.record.id,
+                            partition: index as u32,
+                        };
+                        (name.as_str(), &**view, partition, id)
+                    })
+            })
+            .collect();
+        let missing: Vec<_> = placed
+            .iter()
+            .filter(|(.., id)| !self.replicas.borrow().contains_key(id))
+            .collect();
+        let progress = RefCell::new(Progress::new(self.id, "opening partitions", missing.len()));
+        // Opening reads and syncs a few files: several at once keep the
+        // disk busy instead of waiting on it one partition at a time.
+        futures::stream::iter(missing)
+            .for_each_concurrent(OPENS_AT_ONCE, |(name, view, partition, id)| {
+                let progress = &progress;
+                async move {
+                    // One that fails is logged and kept in `failed`.
+                    let _opened = self.open_replica(name, view, partition, *id).await;
+                    progress.borrow_mut().one_done();
                 }
-                let index = index as u32;
-                let id = PartitionId {
-                    topic_id: view.record.id,
-                    partition: index,
-                };
-                wanted.insert(id);
-                let existing = self.replicas.borrow().get(&id).cloned();
-                let replica = match existing {
-                    Some(replica) => replica,
-                    None => match self.open_replica(name, view, partition, id).await {
-                        Some(opened) => opened,
-                        None => continue,
-                    },
-                };
-                self.follow_leadership(name, id, &replica, &partition.replication, &changes);
+            })
+            .await;
+        progress.into_inner().finish();
+        let changes = RoleChanges::default();
+        for (name, _, partition, id) in &placed {
+            let opened = self.replicas.borrow().get(id).cloned();
+            if let Some(replica) = opened {
+                self.follow_leadership(name, *id, &replica, &partition.replication, &changes);
             }
         }
+        let wanted = placed.iter().map(|(.., id)| *id).collect();
         (wanted, changes)
     }
 
@@ -440,11 +462,80 @@ impl Shard {
             .drain()
             .map(|(_, replica)| replica)
             .collect();
-        for replica in replicas {
-            if let Err(error) = replica.close().await {
-                let partition = replica.partition();
-                tracing::error!(topic = partition.topic(), partition = partition.index(), %error, "closing replica failed");
-            }
+        let progress = RefCell::new(Progress::new(self.id, "closing partitions", replicas.len()));
+        // Each close waits on a few fdatasyncs: several at once keep the
+        // disk busy instead of waiting on it one partition at a time.
+        futures::stream::iter(replicas)
+            .for_each_concurrent(CLOSES_AT_ONCE, |replica| {
+                let progress = &progress;
+                async move {
+                    if let Err(error) = replica.close().await {
+                        let partition = replica.partition();
+                        tracing::error!(topic = partition.topic(), partition = partition.index(), %error, "closing replica failed");
+                    }
+                    progress.borrow_mut().one_done();
+                }
+            })
+            .await;
+        progress.into_inner().finish();
+    }
+}
+
+/// Partitions a shard closes at once when it stops.
+const CLOSES_AT_ONCE: usize = 32;
+/// Partitions a shard opens at once.
+const OPENS_AT_ONCE: usize = 32;
+
+/// How often a long opening or closing of partitions reports progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Progress of a long run over a shard's partitions (opening at start,
+/// closing at shutdown): logged every [`PROGRESS_EVERY`], and at the end
+/// if it was logged at all, so that a start or stop of thousands of
+/// partitions is never silent for long.
+struct Progress {
+    shard: ShardId,
+    what: &'static str,
+    total: usize,
+    done: usize,
+    started: std::time::Instant,
+    last_report: std::time::Instant,
+    reported: bool,
+}
+
+impl Progress {
+    fn new(shard: ShardId, what: &'static str, total: usize) -> Progress {
+        let now = std::time::Instant::now();
+        Progress {
+            shard,
+            what,
+            total,
+            done: 0,
+            started: now,
+            last_report: now,
+            reported: false,
+        }
+    }
+
+    fn one_done(&mut self) {
+        self.done += 1;
+        if self.last_report.elapsed() >= PROGRESS_EVERY {
+            self.last_report = std::time::Instant::now();
+            self.reported = true;
+            tracing::info!(shard = %self.shard, done = self.done, total = self.total, "{}", self.what);
+        }
+    }
+
+    fn finish(self) {
+        if self.reported {
+            tracing::info!(
+                shard = %self.shard,
+                done = self.done,
+                total = self.total,
+                seconds = self.started.elapsed().as_secs(),
+                "{}: done",
+                self.what
+            );
         }
     }
 }
