@@ -261,8 +261,18 @@ fn a_follower_on_a_full_disk_leaves_the_quorum_producing_and_catches_up_when_fre
     }
 
     // Broker 2's disk fills: the two healthy replicas keep the quorum.
+    // Broker 2 may take some appends into journal space it set aside
+    // before; it falls behind once it needs more, at the latest when it
+    // fills a segment from its journal (5 s on). Checking its lag right
+    // after 100 appends failed about one run in four.
     fs.fill().unwrap();
-    for index in 0..100 {
+    let deadline = Instant::now() + DEADLINE;
+    let mut index = 0;
+    while index < 100 || leader.replica_lag().unwrap_or(0) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "broker 2 kept up for {index} appends although its disk is full"
+        );
         let code = produced.produce(&mut producer, topic, format!("full-{index}"));
         assert_eq!(
             code,
@@ -272,10 +282,12 @@ fn a_follower_on_a_full_disk_leaves_the_quorum_producing_and_catches_up_when_fre
         if index % 20 == 19 {
             fs.fill().unwrap();
         }
+        index += 1;
+        if index >= 100 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     assert!(brokers[1].is_running());
-    let lagging = leader.replica_lag().unwrap_or(0);
-    assert!(lagging > 0, "broker 2 cannot keep up while full");
 
     // Space is freed: broker 2 reopens its replica and catches up, without
     // a restart.
