@@ -797,3 +797,49 @@ async fn a_coordinator_killed_with_sigkill_keeps_every_acknowledged_commit() {
     }
     assert_eq!(acknowledged.values().map(|o| o.0).sum::<u64>(), 400);
 }
+
+/// The value of the series `name{labels}` on the broker's `/metrics`.
+fn series(broker: &Broker, name: &str, labels: &str) -> Option<i64> {
+    let line_start = format!("{name}{{{labels}}} ");
+    broker
+        .metrics()
+        .lines()
+        .find_map(|line| line.strip_prefix(&line_start)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_lag_series_are_on_metrics_with_the_lag_of_each_partition() {
+    let broker = Broker::start(&[]);
+    create_topic(&broker, "lagged", 1).await;
+    produce(&broker, "lagged", &keyed("first", 10)).await;
+    let mut reader = GroupConsumer::connect(settings(&broker, "reader", &["lagged"]))
+        .await
+        .unwrap();
+    consume_and_commit(&mut reader, 10).await;
+    reader.close().await.unwrap();
+    // Six more the group has not read: its lag is six records.
+    produce(&broker, "lagged", &keyed("later", 6)).await;
+
+    let labels = "shard=\"0\",group=\"reader\",topic=\"lagged\",partition=\"0\"";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while series(&broker, "corelog_group_lag_records", labels) != Some(6) {
+        assert!(
+            Instant::now() < deadline,
+            "corelog_group_lag_records never showed 6: {:?}\n{}",
+            series(&broker, "corelog_group_lag_records", labels),
+            broker.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let bytes = series(&broker, "corelog_group_lag_bytes", labels).expect("lag in bytes");
+    assert!(
+        bytes > 6 * 5,
+        "six records of about ten bytes each: {bytes}"
+    );
+    let age = series(&broker, "corelog_group_lag_seconds", labels).expect("lag in seconds");
+    assert!((0..60).contains(&age), "{age}");
+    // Seven days of retention by default, all of it left.
+    let left =
+        series(&broker, "corelog_group_retention_left_seconds", labels).expect("retention left");
+    assert!(left > 6 * 24 * 3600 && left <= 7 * 24 * 3600, "{left}");
+}

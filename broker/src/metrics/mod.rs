@@ -215,6 +215,26 @@ impl BrokerMetrics {
             metrics.connections.clone(),
         );
         registry.register(
+            "group_lag_records",
+            "Records a group has yet to consume on a partition (high watermark minus its committed offset), refreshed every 5 s by the group's coordinator",
+            metrics.group_lag_records.clone(),
+        );
+        registry.register(
+            "group_lag_bytes",
+            "Bytes a group has yet to consume on a partition, estimated from the partition's average record size",
+            metrics.group_lag_bytes.clone(),
+        );
+        registry.register(
+            "group_lag_seconds",
+            "Age of the oldest record a group has not consumed on a partition (0 when caught up)",
+            metrics.group_lag_seconds.clone(),
+        );
+        registry.register(
+            "group_retention_left_seconds",
+            "Time before retention may delete the oldest record a group still needs on a partition (absent when retention is unbounded)",
+            metrics.group_retention_left_seconds.clone(),
+        );
+        registry.register(
             "connections_closed",
             "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte)",
             metrics.connections_closed.clone(),

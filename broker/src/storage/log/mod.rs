@@ -1344,15 +1344,16 @@ impl<D: Disk> PartitionLog<D> {
         self.state.borrow().segments.len()
     }
 
-    /// Bytes on disk, all segments.
+    /// Bytes the log holds: its segments, and the batches not in one yet
+    /// (held in the shard journal, or waiting for their flush).
     #[must_use]
     pub fn size_bytes(&self) -> u64 {
-        self.state
-            .borrow()
-            .segments
-            .values()
-            .map(|segment| segment.size())
-            .sum()
+        let state = self.state.borrow();
+        // In journal mode the newest batches wait in the journal before
+        // they fill a segment; leaving them out made a fresh partition's
+        // size, and every lag in bytes derived from it, 0.
+        let segments: u64 = state.segments.values().map(|segment| segment.size()).sum();
+        segments + state.appender.pending_bytes() as u64
     }
 
     /// Summaries of every segment, oldest first.
