@@ -12,8 +12,10 @@ FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_top
 # Fuzz targets of broker/fuzz: arbitrary frames against an in-process broker, and
 # recovery of the controller log file.
 BROKER_FUZZ_TARGETS = handler controller_log
-# Crates that must stay pure: no async runtime in their dependency tree.
-PURE_CRATES = corelog-wire
+# Crates that must stay pure (by folder): no async runtime in their
+# dependency tree, no I/O, clock, process or thread in their code outside
+# tests (scripts/purity.sh).
+PURE_CRATES = wire replication controller
 
 .PHONY: build run test sim bench bench-storage bench-broker bench-cluster bench-matrix cluster cluster-down \
 	cluster-status fmt lint purity fuzz clean nemesis soak
@@ -122,12 +124,7 @@ lint: purity
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 purity:
-	@for crate in $(PURE_CRATES); do \
-		if $(CARGO) tree -p $$crate -e normal --prefix none | grep -qE '^(glommio|tokio|async-std|smol) '; then \
-			echo "$$crate must not depend on an async runtime:"; \
-			$(CARGO) tree -p $$crate -e normal -i glommio 2>/dev/null; exit 1; \
-		fi; \
-	done; echo "pure crates: $(PURE_CRATES) depend on no runtime"
+	@./scripts/purity.sh $(PURE_CRATES)
 
 # Every decoder's fuzz target, then the broker's request-handler target,
 # SECONDS each. cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP enables
