@@ -46,7 +46,7 @@ cluster-status:
 # The replication simulation runs its 2,000 seeds in release mode (seconds,
 # not minutes), so the debug run of the workspace leaves it out.
 test:
-	$(CARGO) build --workspace --bins
+	$(CARGO) build --workspace --bins --examples
 	$(CARGO) test --workspace --exclude corelog-sim
 	$(CARGO) test -p corelog-sim --release
 	$(MAKE) nemesis

@@ -28,7 +28,7 @@ pub fn binary(name: &str) -> PathBuf {
     let path = profile_dir.join(name);
     assert!(
         path.exists(),
-        "{} is not built; run `make test` or `cargo build --workspace --bins` first",
+        "{} is not built; run `make test` or `cargo build --workspace --bins --examples` first",
         path.display()
     );
     path

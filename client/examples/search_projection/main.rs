@@ -1,6 +1,8 @@
 //! # Example: a duplicate-safe search projection (seed §12–13)
 //!
-//! Two consumer groups read the same `orders` topic independently:
+//! Two consumer groups read the same `order-events` topic independently
+//! (its own topic, not the Quickstart's `orders`, whose records are not
+//! order events and would be quarantined):
 //!
 //! - **`search`** projects order events into a SQLite view. Each event is
 //!   applied in one database transaction that records its event id and
@@ -10,8 +12,8 @@
 //!   ([`GroupConsumer::run`] does both). A crash between the two commits
 //!   replays the event; the `processed` row turns the replay into a no-op.
 //!   An event the sink cannot apply (malformed, or an event id reused with
-//!   other content) is retried twice, then quarantined to `orders.dlq` with
-//!   an audit record, and the group moves on.
+//!   other content) is retried twice, then quarantined to
+//!   `order-events.dlq` with an audit record, and the group moves on.
 //! - **`analytics`** counts the events it reads per status (in memory, so
 //!   a restart counts from its committed offset on). Its offsets are its
 //!   own: stopping, replaying or deleting one group changes nothing for the
@@ -21,19 +23,21 @@
 //!
 //! ```sh
 //! cargo run -p corelog-client --example search_projection -- \
-//!     --bootstrap 127.0.0.1:7100 --demo-events 200 --idle-exit-seconds 3
+//!     --bootstrap 127.0.0.1:7100 --demo-events 200
 //! ```
 //!
-//! It creates `orders` (3 partitions) and `orders.dlq` if needed, produces
+//! It creates `order-events` (3 partitions) and `order-events.dlq` if
+//! needed, produces
 //! the demo events — keyed by order id, so each order's events stay in
 //! order (C3) — including one event sent twice (an outbox resend), one
 //! delayed older version and one malformed payload, then runs both groups
-//! until nothing new arrived for the idle time, and prints the view, the
+//! until nothing new arrived for `--idle-exit-seconds` (5 s; 0 runs until
+//! Ctrl-C, to watch events added by hand), and prints the view, the
 //! analytics counts and where the malformed event went. Payloads are
 //! `event_id,order_id,version,status`, so you can add events by hand:
 //!
 //! ```sh
-//! printf 'O51\tM900,O51,9,refunded\n' | corelog produce --topic orders --key-separator $'\t'
+//! printf 'O51\tM900,O51,9,refunded\n' | corelog produce --topic order-events --key-separator $'\t'
 //! ```
 //!
 //! Things to try:
@@ -47,7 +51,7 @@
 //!   event, with its dead-letter offset.
 //! - Stop the example, then rebuild the view from scratch:
 //!   `rm search.sqlite*` and
-//!   `corelog group reset-offsets search --topic orders --to-earliest --reason "rebuild the search view"`;
+//!   `corelog group reset-offsets search --topic order-events --to-earliest --reason "rebuild the search view"`;
 //!   the analytics group's offsets do not move.
 //!
 //! The offset commit never makes the external effect atomic with it: the
@@ -79,10 +83,10 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:7100")]
     bootstrap: String,
     /// The order events topic.
-    #[arg(long, default_value = "orders")]
+    #[arg(long, default_value = "order-events")]
     topic: String,
     /// Where poison events go.
-    #[arg(long, default_value = "orders.dlq")]
+    #[arg(long, default_value = "order-events.dlq")]
     dead_letter_topic: String,
     /// The projection database.
     #[arg(long, default_value = "search.sqlite")]
@@ -91,7 +95,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     demo_events: u64,
     /// Stop once no record arrived for this long; 0 runs until Ctrl-C.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 5)]
     idle_exit_seconds: u64,
 }
 
