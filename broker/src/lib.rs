@@ -16,12 +16,14 @@
 //! - [`group`]: consumer-group coordinators — membership, assignment,
 //!   durable offsets, audited resets, lag.
 //! - [`replica`]: a partition replica — the I/O shell around the
-//!   replication state machine.
+//!   replication state machine — and the replication streams that carry
+//!   many partitions' pushes per frame to each follower broker.
 //! - [`cluster`]: the controller role and this broker's membership.
 //! - [`partition`]: a partition's log with its produce checks and
 //!   idempotent-producer state.
-//! - [`storage`]: the partition log on disk — segments, indexes,
-//!   group-commit appends, recovery, retention, the tail cache.
+//! - [`storage`]: the partition log on disk — segments, indexes, the
+//!   shard journal that group-commits every partition of a shard at once,
+//!   recovery, retention, the tail cache.
 //!
 //! Beside them: [`server`] (the process: it wires `net` onto `runtime`),
 //! [`identity`] (which node and cluster a data directory belongs to),
