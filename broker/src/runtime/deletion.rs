@@ -24,7 +24,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -34,9 +34,9 @@ use event_listener::Event;
 use futures::FutureExt;
 
 use super::command::PartitionId;
-use super::replicas::cache_key;
+use super::replicas::{PROGRESS_EVERY, cache_key};
 use super::shard::{Replica, Shard};
-use crate::metadata::MetadataSnapshot;
+use crate::metadata::{MetadataSnapshot, topic_dir};
 use crate::storage::disk::Disk;
 
 /// How long a discarded replica may stay held by other tasks before its
@@ -44,8 +44,6 @@ use crate::storage::disk::Disk;
 pub const HOLD_WAIT_MAX: Duration = Duration::from_secs(30);
 /// How often a held replica is looked at again.
 const HOLD_POLL: Duration = Duration::from_millis(20);
-/// How often a long removal reports its progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// The deletions in progress on every shard of this broker, for `Metadata`
 /// and the log. Shared by the shards; touched by admin paths only, never
@@ -141,20 +139,14 @@ pub(super) enum Doomed {
         replica: Replica,
     },
     /// A deleted topic's directory that no replica of this process opened.
-    TopicDir {
-        topic: String,
-        topic_id: u64,
-        dir: PathBuf,
-    },
+    TopicDir { topic: String, topic_id: u64 },
 }
 
 impl Doomed {
     fn topic(&self) -> (&str, u64) {
         match self {
             Doomed::Replica { id, topic, .. } => (topic, id.topic_id),
-            Doomed::TopicDir {
-                topic, topic_id, ..
-            } => (topic, *topic_id),
+            Doomed::TopicDir { topic, topic_id } => (topic, *topic_id),
         }
     }
 }
@@ -248,7 +240,10 @@ impl Shard {
                     }
                 }
             }
-            Doomed::TopicDir { dir, .. } => self.remove_dir(&dir).await,
+            Doomed::TopicDir { topic, topic_id } => {
+                self.remove_dir(&topic_dir(&self.config.data_dir, &topic, topic_id))
+                    .await;
+            }
         }
     }
 
@@ -322,11 +317,7 @@ impl Shard {
             .iter()
             .filter_map(|name| deleted_topic_dir(name, snapshot))
             .filter(|(_, topic_id)| !self.topic_deletions.was_discarded(*topic_id))
-            .map(|(topic, topic_id)| Doomed::TopicDir {
-                dir: topics_dir.join(format!("{topic}.{topic_id}")),
-                topic,
-                topic_id,
-            })
+            .map(|(topic, topic_id)| Doomed::TopicDir { topic, topic_id })
             .collect();
         self.schedule_removal(doomed);
     }

@@ -487,7 +487,7 @@ const CLOSES_AT_ONCE: usize = 32;
 const OPENS_AT_ONCE: usize = 32;
 
 /// How often a long opening or closing of partitions reports progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Progress of a long run over a shard's partitions (opening at start,
 /// closing at shutdown): logged every [`PROGRESS_EVERY`], and at the end
