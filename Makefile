@@ -20,10 +20,8 @@ PURE_CRATES = wire replication controller
 .PHONY: build run test sim bench bench-storage bench-broker bench-cluster bench-matrix cluster cluster-down \
 	cluster-status fmt lint purity fuzz clean nemesis soak
 
-# corelog-tests is left out: depending on it turns on corelogd's fault
-# hooks (feature `fault-injection`), which only test builds may carry.
 build:
-	$(CARGO) build --release --workspace --exclude corelog-tests
+	$(CARGO) build --release --workspace
 
 # A broker on 127.0.0.1:7100 (metrics on :7180) keeping data in ./data.
 run:
@@ -42,11 +40,19 @@ cluster-down:
 cluster-status:
 	./scripts/cluster.sh status
 
+# The test build of corelogd, with storage fault hooks (durable ledger, EIO by
+# signal): its own profile and target directory, target/fault-injection/, so
+# that target/{debug,release}/corelogd never carry the hooks. The tests and the
+# nemesis run it; it refuses to start without a test harness.
+TEST_BROKER = $(CARGO) build --profile fault-injection -p corelog-broker \
+	--features fault-injection --bin corelogd
+
 # Binaries first: the multi-process tests in tests/ start corelogd and corelog.
 # The replication simulation runs its 2,000 seeds in release mode (seconds,
 # not minutes), so the debug run of the workspace leaves it out.
 test:
 	$(CARGO) build --workspace --bins --examples
+	$(TEST_BROKER)
 	$(CARGO) test --workspace --exclude corelog-sim
 	$(CARGO) test -p corelog-sim --release
 	$(MAKE) nemesis
@@ -56,19 +62,21 @@ test:
 # workload, and a seeded schedule of kills, pauses, power losses, network
 # cuts, proxy chaos, EIO, a full disk and file corruption, then the history
 # checker. About 5 minutes and 40+ faults; exits non-zero on any violation
-# and prints the command that replays its schedule. Building corelog-tests
-# with corelog-broker turns on the broker's fault hooks.
+# and prints the command that replays its schedule. It runs the test build of
+# corelogd (TEST_BROKER).
 # NEMESIS_SEED=N replays a schedule; `make soak MINUTES=N` runs a long one.
 NEMESIS_SECONDS ?= 300
 MINUTES ?= 30
 NEMESIS = ./target/release/corelog-nemesis $(if $(NEMESIS_SEED),--seed $(NEMESIS_SEED))
 nemesis:
-	$(CARGO) build --release -p corelog-broker -p corelog-tests --bins
+	$(CARGO) build --release -p corelog-tests --bins
+	$(TEST_BROKER)
 	$(NEMESIS) --duration $(NEMESIS_SECONDS) --report target/nemesis-report.json \
 		--broker-logs target/nemesis-logs
 
 soak:
-	$(CARGO) build --release -p corelog-broker -p corelog-tests --bins
+	$(CARGO) build --release -p corelog-tests --bins
+	$(TEST_BROKER)
 	$(NEMESIS) --duration $$(( $(MINUTES) * 60 )) --report target/soak-report.json \
 		--history target/soak-history.jsonl --broker-logs target/soak-logs
 
@@ -122,6 +130,7 @@ fmt:
 lint: purity
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p corelog-broker --features fault-injection --all-targets -- -D warnings
 
 purity:
 	@./scripts/purity.sh $(PURE_CRATES)

@@ -3,6 +3,7 @@
 use clap::Parser;
 use corelog_broker::config::{BrokerConfig, Flags};
 use corelog_broker::server;
+use corelog_broker::storage::fault_hooks;
 
 /// Exit code of a broker one of whose threads panicked (a bug).
 const PANIC_EXIT_CODE: i32 = 5;
@@ -18,6 +19,11 @@ fn main() {
         std::process::exit(PANIC_EXIT_CODE);
     }));
     let flags = Flags::parse();
+    let allowed = std::env::var_os(fault_hooks::ALLOW_ENV).is_some();
+    if let Err(refusal) = fault_hooks::refuse_unless_allowed(allowed) {
+        eprintln!("corelogd: {refusal}");
+        std::process::exit(2);
+    }
     let config = match BrokerConfig::resolve(&flags) {
         Ok(config) => config,
         Err(error) => {

@@ -27,5 +27,5 @@ pub mod proxy;
 pub mod small_fs;
 pub mod wire_client;
 
-pub use process::{Broker, binary, free_port, start_cluster};
+pub use process::{Broker, binary, free_port, has_fault_hooks, start_cluster, test_broker_binary};
 pub use wire_client::{Client, batch, values};

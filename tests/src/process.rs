@@ -16,6 +16,39 @@ use crate::wire_client::Client;
 /// If the binary is missing, saying how to build it.
 #[must_use]
 pub fn binary(name: &str) -> PathBuf {
+    let path = profile_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run `make test` or `cargo build --workspace --bins --examples` first",
+        path.display()
+    );
+    path
+}
+
+/// The test build of `corelogd`, with storage fault hooks: what every
+/// [`Broker`] runs. It lives in its own profile's directory so that the
+/// `corelogd` users run never carries the hooks.
+///
+/// # Panics
+/// If it is missing, saying how to build it.
+#[must_use]
+pub fn test_broker_binary() -> PathBuf {
+    use corelog_broker::storage::fault_hooks::TEST_BUILD_DIR;
+    let profile_dir = profile_dir();
+    let target_dir = profile_dir
+        .parent()
+        .expect("the profile directory is in the target directory");
+    let path = target_dir.join(TEST_BUILD_DIR).join("corelogd");
+    assert!(
+        path.exists(),
+        "{} is not built; run `make test`, or `cargo build --profile fault-injection -p corelog-broker --features fault-injection --bin corelogd`",
+        path.display()
+    );
+    path
+}
+
+/// The target/<profile> directory this test or harness runs from.
+fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // Tests run from target/<profile>/deps, harness binaries (such as
     // corelog-nemesis) from target/<profile>.
@@ -25,13 +58,19 @@ pub fn binary(name: &str) -> PathBuf {
     } else {
         exe_dir
     };
-    let path = profile_dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is not built; run `make test` or `cargo build --workspace --bins --examples` first",
-        path.display()
-    );
-    path
+    profile_dir.to_path_buf()
+}
+
+/// Whether the binary at `path` was built with the storage fault hooks.
+///
+/// # Panics
+/// If it cannot be read.
+#[must_use]
+pub fn has_fault_hooks(path: &Path) -> bool {
+    let marker = corelog_broker::storage::fault_hooks::BUILD_MARKER.as_bytes();
+    let bytes = std::fs::read(path)
+        .unwrap_or_else(|error| panic!("{} is not readable: {error}", path.display()));
+    bytes.windows(marker.len()).any(|window| window == marker)
 }
 
 /// `log`, opened for appending (created if missing).
@@ -165,7 +204,7 @@ impl Broker {
     /// environment), shared by every way of spawning it; output is left
     /// to the caller.
     fn command(&self) -> Command {
-        let mut command = Command::new(binary("corelogd"));
+        let mut command = Command::new(test_broker_binary());
         command
             .arg("--listen")
             .arg(self.addr.to_string())
@@ -322,10 +361,11 @@ impl Broker {
         sibling(&self.data_dir, "fault-filter")
     }
 
-    /// The fault hooks' environment (read only by the test build of
-    /// corelogd, feature `fault-injection`).
+    /// The fault hooks' environment, read by the test build of corelogd,
+    /// which starts only when it is allowed.
     fn set_fault_env(&self, command: &mut Command) {
-        use corelog_broker::storage::fault_hooks::{FILTER_FILE_ENV, LEDGER_ENV};
+        use corelog_broker::storage::fault_hooks::{ALLOW_ENV, FILTER_FILE_ENV, LEDGER_ENV};
+        command.env(ALLOW_ENV, "1");
         command.env(FILTER_FILE_ENV, self.fault_filter_path());
         let ledger = self.durable_ledger_path();
         if ledger.exists() {
@@ -335,19 +375,14 @@ impl Broker {
         }
     }
 
-    /// Panics unless target's corelogd is the test build (feature
-    /// `fault-injection`): without the hooks a ledger stays empty and an
-    /// EIO signal kills the broker.
+    /// Panics unless the test build of corelogd has the hooks: without
+    /// them a ledger stays empty and an EIO signal kills the broker.
     fn assert_fault_hooks() {
         static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let found = *FOUND.get_or_init(|| {
-            let marker = corelog_broker::storage::fault_hooks::BUILD_MARKER.as_bytes();
-            let bytes = std::fs::read(binary("corelogd")).expect("corelogd is readable");
-            bytes.windows(marker.len()).any(|window| window == marker)
-        });
+        let found = *FOUND.get_or_init(|| has_fault_hooks(&test_broker_binary()));
         assert!(
             found,
-            "target's corelogd has no fault hooks: build it with `cargo build --workspace --bins` (a `cargo build -p corelog-broker` builds it without them)"
+            "the test build of corelogd has no fault hooks: build it with `make test`"
         );
     }
 

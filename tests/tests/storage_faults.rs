@@ -1,7 +1,9 @@
 //! Storage faults against a 3-broker cluster of real processes, through the
 //! test build of corelogd (feature `fault-injection`, see
-//! `broker/src/storage/fault_hooks.rs`):
+//! `broker/src/storage/fault_hooks/`):
 //!
+//! - the test build is apart: the `corelogd` users run has no hooks, and
+//!   the test build refuses to start outside a test harness;
 //! - power loss (kill -9, then every file cut to its last fdatasync'ed
 //!   length, [`corelog_tests::power_loss`]) of one broker, and of all three
 //!   at once, while a producer appends with acks=quorum: every
@@ -36,6 +38,48 @@ const TOPIC: &str = "faulted";
 /// Only this topic's files get injected faults (its directory is
 /// `topics/<name>.<id>`).
 const TOPIC_PATHS: &str = "/topics/faulted.";
+
+#[test]
+fn the_corelogd_users_run_carries_no_fault_hooks() {
+    // `make test` builds the workspace's binaries (this one among them)
+    // and the test build side by side; a feature unified across packages
+    // once gave this binary the hooks.
+    let user_facing = corelog_tests::binary("corelogd");
+    assert!(
+        !corelog_tests::has_fault_hooks(&user_facing),
+        "{} carries the storage fault hooks",
+        user_facing.display()
+    );
+    assert!(corelog_tests::has_fault_hooks(
+        &corelog_tests::test_broker_binary()
+    ));
+}
+
+#[test]
+fn the_test_build_refuses_to_start_outside_a_test_harness() {
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(corelog_tests::test_broker_binary())
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", corelog_tests::free_port()))
+        .arg("--metrics-listen")
+        .arg(format!("127.0.0.1:{}", corelog_tests::free_port()))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--shards", "1", "--disk-reserve-bytes", "0"])
+        .env_remove(corelog_broker::storage::fault_hooks::ALLOW_ENV)
+        .output()
+        .expect("corelogd runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(
+        stderr.contains("test build") && stderr.contains("target/release/corelogd"),
+        "stderr: {stderr}"
+    );
+    assert!(
+        std::fs::read_dir(data.path()).unwrap().next().is_none(),
+        "the refused broker wrote to its data directory"
+    );
+}
 
 /// The brokers of one test; broker `n` is node id `n`.
 struct Cluster {

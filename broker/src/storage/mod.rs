@@ -21,7 +21,6 @@ pub mod checkpoint;
 pub mod deletion_ledger;
 pub mod disk;
 pub mod disk_space;
-#[cfg(feature = "fault-injection")]
 pub mod fault_hooks;
 pub mod glommio_disk;
 pub mod index;

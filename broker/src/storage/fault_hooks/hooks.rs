@@ -1,44 +1,4 @@
-//! Storage fault hooks for the test build (cargo feature `fault-injection`,
-//! off by default; never in a release a user runs).
-//!
-//! Every durable file operation of the broker calls in here: the DMA files
-//! of [`super::glommio_disk`] (segments, indexes, checkpoints, replica and
-//! group metadata, everything written through the `Disk` trait) and the
-//! controller's Raft log (`cluster::raft_log`). The hooks do two things.
-//!
-//! # The durable ledger (power-loss simulation)
-//!
-//! When `CORELOG_DURABLE_LEDGER=<file>` is set, the broker appends one line
-//! per event to `<file>`, each line written with a single `write` so that it
-//! survives kill -9 (not power loss: it need not). A harness that kill -9s
-//! the broker then cuts every file to the length its last fdatasync made
-//! durable (`corelog_tests::power_loss::apply`). Fields are separated by one
-//! tab; a path is always the last field(s) and contains no tab or newline
-//! (events for such paths are not recorded):
-//!
-//! - `create\t<path>`: `<path>` did not exist and was created empty;
-//! - `open\t<len>\t<path>`: the first time this process touched an
-//!   existing `<path>`, it was `<len>` bytes long. A baseline for files the
-//!   ledger has not seen before; for a file the ledger already knows it
-//!   changes nothing (opening makes nothing durable);
-//! - `sync\t<len>\t<path>`: an fdatasync of `<path>` succeeded, and it
-//!   covered `<len>` bytes: the end of the writes and truncations that had
-//!   completed (on any handle of the path) when the sync was issued;
-//! - `rename\t<from>\t<to>`: `<from>` was renamed over `<to>`;
-//! - `remove\t<path>`: `<path>` was unlinked.
-//!
-//! Directory syncs are not modelled: a name created or renamed counts as
-//! durable at once. Lengths are tracked per path, in this process, because
-//! fdatasync on any descriptor flushes the whole file.
-//!
-//! # EIO injection
-//!
-//! SIGUSR1 arms "fail the next fdatasync", SIGUSR2 "fail the next write":
-//! the next such call returns EIO without touching the file (a write) or
-//! after nothing is synced (a sync), once, and disarms. If the file named by
-//! `CORELOG_FAULT_FILTER_FILE` exists and is not empty, only paths that
-//! contain its (trimmed) text are eligible; the fault stays armed until one
-//! matches. The file is read only while a fault is armed.
+//! The hooks themselves; see the parent module for what they do.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -46,14 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Names the ledger file.
-pub const LEDGER_ENV: &str = "CORELOG_DURABLE_LEDGER";
-/// Names the file whose text restricts injected faults to matching paths.
-pub const FILTER_FILE_ENV: &str = "CORELOG_FAULT_FILTER_FILE";
-/// Text found in a corelogd binary built with the hooks (it is logged at
-/// start-up): test harnesses look for it before relying on them, since a
-/// `cargo build -p corelog-broker` replaces the test build without them.
-pub const BUILD_MARKER: &str = "corelog-fault-injection-hooks-v1";
+use super::{BUILD_MARKER, FILTER_FILE_ENV, LEDGER_ENV};
 
 struct Hooks {
     fail_next_sync: Arc<AtomicBool>,
