@@ -118,4 +118,4 @@ pub use history::{EpochEnd, EpochEntry, EpochHistory};
 pub use ids::{PartitionKey, ReplicaId};
 pub use message::{Batch, BatchMeta, Push, PushAck, PushResult, Query, QueryAnswer, QueryResult};
 pub use meta::ReplicaMeta;
-pub use replica::{RecoveredLog, Replica, ReplicaConfig, RoleView};
+pub use replica::{FollowerStatus, RecoveredLog, Replica, ReplicaConfig, RoleView};

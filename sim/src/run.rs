@@ -168,6 +168,9 @@ impl SimConfig {
                     heartbeat_interval_ms: rng.between(10, 50),
                     max_inflight_records: rng.between(4, 64),
                     max_push_bytes: max_push_bytes as u64,
+                    // A constant: drawing it would shift every seed's
+                    // schedule. Reported only; nothing checks it yet.
+                    in_sync_lag_ms: 1_000,
                 },
                 log: LogConfig {
                     segment_bytes,

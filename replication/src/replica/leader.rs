@@ -90,6 +90,10 @@ impl Replica {
                     probe_pending: false,
                     last_progress_ms: now_ms,
                     last_send_ms: 0,
+                    // A new leader presumes its followers in sync until
+                    // they fail to catch up for the in-sync lag.
+                    caught_up_ms: now_ms,
+                    full_send: None,
                 };
                 (*replica, progress)
             })
@@ -169,6 +173,9 @@ impl Replica {
         }
         let mut actions = Vec::new();
         for (&to, progress) in &mut leader.followers {
+            if progress.acked_end >= self.log_end {
+                progress.caught_up_ms = progress.caught_up_ms.max(now_ms);
+            }
             if progress.sent_end > progress.acked_end
                 && now_ms >= progress.last_progress_ms + self.config.resend_timeout_ms
             {
@@ -239,6 +246,9 @@ impl Replica {
             && let Some(progress) = leader.followers.get_mut(&to)
         {
             progress.sent_end = progress.sent_end.max(end);
+            if end >= self.log_end && progress.full_send.is_none() {
+                progress.full_send = Some((end, progress.last_send_ms));
+            }
         }
     }
 
@@ -283,6 +293,15 @@ impl Replica {
                 if durable_end > progress.acked_end {
                     progress.acked_end = durable_end;
                     progress.last_progress_ms = now_ms;
+                }
+                if durable_end >= log_end {
+                    progress.caught_up_ms = now_ms;
+                    progress.full_send = None;
+                } else if let Some((end, sent_ms)) = progress.full_send
+                    && durable_end >= end
+                {
+                    progress.caught_up_ms = progress.caught_up_ms.max(sent_ms);
+                    progress.full_send = None;
                 }
                 progress.sent_end = progress.sent_end.max(progress.acked_end);
                 self.advance_leader_high_watermark(&mut actions);

@@ -41,6 +41,10 @@ pub struct ReplicaConfig {
     /// Byte budget of one push, passed to the shell in
     /// [`Action::SendPush`].
     pub max_push_bytes: u64,
+    /// A follower is in sync while it caught up with the leader's log end
+    /// within this long (Kafka's `replica.lag.time.max.ms`). Reported, not
+    /// used for commitment: the high watermark counts a majority.
+    pub in_sync_lag_ms: u64,
 }
 
 impl Default for ReplicaConfig {
@@ -50,6 +54,7 @@ impl Default for ReplicaConfig {
             heartbeat_interval_ms: 100,
             max_inflight_records: 100_000,
             max_push_bytes: 1 << 20,
+            in_sync_lag_ms: 10_000,
         }
     }
 }
@@ -106,6 +111,30 @@ struct Progress {
     last_progress_ms: u64,
     /// When a push was last sent.
     last_send_ms: u64,
+    /// When the follower last held everything the leader's log held at
+    /// some earlier moment: the base of its lag in time.
+    caught_up_ms: u64,
+    /// The oldest push not yet acknowledged that carried the log up to its
+    /// end: (that end, when it was sent). Acknowledging it means the
+    /// follower caught up with the log as of the send, which a follower
+    /// under steady load never does with the log as of the ack.
+    full_send: Option<(Offset, u64)>,
+}
+
+/// A leader's view of one follower, for reports and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerStatus {
+    /// The follower.
+    pub replica: ReplicaId,
+    /// The end of its log known durable and matching, in this epoch.
+    pub acked_end: Offset,
+    /// Offsets of the leader's log it has not acknowledged.
+    pub lag_records: u64,
+    /// How long since it last caught up with the leader's log end; 0 when
+    /// it holds all of it.
+    pub lag_ms: u64,
+    /// Whether it caught up within [`ReplicaConfig::in_sync_lag_ms`].
+    pub in_sync: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -337,6 +366,34 @@ impl Replica {
             ),
             Role::Offline | Role::Follower(_) => None,
         }
+    }
+
+    /// A leader's view of each of its followers at `now_ms`; `None` when
+    /// not leading.
+    #[must_use]
+    pub fn follower_status(&self, now_ms: u64) -> Option<Vec<FollowerStatus>> {
+        let Role::Leader(leader) = &self.role else {
+            return None;
+        };
+        let status = leader
+            .followers
+            .iter()
+            .map(|(&replica, progress)| {
+                let lag_ms = if progress.acked_end >= self.log_end {
+                    0
+                } else {
+                    now_ms.saturating_sub(progress.caught_up_ms)
+                };
+                FollowerStatus {
+                    replica,
+                    acked_end: progress.acked_end,
+                    lag_records: self.log_end.0.saturating_sub(progress.acked_end.0),
+                    lag_ms,
+                    in_sync: lag_ms <= self.config.in_sync_lag_ms,
+                }
+            })
+            .collect();
+        Some(status)
     }
 
     /// Whether this replica leads with followers to push to. A sole

@@ -28,6 +28,7 @@ fn config() -> ReplicaConfig {
         heartbeat_interval_ms: 50,
         max_inflight_records: 10,
         max_push_bytes: 1000,
+        in_sync_lag_ms: 1000,
     }
 }
 
@@ -154,6 +155,69 @@ fn pushes(actions: &[Action]) -> Vec<(ReplicaId, Push, u64)> {
 }
 
 // ---- leader --------------------------------------------------------------
+
+fn status_of(a: &Replica, follower: ReplicaId, now_ms: u64) -> FollowerStatus {
+    a.follower_status(now_ms)
+        .expect("leading")
+        .into_iter()
+        .find(|status| status.replica == follower)
+        .expect("a follower")
+}
+
+#[test]
+fn a_follower_that_stops_acknowledging_leaves_the_in_sync_set_after_the_lag() {
+    let mut a = leader(&[(1, 0)], 5, 2);
+    a.on_push_ack(&ok(B, 2, 6), 10).unwrap();
+    a.on_local_append(BatchMeta {
+        base: o(6),
+        last: o(9),
+        epoch: e(2),
+    });
+    a.on_push_ack(&ok(B, 2, 10), 20).unwrap();
+    let b = status_of(&a, B, 900);
+    assert_eq!((b.lag_records, b.lag_ms, b.in_sync), (0, 0, true));
+    let c = status_of(&a, C, 900);
+    assert_eq!((c.lag_records, c.lag_ms, c.in_sync), (10, 900, true));
+    let c = status_of(&a, C, 1001);
+    assert!(!c.in_sync, "{c:?}");
+    // Catching up puts it back.
+    a.on_push_ack(&ok(C, 2, 10), 1500).unwrap();
+    let c = status_of(&a, C, 1600);
+    assert_eq!((c.lag_records, c.lag_ms, c.in_sync), (0, 0, true));
+    assert_eq!(replica(B, &[(1, 0)], 5, 1).follower_status(0), None);
+}
+
+#[test]
+fn a_follower_that_acknowledges_every_push_under_steady_load_stays_in_sync() {
+    // The log grows between every push and its acknowledgement, so the
+    // follower never holds the log as of its ack: only the full pushes it
+    // acknowledges show it keeping up.
+    let mut a = leader(&[(1, 0)], 5, 2);
+    let mut end = 6;
+    for round in 0..100_u64 {
+        let now = round * 50;
+        a.on_local_append(BatchMeta {
+            base: o(end),
+            last: o(end),
+            epoch: e(2),
+        });
+        end += 1;
+        a.poll_sends(now);
+        a.on_push_sent(B, o(end));
+        let sent = end;
+        a.on_local_append(BatchMeta {
+            base: o(end),
+            last: o(end),
+            epoch: e(2),
+        });
+        end += 1;
+        a.on_push_ack(&ok(B, 2, sent), now + 20).unwrap();
+    }
+    let b = status_of(&a, B, 100 * 50);
+    assert!(b.in_sync && b.lag_ms <= 100 && b.lag_records == 1, "{b:?}");
+    let c = status_of(&a, C, 100 * 50);
+    assert!(!c.in_sync, "{c:?}");
+}
 
 #[test]
 fn become_leader_persists_the_promise_before_asking_for_the_marker() {

@@ -367,6 +367,7 @@ fn test_config() -> ReplicaConfig {
         heartbeat_interval_ms: 10,
         max_inflight_records: 64,
         max_push_bytes: 2 << 10,
+        in_sync_lag_ms: 1_000,
     }
 }
 
