@@ -5,7 +5,9 @@
 #                                  voters, and wait until the cluster is ready
 #   scripts/cluster.sh down        stop the brokers this script started
 #                                  (SIGTERM, then wait; SIGKILL after 30 s)
-#   scripts/cluster.sh status      which brokers run, fenced or not, and the topics
+#   scripts/cluster.sh status      which brokers run; the controller's view of
+#                                  them (`corelog cluster info`, `cluster
+#                                  health`); the topics
 #   scripts/cluster.sh kill I      SIGKILL broker I (a crash: no shutdown), if
 #                                  its pid file still names that broker's
 #                                  corelogd; returns once the process is gone
@@ -269,16 +271,21 @@ status() {
         [ -d "$node_dir" ] || continue
         i=${node_dir##*-}
         if pid=$(running_pid "$node_dir"); then
-            echo "$(basename "$node_dir"): running (pid $pid), $(fence_state "$node_dir" "$i")," \
+            echo "$(basename "$node_dir"): running (pid $pid)," \
                 "127.0.0.1:$((base_port + i)), metrics :$((base_port + 100 + i))"
         else
             echo "$(basename "$node_dir"): stopped"
         fi
     done
+    # Fenced or alive is the controller leader's word, not a broker's own
+    # (a broker cut off from the controller still thinks itself unfenced).
     for node_dir in "$cluster_dir"/node-*; do
         i=${node_dir##*-}
         running_pid "$node_dir" >/dev/null || continue
-        "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" topic list 2>/dev/null && return 0
+        "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" cluster info 2>/dev/null || continue
+        "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" cluster health 2>/dev/null || true
+        "$corelog" --bootstrap "127.0.0.1:$((base_port + i))" topic list 2>/dev/null || true
+        return 0
     done
     return 0
 }

@@ -52,6 +52,10 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     /// A broker silent this long is fenced by the controller.
     pub broker_session_timeout_ms: u64,
+    /// A follower that has not caught up with its leader's log for this
+    /// long leaves the partition's in-sync replicas (what `topic
+    /// describe`, `cluster health` and the under-replicated series show).
+    pub replica_lag_max_ms: u64,
     /// Largest request frame, bytes after the length field.
     pub max_frame_bytes: u32,
     /// Open client connections per broker.
@@ -122,6 +126,7 @@ impl Default for BrokerConfig {
             cluster_id: None,
             broker_heartbeat_interval_ms: 250,
             broker_session_timeout_ms: 2_000,
+            replica_lag_max_ms: 10_000,
             max_frame_bytes: 16 << 20,
             max_connections: 10_000,
             max_in_flight_per_connection: 64,
@@ -279,6 +284,10 @@ pub struct Flags {
     /// Silence after which the controller fences a broker, ms [default: 2000].
     #[arg(long)]
     pub broker_session_timeout_ms: Option<u64>,
+    /// A follower this long behind its leader's log end leaves the
+    /// in-sync replicas, ms [default: 10000].
+    #[arg(long)]
+    pub replica_lag_max_ms: Option<u64>,
     /// Largest request frame in bytes [default: 16 MiB].
     #[arg(long)]
     pub max_frame_bytes: Option<u32>,
@@ -366,6 +375,7 @@ struct FileSettings {
     cluster_id: Option<String>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
+    replica_lag_max_ms: Option<u64>,
     max_frame_bytes: Option<u32>,
     max_connections: Option<u32>,
     max_in_flight_per_connection: Option<u32>,
@@ -454,6 +464,7 @@ impl BrokerConfig {
             advertised_host,
             broker_heartbeat_interval_ms,
             broker_session_timeout_ms,
+            replica_lag_max_ms,
             max_frame_bytes,
             max_connections,
             max_in_flight_per_connection,

@@ -30,6 +30,7 @@
 //! [`Admin::fetch_offsets`], [`Admin::commit_offsets`] and
 //! [`Admin::read_audit`].
 
+mod cluster_status;
 mod groups;
 
 use std::collections::BTreeMap;
@@ -49,6 +50,10 @@ use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::metadata::{ClusterMetadata, TopicMetadata};
 
+pub use self::cluster_status::{
+    BrokerState, ClusterStatus, ControllerState, PartitionHealth, PartitionStatus, Problem,
+    TopicStatus,
+};
 pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
     PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,

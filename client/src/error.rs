@@ -128,6 +128,22 @@ pub enum ClientError {
         /// What the broker said about the gap.
         gap: Box<GapInfo>,
     },
+    /// An idempotent producer got no producer id within its delivery
+    /// timeout: the controller, which hands them out, had no leader (an
+    /// election that did not end, or a lost quorum), or no broker answered.
+    #[error(
+        "no producer id after {attempts} attempts in {:.1} s, so nothing can be sent (an idempotent producer needs one from the cluster's controller): {source}; \
+         the controller needs a majority of its voters running (see `corelog cluster health`); retry later, or raise delivery_timeout to wait longer",
+        waited.as_secs_f64()
+    )]
+    ProducerIdUnavailable {
+        /// How long it was tried.
+        waited: std::time::Duration,
+        /// Requests made.
+        attempts: u32,
+        /// The last failure.
+        source: Box<ClientError>,
+    },
     /// `try_send` found the producer's buffer full.
     #[error(
         "the producer buffer of {buffer_bytes} bytes is full: use send (which waits), slow down, or raise buffer_bytes"

@@ -843,3 +843,84 @@ async fn the_group_lag_series_are_on_metrics_with_the_lag_of_each_partition() {
         series(&broker, "corelog_group_retention_left_seconds", labels).expect("retention left");
     assert!(left > 6 * 24 * 3600 && left <= 7 * 24 * 3600, "{left}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_partition_health_build_and_rebalance_series_are_on_metrics() {
+    let broker = Broker::start(&[]);
+    create_topic(&broker, "watched", 2).await;
+    produce(&broker, "watched", &keyed("one", 4)).await;
+    let mut first = GroupConsumer::connect(settings(&broker, "churny", &["watched"]))
+        .await
+        .unwrap();
+    consume_and_commit(&mut first, 4).await;
+    // The coordinator's first sighting of the group is a baseline, not a
+    // rebalance: wait for it before the next member joins.
+    let group = "shard=\"0\",group=\"churny\"";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while series(&broker, "corelog_group_generation", group).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no generation series:\n{}",
+            broker.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.close().await.unwrap();
+    let mut second = GroupConsumer::connect(settings(&broker, "churny", &["watched"]))
+        .await
+        .unwrap();
+    produce(&broker, "watched", &keyed("two", 2)).await;
+    consume_and_commit(&mut second, 2).await;
+
+    // A single node is its own one-voter controller and leads it; all its
+    // partitions are led here, none offline.
+    let node = "node=\"1\"";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rebalances = series(&broker, "corelog_group_rebalances_total", group);
+        let ready = series(&broker, "corelog_controller_is_leader", node) == Some(1)
+            && series(&broker, "corelog_partitions_offline", node) == Some(0)
+            && rebalances.is_some_and(|count| count >= 1);
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "series missing or wrong:\n{}",
+            broker.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    second.close().await.unwrap();
+    let text = broker.metrics();
+    assert_eq!(
+        series(&broker, "corelog_controller_leader_id", node),
+        Some(1),
+        "{text}"
+    );
+    assert!(series(&broker, "corelog_controller_term", node).is_some_and(|term| term >= 1));
+    assert!(
+        series(&broker, "corelog_controller_commit_index", node).is_some_and(|index| index > 0)
+    );
+    assert_eq!(
+        series(&broker, "corelog_partitions_leaderless", node),
+        Some(0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&broker, "corelog_partitions_under_replicated", node),
+        Some(0),
+        "{text}"
+    );
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        series(&broker, "corelog_build_info", &version),
+        Some(1),
+        "{text}"
+    );
+    assert!(
+        series(&broker, "corelog_group_generation", group)
+            .is_some_and(|generation| generation >= 2),
+        "{text}"
+    );
+}

@@ -91,6 +91,9 @@ pub enum ApiKey {
     /// The answering broker's shards and each one's own port, for
     /// shard-aware clients.
     DescribeShards = 9,
+    /// Brokers, the controller quorum, and each partition's leader,
+    /// replicas and in-sync replicas.
+    DescribeCluster = 10,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -134,6 +137,9 @@ pub enum ApiKey {
     /// A leader shard sends the pushes of many partitions to one follower
     /// broker in one frame (inter-broker).
     ReplicaStream = 47,
+    /// A broker reports the in-sync replicas of the partitions it leads to
+    /// the controller leader (inter-broker).
+    PartitionReport = 48,
 }
 
 impl ApiKey {
@@ -149,6 +155,7 @@ impl ApiKey {
         ApiKey::ListOffsets,
         ApiKey::InitProducerId,
         ApiKey::DescribeShards,
+        ApiKey::DescribeCluster,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -168,6 +175,7 @@ impl ApiKey {
         ApiKey::ReplicaPush,
         ApiKey::ReplicaQuery,
         ApiKey::ReplicaStream,
+        ApiKey::PartitionReport,
     ];
 
     /// The wire number.
@@ -191,6 +199,7 @@ impl ApiKey {
             7 => Some(ApiKey::ListOffsets),
             8 => Some(ApiKey::InitProducerId),
             9 => Some(ApiKey::DescribeShards),
+            10 => Some(ApiKey::DescribeCluster),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -210,6 +219,7 @@ impl ApiKey {
             45 => Some(ApiKey::ReplicaPush),
             46 => Some(ApiKey::ReplicaQuery),
             47 => Some(ApiKey::ReplicaStream),
+            48 => Some(ApiKey::PartitionReport),
             _ => None,
         }
     }
@@ -247,6 +257,8 @@ impl ApiKey {
             ApiKey::ReplicaPush => "ReplicaPush",
             ApiKey::ReplicaQuery => "ReplicaQuery",
             ApiKey::ReplicaStream => "ReplicaStream",
+            ApiKey::DescribeCluster => "DescribeCluster",
+            ApiKey::PartitionReport => "PartitionReport",
         }
     }
 
@@ -285,7 +297,9 @@ impl ApiKey {
             | ApiKey::ControllerOperation
             | ApiKey::ReplicaPush
             | ApiKey::ReplicaQuery
-            | ApiKey::ReplicaStream => VersionRange { min: 0, max: 0 },
+            | ApiKey::ReplicaStream
+            | ApiKey::DescribeCluster
+            | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
         }
     }
 
@@ -304,7 +318,8 @@ impl ApiKey {
             | ApiKey::ControllerOperation
             | ApiKey::ReplicaPush
             | ApiKey::ReplicaQuery
-            | ApiKey::ReplicaStream => true,
+            | ApiKey::ReplicaStream
+            | ApiKey::PartitionReport => true,
             ApiKey::ApiVersions
             | ApiKey::Metadata
             | ApiKey::CreateTopics
@@ -315,6 +330,7 @@ impl ApiKey {
             | ApiKey::ListOffsets
             | ApiKey::InitProducerId
             | ApiKey::DescribeShards
+            | ApiKey::DescribeCluster
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -830,6 +846,7 @@ mod tests {
                 (7, "ListOffsets"),
                 (8, "InitProducerId"),
                 (9, "DescribeShards"),
+                (10, "DescribeCluster"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -849,12 +866,13 @@ mod tests {
                 (45, "ReplicaPush"),
                 (46, "ReplicaQuery"),
                 (47, "ReplicaStream"),
+                (48, "PartitionReport"),
             ]
         );
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 9 || (20..=30).contains(&code) || (40..=47).contains(&code))
+                (code <= 10 || (20..=30).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
@@ -866,13 +884,13 @@ mod tests {
     }
 
     #[test]
-    fn inter_broker_apis_are_exactly_40_to_47() {
+    fn inter_broker_apis_are_exactly_40_to_48() {
         let inter_broker: Vec<u16> = ApiKey::ALL
             .iter()
             .filter(|key| key.is_inter_broker())
             .map(|key| key.code())
             .collect();
-        assert_eq!(inter_broker, [40, 41, 42, 43, 44, 45, 46, 47]);
+        assert_eq!(inter_broker, [40, 41, 42, 43, 44, 45, 46, 47, 48]);
     }
 
     #[test]
@@ -969,11 +987,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&10_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&11_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 10,
+                api_key: 11,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

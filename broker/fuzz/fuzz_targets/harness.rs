@@ -476,6 +476,8 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         ReplicaPush => replica_push::ReplicaPushResponse,
         ReplicaQuery => replica_query::ReplicaQueryResponse,
         ReplicaStream => replica_stream::ReplicaStreamResponse,
+        DescribeCluster => describe_cluster::DescribeClusterResponse,
+        PartitionReport => partition_report::PartitionReportResponse,
     )
 }
 

@@ -1,6 +1,7 @@
-//! The controller APIs (40–44) as shard 0 serves them: raft messages
-//! between voters, broker registration and heartbeats, metadata long-polls
-//! and operations. They reach it from the network (other shards forward
+//! The controller APIs (40–44, 48) as shard 0 serves them: raft messages
+//! between voters, broker registration, heartbeats and partition reports,
+//! metadata long-polls and operations; and `DescribeCluster`, which only
+//! shard 0 can answer. They reach it from the network (other shards forward
 //! them to shard 0) or in-process, when this broker calls its own
 //! controller (a single node always does). A broker that is not the
 //! controller leader answers `NOT_CONTROLLER` with the leader it knows.
@@ -19,7 +20,12 @@ use corelog_wire::message::controller_operation::{
 };
 use corelog_wire::message::controller_raft::{ControllerRaftRequest, ControllerRaftResponse};
 use corelog_wire::message::decode_request;
+use corelog_wire::message::describe_cluster::{
+    BrokerStatus, ControllerStatus, DescribeClusterRequest, DescribeClusterResponse,
+    PartitionStatus, TopicStatus,
+};
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
+use corelog_wire::message::partition_report::{PartitionReportRequest, PartitionReportResponse};
 
 use super::{ClusterRole, ControllerRequestError, ControllerService, NewTopic};
 use crate::api::{Reply, owned, refused, unencodable};
@@ -39,6 +45,8 @@ pub async fn serve(role: &ClusterRole, api_key: ApiKey, body: &[u8]) -> Result<R
         ApiKey::BrokerHeartbeat => heartbeat(role, body),
         ApiKey::MetadataFetch => metadata_fetch(role, body).await,
         ApiKey::ControllerOperation => operation(role, body).await,
+        ApiKey::PartitionReport => partition_report(role, body),
+        ApiKey::DescribeCluster => describe_cluster(role, body),
         _ => Err(ErrorCode::UnsupportedVersion),
     }
 }
@@ -124,6 +132,119 @@ fn heartbeat(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
         leader_hint,
     };
     Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+fn partition_report(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request = owned::<PartitionReportRequest>(body)?;
+    let result = controller(role).and_then(|controller| {
+        controller.partition_report(
+            NodeId(u64::from(request.node_id)),
+            request.incarnation,
+            &request.partitions,
+        )
+    });
+    let (error_code, error_message, leader_hint) = split(result);
+    let response = PartitionReportResponse {
+        error_code,
+        error_message,
+        leader_hint,
+    };
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+/// Answers from this broker's metadata; the controller leader adds what
+/// only it knows (heartbeats, in-sync replicas) and says so with
+/// `authoritative`.
+fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request = owned::<DescribeClusterRequest>(body)?;
+    let member = &role.member;
+    let state = member.state();
+    let voters = member.voter_ids();
+    let (leader, (term, commit_index)) = match &role.controller {
+        Some(controller) => (controller.leader(), controller.raft_position()),
+        None => (member.controller_hint(), (0, 0)),
+    };
+    let view = role
+        .controller
+        .as_ref()
+        .and_then(|controller| controller.leader_view());
+    let millis = |age: Duration| u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    let brokers = state
+        .brokers()
+        .values()
+        .map(|broker| {
+            let node_id = node_u32(broker.id);
+            BrokerStatus {
+                node_id,
+                host: broker.host.clone(),
+                port: broker.port,
+                rack: broker.rack.clone(),
+                fenced: broker.fenced,
+                voter: voters.contains(&node_id),
+                heartbeat_age_ms: view
+                    .as_ref()
+                    .and_then(|view| view.heartbeat_age(broker.id))
+                    .map(millis),
+            }
+        })
+        .collect();
+    let names: Vec<String> = match request.topics {
+        Some(names) => names,
+        None => state
+            .topics()
+            .values()
+            .filter(|topic| !topic.internal)
+            .map(|topic| topic.name.clone())
+            .collect(),
+    };
+    let topics = names
+        .into_iter()
+        .map(|name| match state.topic_by_name(&name) {
+            None => TopicStatus {
+                name,
+                error_code: ErrorCode::UnknownTopicOrPartition.code(),
+                partitions: Vec::new(),
+            },
+            Some(topic) => TopicStatus {
+                partitions: (0u32..)
+                    .zip(&topic.partitions)
+                    .map(|(index, record)| PartitionStatus {
+                        partition: index,
+                        leader: record.leader.map(node_u32),
+                        leader_epoch: record.leader_epoch.0,
+                        replicas: record.replicas.iter().map(|r| node_u32(r.node)).collect(),
+                        in_sync: view.as_ref().and_then(|view| {
+                            view.in_sync(&state, topic.id, index, record)
+                                .map(|nodes| nodes.into_iter().map(node_u32).collect())
+                        }),
+                    })
+                    .collect(),
+                name,
+                error_code: ErrorCode::None.code(),
+            },
+        })
+        .collect();
+    let response = DescribeClusterResponse {
+        error_code: ErrorCode::None.code(),
+        error_message: None,
+        node_id: member.node_id(),
+        authoritative: view.is_some(),
+        controller: ControllerStatus {
+            voters,
+            leader,
+            term,
+            commit_index,
+            metadata_version: state.version(),
+        },
+        brokers,
+        topics,
+    };
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+/// A controller node id as the wire spells it (ids come from `u32` flags).
+fn node_u32(node: NodeId) -> u32 {
+    u32::try_from(node.0).unwrap_or(u32::MAX)
 }
 
 async fn metadata_fetch(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {

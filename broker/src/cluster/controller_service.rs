@@ -31,6 +31,7 @@ use corelog_controller::{
 use corelog_replication::QueryAnswer;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
+use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::types::LeaderEpoch;
 use event_listener::Event;
 use futures::channel::oneshot;
@@ -39,6 +40,7 @@ use futures::future::LocalBoxFuture;
 use super::election::{
     DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, RoundHost, run_round,
 };
+use super::in_sync::{InSyncBook, PartitionHealth};
 use super::raft_log::RaftLogFile;
 use super::sessions::SessionBook;
 use crate::clock::Clock;
@@ -127,6 +129,46 @@ pub struct NewTopic {
     pub config: BTreeMap<String, String>,
 }
 
+/// How much older than a session timeout a partition report may be and
+/// still count.
+const REPORT_FRESHNESS: Duration = Duration::from_secs(2);
+
+/// What only the controller leader knows: broker liveness and in-sync
+/// replicas, borrowed for one answer.
+#[derive(Debug)]
+pub struct LeaderView<'a> {
+    sessions: std::cell::Ref<'a, SessionBook>,
+    in_sync: std::cell::Ref<'a, InSyncBook>,
+    now: Instant,
+}
+
+impl LeaderView<'_> {
+    /// How long since `node`'s last heartbeat reached this leader.
+    #[must_use]
+    pub fn heartbeat_age(&self, node: NodeId) -> Option<Duration> {
+        self.sessions.heartbeat_age(node, self.now)
+    }
+
+    /// The in-sync replicas of one partition (see [`InSyncBook::in_sync`]).
+    #[must_use]
+    pub fn in_sync(
+        &self,
+        state: &corelog_controller::MetadataState,
+        topic_id: corelog_controller::TopicId,
+        index: u32,
+        record: &corelog_controller::PartitionRecord,
+    ) -> Option<Vec<NodeId>> {
+        self.in_sync
+            .in_sync(state, topic_id, index, record, self.now)
+    }
+
+    /// Every partition's health.
+    #[must_use]
+    pub fn health(&self, state: &corelog_controller::MetadataState) -> PartitionHealth {
+        self.in_sync.health(state, self.now)
+    }
+}
+
 /// The controller role of this node.
 pub struct ControllerService {
     id: NodeId,
@@ -142,6 +184,9 @@ pub struct ControllerService {
     waiting: RefCell<BTreeMap<ProposalId, oneshot::Sender<ProposalOutcome>>>,
     /// Broker sessions (leader only).
     sessions: RefCell<SessionBook>,
+    /// The partition leaders' reports of their in-sync replicas (leader
+    /// only).
+    in_sync: RefCell<InSyncBook>,
     /// Topics the cluster creates for itself.
     internal_topics: RefCell<Vec<InternalTopicSpec>>,
     /// An internal-topic creation is in flight.
@@ -195,6 +240,9 @@ impl ControllerService {
             advanced: Event::new(),
             waiting: RefCell::new(BTreeMap::new()),
             sessions: RefCell::new(SessionBook::new(session_timeout)),
+            // Leaders report every second; a report a session timeout
+            // older than that is from a leader that went quiet.
+            in_sync: RefCell::new(InSyncBook::new(session_timeout + REPORT_FRESHNESS)),
             internal_topics: RefCell::new(Vec::new()),
             creating_internal: Cell::new(false),
             elections: RefCell::new(ElectionBook::new()),
@@ -519,6 +567,67 @@ impl ControllerService {
         }
     }
 
+    /// Takes a leader's report of the partitions it leads (leader only).
+    ///
+    /// # Errors
+    /// `NOT_CONTROLLER`, or `STALE_BROKER_INCARNATION` for a process that
+    /// must register (again).
+    pub fn partition_report(
+        &self,
+        node: NodeId,
+        incarnation: u64,
+        partitions: &[LedPartition],
+    ) -> Result<(), ControllerRequestError> {
+        if !self.is_leader() {
+            return Err(ControllerRequestError::NotController {
+                leader: self.leader(),
+            });
+        }
+        let node_ref = self.node.borrow();
+        self.in_sync
+            .borrow_mut()
+            .record(
+                node_ref.state(),
+                node,
+                incarnation,
+                partitions,
+                Instant::now(),
+            )
+            .map_err(|refusal| {
+                ControllerRequestError::refused(
+                    ErrorCode::StaleBrokerIncarnation,
+                    refusal.to_string(),
+                )
+            })
+    }
+
+    /// This voter's Raft term and commit index.
+    #[must_use]
+    pub fn raft_position(&self) -> (u64, u64) {
+        let node = self.node.borrow();
+        (node.term(), node.commit_index())
+    }
+
+    /// The leader's view of the cluster, for `DescribeCluster` and the
+    /// health gauges; `None` unless this node leads.
+    #[must_use]
+    pub fn leader_view(&self) -> Option<LeaderView<'_>> {
+        self.is_leader().then(|| LeaderView {
+            sessions: self.sessions.borrow(),
+            in_sync: self.in_sync.borrow(),
+            now: Instant::now(),
+        })
+    }
+
+    /// Every partition's health from this leader's view; `None` unless
+    /// this node leads.
+    #[must_use]
+    pub fn partition_health(&self) -> Option<PartitionHealth> {
+        let view = self.leader_view()?;
+        let node = self.node.borrow();
+        Some(view.health(node.state()))
+    }
+
     /// The applied metadata (a copy).
     #[must_use]
     pub fn state(&self) -> corelog_controller::MetadataState {
@@ -729,6 +838,7 @@ impl ControllerService {
             }
             if ready.role != Role::Leader {
                 self.sessions.borrow_mut().stop_leading();
+                self.in_sync.borrow_mut().clear();
             }
             // 4. Advance.
             self.node.borrow_mut().advance();

@@ -33,6 +33,9 @@ use corelog_wire::message::controller_operation::{
 };
 use corelog_wire::message::group_records::GROUPS_TOPIC;
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
+use corelog_wire::message::partition_report::{
+    LedPartition, PartitionReportRequest, PartitionReportResponse,
+};
 use event_listener::Event;
 use rkyv::rancor;
 
@@ -54,6 +57,9 @@ pub trait MemberHost {
     fn publish(&self, snapshot: Arc<MetadataSnapshot>) -> LocalBoxFuture<'_, ()>;
     /// Records whether the controller keeps this broker fenced (a gauge).
     fn set_fenced(&self, fenced: bool);
+    /// The partitions this broker leads, on every shard, with their
+    /// in-sync replicas.
+    fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartition>>;
 }
 
 /// A request to create one topic.
@@ -90,6 +96,9 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// after the cluster starts or during a failover waits for the new leader
 /// instead of failing with `NOT_CONTROLLER`.
 const LEADER_WAIT: Duration = Duration::from_secs(5);
+/// How often a broker reports the partitions it leads, with their in-sync
+/// replicas, to the controller leader.
+const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a topic change waits to show up in this broker's metadata.
 const PROPAGATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Producer ids reserved from the controller at a time: one metadata change
@@ -124,7 +133,8 @@ controller_answer!(
     BrokerRegisterResponse,
     BrokerHeartbeatResponse,
     MetadataFetchResponse,
-    ControllerOperationResponse
+    ControllerOperationResponse,
+    PartitionReportResponse
 );
 
 /// Why a controller call failed.
@@ -221,6 +231,7 @@ impl ClusterMember {
     /// current executor (shard 0).
     pub fn run(self: &Rc<Self>, host: Rc<dyn MemberHost>) {
         glommio::spawn_local(self.clone().keep_registered(host.clone())).detach();
+        glommio::spawn_local(self.clone().report_partitions(host.clone())).detach();
         glommio::spawn_local(self.clone().follow_metadata(host)).detach();
     }
 
@@ -228,6 +239,18 @@ impl ClusterMember {
     #[must_use]
     pub fn state(&self) -> Arc<MetadataState> {
         self.state.borrow().clone()
+    }
+
+    /// This broker's node id.
+    #[must_use]
+    pub fn node_id(&self) -> u32 {
+        self.node_id
+    }
+
+    /// The controller voters' node ids.
+    #[must_use]
+    pub fn voter_ids(&self) -> Vec<u32> {
+        self.voters.keys().copied().collect()
     }
 
     /// The controller leader as last heard.
@@ -400,6 +423,27 @@ impl ClusterMember {
                 Err(error) => tracing::debug!(%error, "heartbeat failed"),
             }
             glommio::timer::sleep(self.heartbeat_interval).await;
+        }
+    }
+
+    /// Tells the controller leader, every [`REPORT_INTERVAL`], which
+    /// replicas of the partitions this broker leads are in sync. Reports
+    /// are whole, so one lost costs only freshness; a failed one is retried
+    /// at the next interval.
+    async fn report_partitions(self: Rc<Self>, host: Rc<dyn MemberHost>) {
+        while !host.is_stopping() {
+            glommio::timer::sleep(REPORT_INTERVAL).await;
+            if !self.registered.get() {
+                continue;
+            }
+            let report = PartitionReportRequest {
+                node_id: self.node_id,
+                incarnation: self.registration.incarnation,
+                partitions: host.led_partitions().await,
+            };
+            if let Err(error) = self.call(&report).await {
+                tracing::debug!(%error, "partition report not taken");
+            }
         }
     }
 

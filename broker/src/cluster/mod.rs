@@ -15,6 +15,9 @@
 //!   controller in `sim/`).
 //! - [`sessions`]: the leader's broker sessions, pure: whom to fence,
 //!   whom to unfence.
+//! - [`in_sync`]: the leader's view of in-sync replicas from the
+//!   partition leaders' reports, and the partition health it implies
+//!   (pure).
 //! - [`membership`]: every broker, on shard 0: registers, heartbeats,
 //!   follows the metadata log and publishes each version to its shards;
 //!   forwards topic changes and producer-id requests to the controller.
@@ -32,6 +35,7 @@
 pub mod api;
 pub mod controller_service;
 pub mod election;
+pub mod in_sync;
 pub mod membership;
 pub mod raft_log;
 pub mod sessions;

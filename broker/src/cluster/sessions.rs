@@ -172,6 +172,15 @@ impl SessionBook {
         self.pending.remove(&node);
     }
 
+    /// How long since `node`'s last heartbeat (or registration) reached
+    /// this leader; `None` if neither did.
+    #[must_use]
+    pub fn heartbeat_age(&self, node: NodeId, now: Instant) -> Option<Duration> {
+        self.sessions
+            .get(&node)
+            .map(|session| now.saturating_duration_since(session.last_heartbeat))
+    }
+
     /// This node stopped leading the controller. The proposals in flight
     /// are forgotten with the leadership: they may never finish (their
     /// tasks can end with the term), and a broker whose proposal was lost

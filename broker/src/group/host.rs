@@ -5,14 +5,13 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use corelog_wire::message::describe_groups::PartitionLag;
 use corelog_wire::types::{Offset, TimestampMs};
 use futures::future::LocalBoxFuture;
 
 use crate::metadata::MetadataSnapshot;
 use crate::partition::{OffsetQuery, PartitionError, PartitionSummary};
-use crate::storage::ReadOutcome;
 
 /// An offset found by a lookup, with the record's time for time queries.
 pub type FoundOffset = Option<(Offset, TimestampMs)>;
@@ -37,30 +36,34 @@ pub trait GroupHost {
         query: OffsetQuery,
     ) -> LocalBoxFuture<'a, Result<FoundOffset, PartitionError>>;
 
-    /// The offsets and size of a partition this broker leads.
-    ///
-    /// `NOT_LEADER` when another broker leads it.
-    fn local_summary<'a>(
+    /// The offsets and size of a partition wherever it is led (lag).
+    fn summary<'a>(
         &'a self,
         topic: &'a str,
         partition: u32,
     ) -> LocalBoxFuture<'a, Result<PartitionSummary, PartitionError>>;
 
-    /// Committed batches of a partition this broker leads, from `offset`.
-    fn local_read<'a>(
+    /// Committed batches of a partition wherever it is led, from
+    /// `offset`: at least one batch, about `max_bytes` (lag's age).
+    fn read<'a>(
         &'a self,
         topic: &'a str,
         partition: u32,
         offset: Offset,
         max_bytes: usize,
-    ) -> LocalBoxFuture<'a, Result<ReadOutcome, PartitionError>>;
+    ) -> LocalBoxFuture<'a, Result<Vec<Bytes>, PartitionError>>;
 
     /// Appends an audit batch to `__audit` (on a quorum) and returns its
     /// offset.
     fn append_audit(&self, batch: BytesMut) -> LocalBoxFuture<'_, Result<Offset, PartitionError>>;
 
-    /// Publishes a group's lag on one partition (metrics).
-    fn observe_lag(&self, group: &str, lag: &PartitionLag);
+    /// Publishes a group's lag on one partition (metrics); `known` is
+    /// false when it could not be measured.
+    fn observe_lag(&self, group: &str, lag: &PartitionLag, known: bool);
+
+    /// Publishes a group's current generation (metrics: generation and
+    /// rebalances).
+    fn observe_generation(&self, group: &str, generation: i32);
 }
 
 /// The host as coordinators hold it.

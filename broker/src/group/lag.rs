@@ -5,24 +5,59 @@
 //! Bytes are estimated from the partition's average record size (its size
 //! over its offset span): exact byte positions of arbitrary offsets would
 //! need an index lookup per query. Age is exact: the timestamp of the first
-//! unconsumed record, read from the log.
+//! unconsumed record, read from the log, on whichever broker leads the
+//! partition (a coordinator asks the leader). What cannot be found out
+//! (the leader is down) stays unknown: `-1`, and absent from `/metrics`.
 
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::message::describe_groups::PartitionLag;
 use corelog_wire::types::{Offset, TimestampMs};
 
 use super::host::GroupHost;
-use crate::partition::OffsetQuery;
+
+/// How long before retention may delete the oldest record a group has not
+/// consumed, `age_ms` old, with `unconsumed_bytes` from it to the end:
+/// the sooner of `retention.ms` minus its age, and the time the
+/// partition takes to grow by the `retention.bytes` headroom left at the
+/// rate the unconsumed bytes came in (`unconsumed_bytes` over `age_ms`).
+/// `None` when neither bound is set.
+fn retention_left_ms(
+    retention_ms: Option<i64>,
+    retention_bytes: Option<u64>,
+    age_ms: i64,
+    unconsumed_bytes: u64,
+) -> Option<i64> {
+    let by_time = retention_ms.map(|retention| retention.saturating_sub(age_ms).max(0));
+    let by_size = retention_bytes.map(|retention| {
+        let headroom = retention.saturating_sub(unconsumed_bytes);
+        if headroom == 0 {
+            0
+        } else if unconsumed_bytes == 0 || age_ms <= 0 {
+            // No measurable rate: the size bound gives no deadline yet.
+            i64::MAX
+        } else {
+            let left = u128::from(headroom) * u128::from(age_ms.unsigned_abs())
+                / u128::from(unconsumed_bytes);
+            i64::try_from(left).unwrap_or(i64::MAX)
+        }
+    });
+    match (by_time, by_size) {
+        (Some(time), Some(size)) => Some(time.min(size)),
+        (time, size) => time.or(size).filter(|left| *left != i64::MAX),
+    }
+}
 
 /// Lag of one partition for a group whose next offset is `committed`
-/// (`None`: nothing committed; measured from the log start).
+/// (`None`: nothing committed; measured from the log start), and whether
+/// it could be measured at all (`false`: the leader could not be asked,
+/// and the figures are placeholders).
 pub async fn partition_lag(
     host: &dyn GroupHost,
     topic: &str,
     partition: u32,
     committed: Option<(u64, Option<String>)>,
     now: TimestampMs,
-) -> PartitionLag {
+) -> (PartitionLag, bool) {
     let mut lag = PartitionLag {
         topic: topic.to_owned(),
         partition,
@@ -37,11 +72,9 @@ pub async fn partition_lag(
         oldest_unconsumed_age_ms: -1,
         retention_left_ms: -1,
     };
-    let summary = match host.local_summary(topic, partition).await {
-        Ok(summary) => summary,
-        // Led by another broker: its bounds from the leader; bytes and age
-        // would need reads there, left unknown.
-        Err(_) => return remote_lag(host, lag, committed).await,
+    let Ok(summary) = host.summary(topic, partition).await else {
+        // The leader cannot be asked: everything stays unknown.
+        return (lag, false);
     };
     lag.log_start_offset = summary.log_start.0;
     lag.high_watermark = summary.high_watermark.0;
@@ -52,11 +85,11 @@ pub async fn partition_lag(
     let span = summary.log_end.0.saturating_sub(summary.log_start.0).max(1);
     lag.lag_bytes = lag.lag_records.saturating_mul(summary.size_bytes / span);
     if lag.lag_records == 0 {
-        return lag;
+        return (lag, true);
     }
-    if let Ok(read) = host.local_read(topic, partition, Offset(position), 1).await {
+    if let Ok(chunks) = host.read(topic, partition, Offset(position), 1).await {
         let limits = BatchLimits::default();
-        let first = read.chunks.first().and_then(|chunk| {
+        let first = chunks.first().and_then(|chunk| {
             let found = batch::batches(chunk, &limits).next()?.ok()?;
             let bytes = chunk.slice_ref(found.bytes);
             batch::decode_records(&bytes, &limits)
@@ -68,37 +101,57 @@ pub async fn partition_lag(
         if let Some(timestamp) = first {
             let age = now.0.saturating_sub(timestamp.0).max(0);
             lag.oldest_unconsumed_age_ms = age;
-            let retention = host
+            let config = host
                 .snapshot()
                 .topics
                 .get(topic)
-                .and_then(|view| view.record.config.retention_ms);
-            if let Some(retention) = retention {
-                lag.retention_left_ms = retention.saturating_sub(age).max(0);
+                .map(|view| view.record.config);
+            if let Some(left) = config.and_then(|config| {
+                retention_left_ms(
+                    config.retention_ms,
+                    config.retention_bytes,
+                    age,
+                    lag.lag_bytes,
+                )
+            }) {
+                lag.retention_left_ms = left;
             }
         }
     }
-    lag
+    (lag, true)
 }
 
-/// Lag in records of a partition another broker leads.
-async fn remote_lag(
-    host: &dyn GroupHost,
-    mut lag: PartitionLag,
-    committed: Option<(u64, Option<String>)>,
-) -> PartitionLag {
-    let bound = |query| host.offset(&lag.topic, lag.partition, query);
-    let (Ok(Some((log_start, _))), Ok(Some((high_watermark, _)))) = (
-        bound(OffsetQuery::Earliest).await,
-        bound(OffsetQuery::Latest).await,
-    ) else {
-        return lag;
-    };
-    lag.log_start_offset = log_start.0;
-    lag.high_watermark = high_watermark.0;
-    let position = committed
-        .map_or(log_start.0, |(offset, _)| offset)
-        .max(log_start.0);
-    lag.lag_records = high_watermark.0.saturating_sub(position);
-    lag
+#[cfg(test)]
+mod tests {
+    use super::retention_left_ms;
+
+    #[test]
+    fn retention_left_is_the_sooner_of_the_time_and_the_size_bound() {
+        // Time only: what is left of retention.ms.
+        assert_eq!(
+            retention_left_ms(Some(60_000), None, 10_000, 500),
+            Some(50_000)
+        );
+        assert_eq!(retention_left_ms(Some(60_000), None, 90_000, 500), Some(0));
+        // Size only: 1,000 bytes came in over 10 s, 4,000 bytes of headroom
+        // fill in 40 s.
+        assert_eq!(
+            retention_left_ms(None, Some(5_000), 10_000, 1_000),
+            Some(40_000)
+        );
+        // Both: the sooner.
+        assert_eq!(
+            retention_left_ms(Some(20_000), Some(5_000), 10_000, 1_000),
+            Some(10_000)
+        );
+        assert_eq!(
+            retention_left_ms(Some(90_000), Some(5_000), 10_000, 1_000),
+            Some(40_000)
+        );
+        // Already past the size bound.
+        assert_eq!(retention_left_ms(None, Some(500), 10_000, 1_000), Some(0));
+        // Unbounded, or no rate to extrapolate.
+        assert_eq!(retention_left_ms(None, None, 10_000, 1_000), None);
+        assert_eq!(retention_left_ms(None, Some(5_000), 0, 0), None);
+    }
 }

@@ -202,7 +202,11 @@ async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> Gro
             .offsets
             .get(&(topic.clone(), partition))
             .map(|committed| (committed.next_offset, committed.metadata.clone()));
-        lags.push(partition_lag(&**host, &topic, partition, committed, now).await);
+        lags.push(
+            partition_lag(&**host, &topic, partition, committed, now)
+                .await
+                .0,
+        );
     }
     GroupDescription {
         group: group.name.clone(),
@@ -427,11 +431,18 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
     for group in coordinator.overdue(now) {
         coordinator.try_complete(&group, &*snapshot, now).await;
     }
+    // Generations every 4 ticks (1 s), so that rebalances are counted
+    // within a second.
+    if coordinator.ticks() % 4 == 1 {
+        for (group, _, _, generation) in coordinator.list() {
+            host.observe_generation(&group, generation);
+        }
+    }
     // Lag metrics every 20 ticks (5 s): each needs lookups on other shards.
     if coordinator.ticks() % 20 == 1 {
         for (group, offsets) in coordinator.committed() {
             for ((topic, partition), committed) in offsets {
-                let lag = partition_lag(
+                let (lag, known) = partition_lag(
                     &**host,
                     &topic,
                     partition,
@@ -439,7 +450,7 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
                     now,
                 )
                 .await;
-                host.observe_lag(&group, &lag);
+                host.observe_lag(&group, &lag, known);
             }
         }
     }

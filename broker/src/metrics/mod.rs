@@ -46,6 +46,30 @@ struct GroupPartitionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabel {
+    node: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FollowerLabel {
+    shard: u16,
+    topic: String,
+    partition: u32,
+    follower: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabel {
+    shard: u16,
+    group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardApiLabel {
     shard: u16,
     api: &'static str,
@@ -92,6 +116,55 @@ pub struct BrokerMetrics {
     group_lag_bytes: Family<GroupPartitionLabel, Gauge>,
     group_lag_seconds: Family<GroupPartitionLabel, Gauge>,
     group_retention_left_seconds: Family<GroupPartitionLabel, Gauge>,
+    group_rebalances: Family<GroupLabel, Counter>,
+    group_generation: Family<GroupLabel, Gauge>,
+    follower_lag_records: Family<FollowerLabel, Gauge>,
+    follower_lag_milliseconds: Family<FollowerLabel, Gauge>,
+    follower_lag_bytes: Family<FollowerLabel, Gauge>,
+    controller_is_leader: Family<NodeLabel, Gauge>,
+    controller_leader_id: Family<NodeLabel, Gauge>,
+    controller_term: Family<NodeLabel, Gauge>,
+    controller_commit_index: Family<NodeLabel, Gauge>,
+    partitions_offline: Family<NodeLabel, Gauge>,
+    partitions_under_replicated: Family<NodeLabel, Gauge>,
+    partitions_leaderless: Family<NodeLabel, Gauge>,
+    partitions_in_sync_unknown: Family<NodeLabel, Gauge>,
+    build_info: Family<VersionLabel, Gauge>,
+}
+
+/// The controller as one voter sees it, for the controller series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerSample {
+    /// This voter's node id.
+    pub node: u32,
+    /// Whether it leads.
+    pub is_leader: bool,
+    /// The leader it knows.
+    pub leader: Option<u32>,
+    /// Its Raft term.
+    pub term: u64,
+    /// Its Raft commit index.
+    pub commit_index: u64,
+    /// Partition health, from the leader's view; `None` on a follower.
+    pub health: Option<crate::cluster::in_sync::PartitionHealth>,
+}
+
+/// One follower of a partition this shard leads, for the lag series.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowerLagSample {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The follower's node id.
+    pub follower: u32,
+    /// Offsets it has not acknowledged.
+    pub records: u64,
+    /// Bytes it has not acknowledged, estimated from the partition's
+    /// average record size.
+    pub bytes: u64,
+    /// How long since it last caught up.
+    pub milliseconds: u64,
 }
 
 impl BrokerMetrics {
@@ -136,6 +209,20 @@ impl BrokerMetrics {
             group_lag_bytes: Family::default(),
             group_lag_seconds: Family::default(),
             group_retention_left_seconds: Family::default(),
+            group_rebalances: Family::default(),
+            group_generation: Family::default(),
+            follower_lag_records: Family::default(),
+            follower_lag_milliseconds: Family::default(),
+            follower_lag_bytes: Family::default(),
+            controller_is_leader: Family::default(),
+            controller_leader_id: Family::default(),
+            controller_term: Family::default(),
+            controller_commit_index: Family::default(),
+            partitions_offline: Family::default(),
+            partitions_under_replicated: Family::default(),
+            partitions_leaderless: Family::default(),
+            partitions_in_sync_unknown: Family::default(),
+            build_info: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -235,6 +322,76 @@ impl BrokerMetrics {
             metrics.group_retention_left_seconds.clone(),
         );
         registry.register(
+            "group_rebalances",
+            "Rebalances a group went through (a new generation each), counted by its coordinator: churn",
+            metrics.group_rebalances.clone(),
+        );
+        registry.register(
+            "group_generation",
+            "A group's current generation, on its coordinator",
+            metrics.group_generation.clone(),
+        );
+        registry.register(
+            "follower_lag_records",
+            "Offsets a follower has not acknowledged, per partition this broker leads and per follower",
+            metrics.follower_lag_records.clone(),
+        );
+        registry.register(
+            "follower_lag_milliseconds",
+            "Time since a follower last caught up with the leader's log end, per partition this broker leads and per follower (0 when it holds all of it)",
+            metrics.follower_lag_milliseconds.clone(),
+        );
+        registry.register(
+            "follower_lag_bytes",
+            "Bytes a follower has not acknowledged, estimated from the partition's average record size, per partition this broker leads and per follower",
+            metrics.follower_lag_bytes.clone(),
+        );
+        registry.register(
+            "controller_is_leader",
+            "1 on the controller voter that leads, 0 on the others",
+            metrics.controller_is_leader.clone(),
+        );
+        registry.register(
+            "controller_leader_id",
+            "The controller leader this voter knows, -1 for none",
+            metrics.controller_leader_id.clone(),
+        );
+        registry.register(
+            "controller_term",
+            "This voter's Raft term",
+            metrics.controller_term.clone(),
+        );
+        registry.register(
+            "controller_commit_index",
+            "This voter's Raft commit index",
+            metrics.controller_commit_index.clone(),
+        );
+        registry.register(
+            "partitions_offline",
+            "Partitions without a leader that can serve (none, or a fenced one), from the controller leader's view; only the leader exports it",
+            metrics.partitions_offline.clone(),
+        );
+        registry.register(
+            "partitions_under_replicated",
+            "Partitions with fewer in-sync replicas than replicas, from the controller leader's view; only the leader exports it",
+            metrics.partitions_under_replicated.clone(),
+        );
+        registry.register(
+            "partitions_leaderless",
+            "Partitions with no leader published, from the controller leader's view; only the leader exports it",
+            metrics.partitions_leaderless.clone(),
+        );
+        registry.register(
+            "partitions_in_sync_unknown",
+            "Led partitions whose leader has not reported its in-sync replicas yet, from the controller leader's view",
+            metrics.partitions_in_sync_unknown.clone(),
+        );
+        registry.register(
+            "build_info",
+            "Always 1; the broker's version as a label",
+            metrics.build_info.clone(),
+        );
+        registry.register(
             "connections_closed",
             "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte)",
             metrics.connections_closed.clone(),
@@ -284,10 +441,59 @@ impl BrokerMetrics {
             "Shard 0: 1 while the controller keeps this broker fenced (or it is not registered yet), 0 once unfenced",
             metrics.broker_fenced.clone(),
         );
+        metrics
+            .build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         Arc::new(BrokerMetrics {
             registry,
             ..metrics
         })
+    }
+
+    /// Publishes a controller voter's state; the partition series only
+    /// while it leads (the others' view is not the controller's).
+    pub fn controller(&self, sample: &ControllerSample) {
+        let label = NodeLabel { node: sample.node };
+        let as_gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        self.controller_is_leader
+            .get_or_create(&label)
+            .set(i64::from(sample.is_leader));
+        self.controller_leader_id
+            .get_or_create(&label)
+            .set(sample.leader.map_or(-1, i64::from));
+        self.controller_term
+            .get_or_create(&label)
+            .set(as_gauge(sample.term));
+        self.controller_commit_index
+            .get_or_create(&label)
+            .set(as_gauge(sample.commit_index));
+        let series = [
+            &self.partitions_offline,
+            &self.partitions_under_replicated,
+            &self.partitions_leaderless,
+            &self.partitions_in_sync_unknown,
+        ];
+        match sample.health {
+            Some(health) => {
+                let values = [
+                    health.offline,
+                    health.under_replicated,
+                    health.leaderless,
+                    health.in_sync_unknown,
+                ];
+                for (family, value) in series.into_iter().zip(values) {
+                    family.get_or_create(&label).set(as_gauge(value));
+                }
+            }
+            None => {
+                for family in series {
+                    family.remove(&label);
+                }
+            }
+        }
     }
 
     /// The handles shard `shard` records into.
@@ -397,6 +603,12 @@ pub struct ShardMetrics {
 }
 
 impl ShardMetrics {
+    /// The process's metrics, for series that are not per shard.
+    #[must_use]
+    pub fn all(&self) -> &BrokerMetrics {
+        &self.all
+    }
+
     /// Counts an error returned to a client.
     pub fn error(&self, code: ErrorCode) {
         if code != ErrorCode::None {
@@ -421,11 +633,85 @@ impl ShardMetrics {
             .inc();
     }
 
-    /// Publishes a group's lag on one partition.
+    /// Publishes a group's generation as its coordinator sees it, and
+    /// counts the rebalances since the last call (each makes a new
+    /// generation). The first sighting on this shard (a coordinator that
+    /// just loaded the group) is a baseline, not a rebalance.
+    pub fn group_generation(&self, group: &str, generation: i32) {
+        let label = GroupLabel {
+            shard: self.shard,
+            group: group.to_owned(),
+        };
+        let known = self
+            .all
+            .group_generation
+            .get(&label)
+            .map(|gauge| gauge.get());
+        if let Some(known) = known {
+            let new = i64::from(generation) - known;
+            if new > 0 {
+                self.all
+                    .group_rebalances
+                    .get_or_create(&label)
+                    .inc_by(new.unsigned_abs());
+            }
+        } else {
+            // Present from the start, so that rate() sees the first one.
+            let _created = self.all.group_rebalances.get_or_create(&label);
+        }
+        self.all
+            .group_generation
+            .get_or_create(&label)
+            .set(i64::from(generation));
+    }
+
+    /// Publishes the lag of every follower of the partitions this shard
+    /// leads, and removes the series of those in `previous` (the samples
+    /// of the last call, which the caller keeps) that are gone: a
+    /// leadership that moved, a follower that left the replica set.
+    pub fn follower_lags(&self, samples: &[FollowerLagSample], previous: &[FollowerLagSample]) {
+        let label = |sample: &FollowerLagSample| FollowerLabel {
+            shard: self.shard,
+            topic: sample.topic.clone(),
+            partition: sample.partition,
+            follower: sample.follower,
+        };
+        let current: ahash::AHashSet<FollowerLabel> = samples.iter().map(label).collect();
+        for gone in previous
+            .iter()
+            .map(label)
+            .filter(|old| !current.contains(old))
+        {
+            self.all.follower_lag_records.remove(&gone);
+            self.all.follower_lag_milliseconds.remove(&gone);
+            self.all.follower_lag_bytes.remove(&gone);
+        }
+        for sample in samples {
+            let label = label(sample);
+            self.all
+                .follower_lag_records
+                .get_or_create(&label)
+                .set(i64::try_from(sample.records).unwrap_or(i64::MAX));
+            self.all
+                .follower_lag_milliseconds
+                .get_or_create(&label)
+                .set(i64::try_from(sample.milliseconds).unwrap_or(i64::MAX));
+            self.all
+                .follower_lag_bytes
+                .get_or_create(&label)
+                .set(i64::try_from(sample.bytes).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Publishes a group's lag on one partition. What is unknown is
+    /// absent, never 0: everything when the partition's leader could not
+    /// be asked (`known` false), the age when the first unconsumed record
+    /// could not be read, retention-left when retention is unbounded.
     pub fn group_lag(
         &self,
         group: &str,
         lag: &corelog_wire::message::describe_groups::PartitionLag,
+        known: bool,
     ) {
         let label = GroupPartitionLabel {
             shard: self.shard,
@@ -434,20 +720,37 @@ impl ShardMetrics {
             partition: lag.partition,
         };
         let all = &self.all;
-        all.group_lag_records
-            .get_or_create(&label)
-            .set(lag.lag_records as i64);
-        all.group_lag_bytes
-            .get_or_create(&label)
-            .set(lag.lag_bytes as i64);
-        all.group_lag_seconds
-            .get_or_create(&label)
-            .set(lag.oldest_unconsumed_age_ms.max(0) / 1000);
-        if lag.retention_left_ms >= 0 {
-            all.group_retention_left_seconds
-                .get_or_create(&label)
-                .set(lag.retention_left_ms / 1000);
-        }
+        let set = |family: &Family<GroupPartitionLabel, Gauge>, value: Option<i64>| match value {
+            Some(value) => {
+                family.get_or_create(&label).set(value);
+            }
+            None => {
+                family.remove(&label);
+            }
+        };
+        let known_then = |value: i64| known.then_some(value);
+        set(
+            &all.group_lag_records,
+            known_then(i64::try_from(lag.lag_records).unwrap_or(i64::MAX)),
+        );
+        set(
+            &all.group_lag_bytes,
+            known_then(i64::try_from(lag.lag_bytes).unwrap_or(i64::MAX)),
+        );
+        // Nothing unconsumed has no age: 0. Otherwise -1 means unread.
+        let age_ms = if lag.lag_records == 0 {
+            Some(0)
+        } else {
+            (lag.oldest_unconsumed_age_ms >= 0).then_some(lag.oldest_unconsumed_age_ms)
+        };
+        set(
+            &all.group_lag_seconds,
+            age_ms.filter(|_| known).map(|ms| ms / 1000),
+        );
+        set(
+            &all.group_retention_left_seconds,
+            (known && lag.retention_left_ms >= 0).then_some(lag.retention_left_ms / 1000),
+        );
     }
 
     /// Counts a request of an API.

@@ -360,6 +360,13 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.replica.borrow().follower_lag()
     }
 
+    /// Leading: each follower's lag and whether it is in sync. `None` when
+    /// not leading.
+    #[must_use]
+    pub fn follower_status(&self) -> Option<Vec<corelog_replication::FollowerStatus>> {
+        self.replica.borrow().follower_status(self.now_ms())
+    }
+
     /// Offsets and size, with the high watermark as the committed end.
     #[must_use]
     pub fn summary(&self) -> PartitionSummary {

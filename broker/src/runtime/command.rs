@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::message::produce::Acks;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
@@ -131,6 +132,12 @@ pub enum ShardCommand {
         request: GroupRequest,
         /// Where to answer.
         reply: oneshot::Sender<GroupResponse>,
+    },
+    /// The partitions this shard leads, with their in-sync replicas, for
+    /// the controller's report.
+    LedPartitions {
+        /// Where to answer.
+        reply: oneshot::Sender<Vec<LedPartition>>,
     },
     /// List the groups of this shard's coordinators.
     ListGroups {

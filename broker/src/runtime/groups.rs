@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use corelog_replication::RoleView;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::describe_groups::PartitionLag;
@@ -250,28 +250,22 @@ impl GroupHost for Shard {
         Box::pin(self.offset_anywhere(topic, partition, query))
     }
 
-    fn local_summary<'a>(
+    fn summary<'a>(
         &'a self,
         topic: &'a str,
         partition: u32,
     ) -> LocalBoxFuture<'a, Result<PartitionSummary, PartitionError>> {
-        Box::pin(async move {
-            let (id, owner) = self.locate(topic, partition)?;
-            self.describe(id, owner).await
-        })
+        Box::pin(self.summary_anywhere(topic, partition))
     }
 
-    fn local_read<'a>(
+    fn read<'a>(
         &'a self,
         topic: &'a str,
         partition: u32,
         offset: Offset,
         max_bytes: usize,
-    ) -> LocalBoxFuture<'a, Result<ReadOutcome, PartitionError>> {
-        Box::pin(async move {
-            let (id, owner) = self.locate(topic, partition)?;
-            self.read(id, owner, offset, max_bytes).await
-        })
+    ) -> LocalBoxFuture<'a, Result<Vec<Bytes>, PartitionError>> {
+        Box::pin(self.read_anywhere(topic, partition, offset, max_bytes))
     }
 
     fn append_audit(&self, batch: BytesMut) -> LocalBoxFuture<'_, Result<Offset, PartitionError>> {
@@ -294,8 +288,12 @@ impl GroupHost for Shard {
         })
     }
 
-    fn observe_lag(&self, group: &str, lag: &PartitionLag) {
-        self.metrics.group_lag(group, lag);
+    fn observe_lag(&self, group: &str, lag: &PartitionLag, known: bool) {
+        self.metrics.group_lag(group, lag, known);
+    }
+
+    fn observe_generation(&self, group: &str, generation: i32) {
+        self.metrics.group_generation(group, generation);
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::command::PartitionId;
 use super::replicas::cache_key;
 use super::shard::Shard;
+use crate::metrics::ControllerSample;
 
 /// How often the segment flusher looks for work.
 const SEGMENT_FLUSH_TICK: Duration = Duration::from_millis(10);
@@ -44,7 +45,25 @@ impl Shard {
                 .tail_cache_bytes
                 .set(self.storage.cache.used_bytes() as i64);
             self.metrics.queue_depth.set(self.inbox.len() as i64);
+            self.sample_follower_lags();
+            self.sample_controller();
         }
+    }
+
+    /// Shard 0 of a controller voter: the controller series.
+    fn sample_controller(&self) {
+        let Some(controller) = self.cluster().and_then(|role| role.controller) else {
+            return;
+        };
+        let (term, commit_index) = controller.raft_position();
+        self.metrics.all().controller(&ControllerSample {
+            node: controller.id(),
+            is_leader: controller.is_leader(),
+            leader: controller.leader(),
+            term,
+            commit_index,
+            health: controller.partition_health(),
+        });
     }
 
     /// Fills the segments of logs whose batches the shard journal holds

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corelog_replication::wire as replication_wire;
-use corelog_replication::{ReplicaConfig, ReplicaId};
+use corelog_replication::{ReplicaConfig, ReplicaId, RoleView};
 use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use event_listener::Event;
@@ -34,6 +35,7 @@ use super::shard::{Replica, Shard};
 use crate::group::service::GROUPS_TOPIC;
 use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
+use crate::metrics::FollowerLagSample;
 use crate::partition::PartitionSpec;
 use crate::replica::peer_transport::{self, PeerFrameCarrier};
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
@@ -139,7 +141,10 @@ impl Shard {
         let spec = ReplicaSpec {
             id: ReplicaId(self.config.node_id),
             key: replication_wire::partition_key(view.record.id, index),
-            config: ReplicaConfig::default(),
+            config: ReplicaConfig {
+                in_sync_lag_ms: self.config.replica_lag_max_ms,
+                ..ReplicaConfig::default()
+            },
             partition: PartitionSpec {
                 topic: name,
                 index,
@@ -416,6 +421,80 @@ impl Shard {
             Ok(answer) => replication_wire::answer_to_wire(&answer),
             Err(error) => replication_wire::query_refusal(error.code(), error.to_string()),
         }
+    }
+
+    /// The partitions this shard leads, each with its in-sync replicas
+    /// (this broker first): what the controller's view of them comes from.
+    pub(crate) fn local_led_partitions(&self) -> Vec<LedPartition> {
+        let node_id = self.config.node_id;
+        self.replicas
+            .borrow()
+            .iter()
+            .filter_map(|(id, replica)| {
+                let RoleView::Leader { epoch, .. } = replica.role() else {
+                    return None;
+                };
+                let followers = replica.follower_status()?;
+                let in_sync = std::iter::once(node_id)
+                    .chain(
+                        followers
+                            .iter()
+                            .filter(|follower| follower.in_sync)
+                            .map(|follower| follower.replica.0),
+                    )
+                    .collect();
+                Some(LedPartition {
+                    topic_id: id.topic_id,
+                    partition: id.partition,
+                    leader_epoch: epoch.0,
+                    in_sync,
+                })
+            })
+            .collect()
+    }
+
+    /// Publishes the lag of each follower of the partitions this shard
+    /// leads, and drops the series of those it no longer leads.
+    pub(super) fn sample_follower_lags(&self) {
+        let snapshot = self.snapshot();
+        let names: ahash::AHashMap<u64, &str> = snapshot
+            .topics
+            .values()
+            .map(|topic| (topic.record.id, topic.record.name.as_str()))
+            .collect();
+        let mut samples = Vec::new();
+        for (id, replica) in self.replicas.borrow().iter() {
+            let (Some(followers), Some(topic)) =
+                (replica.follower_status(), names.get(&id.topic_id))
+            else {
+                continue;
+            };
+            let summary = replica.summary();
+            let held = summary.log_end.0.saturating_sub(summary.log_start.0);
+            for follower in followers {
+                let bytes = if held == 0 {
+                    0
+                } else {
+                    // Average record size times the records behind.
+                    u64::try_from(
+                        u128::from(summary.size_bytes) * u128::from(follower.lag_records.min(held))
+                            / u128::from(held),
+                    )
+                    .unwrap_or(u64::MAX)
+                };
+                samples.push(FollowerLagSample {
+                    topic: (*topic).to_owned(),
+                    partition: id.partition,
+                    follower: follower.replica.0,
+                    records: follower.lag_records,
+                    bytes,
+                    milliseconds: follower.lag_ms,
+                });
+            }
+        }
+        let previous = self.follower_lag_series.replace(samples);
+        self.metrics
+            .follower_lags(&self.follower_lag_series.borrow(), &previous);
     }
 
     /// Gives every replica the time (leaders push what is due) and samples

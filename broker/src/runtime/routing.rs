@@ -14,10 +14,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use corelog_replication::ReplicaId;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
+use corelog_wire::message::describe_topics::DescribeTopicsRequest;
+use corelog_wire::message::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use corelog_wire::message::list_offsets::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
 };
@@ -286,21 +288,10 @@ impl Shard {
         partition: u32,
         query: OffsetQuery,
     ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
-        let leader = match self.locate(topic, partition) {
+        let (leader, addr) = match self.locate(topic, partition) {
             Ok((id, owner)) => return self.list_offset(id, owner, query).await,
-            Err(error) if error.code == ErrorCode::NotLeader => self
-                .snapshot()
-                .partition(topic, partition)
-                .and_then(|(_, view)| view.replication.leader)
-                .ok_or(error)?,
-            Err(error) => return Err(error),
+            Err(error) => self.remote_leader(topic, partition, error)?,
         };
-        let addr = (self.broker_resolver())(ReplicaId(leader)).ok_or_else(|| {
-            PartitionError::new(
-                ErrorCode::LeaderNotAvailable,
-                format!("the leader of {topic}/{partition}, broker {leader}, has no known address"),
-            )
-        })?;
         let spec = match query {
             OffsetQuery::Earliest => OffsetSpec::Earliest,
             OffsetQuery::Latest => OffsetSpec::Latest,
@@ -342,6 +333,141 @@ impl Shard {
         Ok(u64::try_from(found.offset)
             .ok()
             .map(|offset| (Offset(offset), TimestampMs(found.timestamp))))
+    }
+
+    /// The leader of a partition this broker does not lead, and its
+    /// address; `error` (why `locate` failed) unless that is `NOT_LEADER`.
+    fn remote_leader(
+        &self,
+        topic: &str,
+        partition: u32,
+        error: PartitionError,
+    ) -> Result<(u32, SocketAddr), PartitionError> {
+        if error.code != ErrorCode::NotLeader {
+            return Err(error);
+        }
+        let leader = self
+            .snapshot()
+            .partition(topic, partition)
+            .and_then(|(_, view)| view.replication.leader)
+            .ok_or(error)?;
+        let addr = (self.broker_resolver())(ReplicaId(leader)).ok_or_else(|| {
+            PartitionError::new(
+                ErrorCode::LeaderNotAvailable,
+                format!("the leader of {topic}/{partition}, broker {leader}, has no known address"),
+            )
+        })?;
+        Ok((leader, addr))
+    }
+
+    /// A partition's offsets and size wherever it is led: from the leader
+    /// (DescribeTopics) when that is another broker.
+    ///
+    /// # Errors
+    /// As the local summary, or `LEADER_NOT_AVAILABLE` when the leader
+    /// cannot be asked.
+    pub async fn summary_anywhere(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<PartitionSummary, PartitionError> {
+        let (leader, addr) = match self.locate(topic, partition) {
+            Ok((id, owner)) => return self.describe(id, owner).await,
+            Err(error) => self.remote_leader(topic, partition, error)?,
+        };
+        let request = DescribeTopicsRequest {
+            names: vec![topic.to_owned()],
+        };
+        let answer = self
+            .brokers
+            .call_node(leader, addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
+            .await
+            .map_err(|error| {
+                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
+            })?;
+        answer
+            .message
+            .topics
+            .into_iter()
+            .filter(|described| described.name == topic)
+            .flat_map(|described| described.partition_states)
+            .find(|state| state.partition == partition)
+            .map(|state| PartitionSummary {
+                log_start: Offset(state.log_start_offset),
+                high_watermark: Offset(state.high_watermark),
+                log_end: Offset(state.log_end_offset),
+                size_bytes: state.size_bytes,
+                segment_count: state.segment_count,
+            })
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::LeaderNotAvailable,
+                    format!("broker {leader} did not describe {topic}/{partition}"),
+                )
+            })
+    }
+
+    /// Committed record batches of a partition wherever it is led, from
+    /// `offset` (at least one batch, about `max_bytes`): from the leader
+    /// (Fetch) when that is another broker.
+    ///
+    /// # Errors
+    /// As a local read, or `LEADER_NOT_AVAILABLE` when the leader cannot
+    /// be asked.
+    pub async fn read_anywhere(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, PartitionError> {
+        let (leader, addr) = match self.locate(topic, partition) {
+            Ok((id, owner)) => return Ok(self.read(id, owner, offset, max_bytes).await?.chunks),
+            Err(error) => self.remote_leader(topic, partition, error)?,
+        };
+        let request = FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX),
+            topics: vec![FetchTopic {
+                name: topic.to_owned(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    fetch_offset: offset.0,
+                    partition_max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX),
+                    current_leader_epoch: None,
+                }],
+            }],
+        };
+        let answer = self
+            .brokers
+            .call_node(leader, addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
+            .await
+            .map_err(|error| {
+                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
+            })?;
+        // The raw section holds each partition's records in response order.
+        let mut start = 0usize;
+        for answered in answer.message.topics.iter().flat_map(|t| &t.partitions) {
+            let len = answered.records_len as usize;
+            if answered.partition == partition {
+                if answered.error_code != ErrorCode::None.code() {
+                    let code = ErrorCode::from_code(answered.error_code)
+                        .unwrap_or(ErrorCode::UnknownServerError);
+                    return Err(PartitionError::new(
+                        code,
+                        format!("broker {leader} answered {code} for {topic}/{partition}"),
+                    ));
+                }
+                let end = start.saturating_add(len).min(answer.raw.len());
+                return Ok(vec![answer.raw.slice(start.min(end)..end)]);
+            }
+            start = start.saturating_add(len);
+        }
+        Err(PartitionError::new(
+            ErrorCode::LeaderNotAvailable,
+            format!("broker {leader} did not answer for {topic}/{partition}"),
+        ))
     }
 
     /// Looks a broker's address up in the current metadata (pushes and

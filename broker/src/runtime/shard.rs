@@ -29,7 +29,7 @@ use crate::config::BrokerConfig;
 use crate::executor::{Executor, GlommioExecutor};
 use crate::group::service::Coordinator;
 use crate::metadata::{MetadataSnapshot, ShardId};
-use crate::metrics::ShardMetrics;
+use crate::metrics::{FollowerLagSample, ShardMetrics};
 use crate::net::shard_ports::ShardPortTable;
 use crate::peer::Peers;
 use crate::replica::ReplicatedPartition;
@@ -65,6 +65,9 @@ pub struct Shard {
     pub(super) coordinators: RefCell<AHashMap<u32, Rc<Coordinator>>>,
     /// Partitions this shard should host but could not open, with why.
     pub(super) failed: RefCell<AHashMap<PartitionId, String>>,
+    /// The follower lag series last published, so that those of
+    /// leaderships gone are removed.
+    pub(super) follower_lag_series: RefCell<Vec<FollowerLagSample>>,
     pub(super) snapshot: RefCell<Arc<MetadataSnapshot>>,
     /// Held while a snapshot is applied: two applications never interleave
     /// (a later one would close what an earlier one is still opening).
@@ -161,6 +164,7 @@ impl Shard {
             streams: std::cell::OnceCell::new(),
             coordinators: RefCell::new(AHashMap::new()),
             failed: RefCell::new(AHashMap::new()),
+            follower_lag_series: RefCell::new(Vec::new()),
             snapshot: RefCell::new(Arc::new(empty)),
             applying: async_lock::Mutex::new(()),
             peers: parts.peers,
@@ -305,6 +309,9 @@ impl Shard {
                 let _answered = reply.send(());
             }
             ShardCommand::Serve => self.mark_ready(),
+            ShardCommand::LedPartitions { reply } => {
+                let _answered = reply.send(self.local_led_partitions());
+            }
             ShardCommand::CreateTopics {
                 topics,
                 validate_only,

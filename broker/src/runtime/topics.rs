@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::partition_report::LedPartition;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 
@@ -222,5 +223,27 @@ impl MemberHost for Shard {
 
     fn set_fenced(&self, fenced: bool) {
         self.metrics.broker_fenced.set(i64::from(fenced));
+    }
+
+    fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartition>> {
+        Box::pin(async move {
+            let mut answers = Vec::new();
+            for shard in self.other_shards() {
+                let (reply, answer) = oneshot::channel();
+                if shard
+                    .send_async(ShardCommand::LedPartitions { reply })
+                    .await
+                    .is_ok()
+                {
+                    answers.push(answer);
+                }
+            }
+            let mut led = self.local_led_partitions();
+            for answer in answers {
+                // A shard gone means the broker is stopping.
+                led.extend(answer.await.unwrap_or_default());
+            }
+            led
+        })
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! corelog [--bootstrap HOST:PORT] [--json] topic create NAME --partitions N [--config k=v ...]
 //! corelog topic list | topic describe NAME... | topic delete NAME
+//! corelog cluster info | cluster health
 //! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]   (lines from stdin)
 //! corelog consume --topic T [--partition P ...] [--from-beginning | --offset N | --time T] [--follow] [--max N]
 //! corelog group list | group describe GROUP | group audit [--group G] | group delete GROUP
@@ -13,9 +14,10 @@
 //!
 //! Output is a readable table or text for people, and JSON with `--json`
 //! for scripts. Errors go to stderr with what to do, and the exit code is
-//! non-zero: 1 for a failure, 2 for a usage error, 3 when `verify` found
-//! violations.
+//! non-zero: 1 for a failure or an unhealthy `cluster health`, 2 for a
+//! usage error, 3 when `verify` found violations.
 
+mod cluster;
 mod consume;
 mod group;
 mod output;
@@ -62,6 +64,9 @@ enum Command {
     /// Produce unique checksummed records, consume them with a group, and
     /// check from the recorded history that nothing acknowledged was lost.
     Verify(verify::VerifyArgs),
+    /// The brokers and the controller, and whether anything is wrong.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 /// Exit code of `verify` when the checker found violations.
@@ -106,6 +111,12 @@ fn main() -> ExitCode {
             Command::Produce(args) => produce::run(&global, args).await,
             Command::Consume(args) => consume::run(&global, args).await,
             Command::Group(command) => group::run(&global, command).await,
+            Command::Cluster(command) => {
+                if !cluster::run(&global, command).await? {
+                    return Ok(ExitCode::FAILURE);
+                }
+                Ok(())
+            }
             Command::Verify(args) => match verify::run(&global, args).await? {
                 verify::Verdict::Clean => Ok(()),
                 verify::Verdict::Violations(count) => {
@@ -152,6 +163,12 @@ fn hint(error: &ClientError) -> Option<&'static str> {
             code: ErrorCode::UnknownGroup,
             ..
         } => Some("list groups with `corelog group list`"),
+        ClientError::Broker {
+            code: ErrorCode::NotController,
+            ..
+        } => Some(
+            "the cluster's controller has no leader: a majority of its voters must be running; see `corelog cluster health`",
+        ),
         ClientError::UnsupportedApi { .. } => {
             Some("rebuild both with `make build` so that corelog and corelogd match")
         }

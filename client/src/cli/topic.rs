@@ -1,7 +1,9 @@
 //! `corelog topic …`: create, list, describe and delete topics.
 
 use clap::Subcommand;
-use corelog_client::{Admin, ClientError, ErrorCode, NewTopic, TopicDescription};
+use corelog_client::admin::{ClusterStatus, PartitionStatus};
+use corelog_client::{Admin, ClientError, ErrorCode, NewTopic, PartitionState, TopicDescription};
+use serde::Serialize;
 use serde_json::json;
 
 use crate::Global;
@@ -28,7 +30,8 @@ pub(crate) enum TopicCommand {
     },
     /// List topics.
     List,
-    /// Show topics' settings and per-partition log positions.
+    /// Show topics' settings and, per partition, the leader, leader epoch,
+    /// replicas, in-sync replicas, state and log positions.
     Describe {
         /// Topics to describe.
         #[arg(required = true)]
@@ -86,6 +89,7 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
 
 async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
     let topics = admin.list_topics().await?;
+    let status = cluster_status(admin, None).await;
     if global.json {
         println!("{}", serde_json::to_string(&topics).unwrap_or_default());
         return Ok(());
@@ -97,16 +101,27 @@ async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
     let rows: Vec<Vec<String>> = topics
         .iter()
         .map(|topic| {
+            let health = status.as_ref().map(|status| {
+                status
+                    .topics
+                    .iter()
+                    .find(|described| described.name == topic.name)
+                    .map_or("unknown", |described| {
+                        status.topic_health(described).as_str()
+                    })
+            });
             let leaderless = topic
                 .partitions
                 .iter()
                 .filter(|partition| partition.leader.is_none() || partition.error.is_some())
                 .count();
-            let state = match (topic.error, leaderless) {
-                (Some(ErrorCode::TopicDeletionInProgress), _) => "deleting".to_owned(),
-                (Some(code), _) => code.name().to_owned(),
-                (None, 0) => "ok".to_owned(),
-                (None, count) => format!("{count} partitions without leader"),
+            let state = match (topic.error, health, leaderless) {
+                (Some(ErrorCode::TopicDeletionInProgress), _, _) => "deleting".to_owned(),
+                (Some(code), _, _) => code.name().to_owned(),
+                (None, Some(health), _) => health.to_owned(),
+                // A broker too old to describe the cluster: its metadata.
+                (None, None, 0) => "ok".to_owned(),
+                (None, None, count) => format!("{count} partitions without leader"),
             };
             vec![
                 topic.name.clone(),
@@ -119,13 +134,96 @@ async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// One partition as `topic describe` shows it: leadership and log
+/// positions side by side.
+#[derive(Debug, Serialize)]
+struct DescribedPartition {
+    partition: u32,
+    leader: Option<u32>,
+    leader_epoch: Option<u32>,
+    replicas: Vec<u32>,
+    /// `None` when unknown (no report from the leader yet, or the
+    /// controller leader could not be asked).
+    in_sync: Option<Vec<u32>>,
+    state: &'static str,
+    log_start_offset: Option<u64>,
+    high_watermark: Option<u64>,
+    log_end_offset: Option<u64>,
+    size_bytes: Option<u64>,
+    segment_count: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct DescribedTopic {
+    name: String,
+    partitions: u32,
+    replication_factor: u16,
+    configs: std::collections::BTreeMap<String, String>,
+    partition_details: Vec<DescribedPartition>,
+}
+
+/// The cluster's state, or `None` (logged) from a broker too old to
+/// describe it: listings then fall back to what metadata says.
+async fn cluster_status(admin: &Admin, topics: Option<Vec<String>>) -> Option<ClusterStatus> {
+    match admin.describe_cluster(topics).await {
+        Ok(status) => Some(status),
+        Err(error) => {
+            tracing::warn!(%error, "cannot describe the cluster; leaders and in-sync replicas not shown");
+            None
+        }
+    }
+}
+
+fn described(description: &TopicDescription, status: Option<&ClusterStatus>) -> DescribedTopic {
+    let leadership: &[PartitionStatus] = status
+        .and_then(|status| {
+            status
+                .topics
+                .iter()
+                .find(|topic| topic.name == description.name)
+        })
+        .map_or(&[], |topic| topic.partitions.as_slice());
+    let partition_details = (0..description.partitions)
+        .map(|index| {
+            let led = leadership.iter().find(|p| p.partition == index);
+            let positions: Option<&PartitionState> = description
+                .partition_states
+                .iter()
+                .find(|state| state.partition == index);
+            DescribedPartition {
+                partition: index,
+                leader: led.and_then(|p| p.leader),
+                leader_epoch: led.map(|p| p.leader_epoch),
+                replicas: led.map(|p| p.replicas.clone()).unwrap_or_default(),
+                in_sync: led.and_then(|p| p.in_sync.clone()),
+                state: led
+                    .zip(status)
+                    .map_or("unknown", |(p, status)| status.partition_health(p).as_str()),
+                log_start_offset: positions.map(|s| s.log_start_offset),
+                high_watermark: positions.map(|s| s.high_watermark),
+                log_end_offset: positions.map(|s| s.log_end_offset),
+                size_bytes: positions.map(|s| s.size_bytes),
+                segment_count: positions.map(|s| s.segment_count),
+            }
+        })
+        .collect();
+    DescribedTopic {
+        name: description.name.clone(),
+        partitions: description.partitions,
+        replication_factor: description.replication_factor,
+        configs: description.configs.clone(),
+        partition_details,
+    }
+}
+
 async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<(), ClientError> {
     let results = admin.describe_topics(names).await?;
+    let status = cluster_status(admin, Some(names.to_vec())).await;
     let mut first_error = None;
-    let mut described: Vec<TopicDescription> = Vec::new();
+    let mut topics: Vec<DescribedTopic> = Vec::new();
     for name in names {
         match results.iter().find(|(topic, _)| topic == name) {
-            Some((_, Ok(description))) => described.push(description.clone()),
+            Some((_, Ok(description))) => topics.push(described(description, status.as_ref())),
             Some((_, Err(error))) => {
                 crate::report(error);
                 first_error.get_or_insert_with(|| error.clone());
@@ -142,9 +240,9 @@ async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<()
         }
     }
     if global.json {
-        println!("{}", serde_json::to_string(&described).unwrap_or_default());
+        println!("{}", serde_json::to_string(&topics).unwrap_or_default());
     } else {
-        for (index, description) in described.iter().enumerate() {
+        for (index, description) in topics.iter().enumerate() {
             if index > 0 {
                 println!();
             }
@@ -157,31 +255,55 @@ async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<()
     }
 }
 
-fn describe_text(description: &TopicDescription) -> String {
+fn describe_text(description: &DescribedTopic) -> String {
     let mut text = format!(
-        "topic {}: {} partitions, replication factor {}\n",
-        description.name, description.partitions, description.replication_factor
+        "topic {}: {} partition{}, replication factor {}\n",
+        description.name,
+        description.partitions,
+        if description.partitions == 1 { "" } else { "s" },
+        description.replication_factor
     );
     for (key, value) in &description.configs {
         text.push_str(&format!("  {key} = {value}\n"));
     }
+    let nodes = |nodes: &[u32]| {
+        nodes
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".to_owned());
     let rows: Vec<Vec<String>> = description
-        .partition_states
+        .partition_details
         .iter()
-        .map(|state| {
+        .map(|partition| {
             vec![
-                state.partition.to_string(),
-                state.log_start_offset.to_string(),
-                state.high_watermark.to_string(),
-                state.log_end_offset.to_string(),
-                human_bytes(state.size_bytes),
-                state.segment_count.to_string(),
+                partition.partition.to_string(),
+                or_dash(partition.leader.map(|leader| leader.to_string())),
+                or_dash(partition.leader_epoch.map(|epoch| epoch.to_string())),
+                nodes(&partition.replicas),
+                partition
+                    .in_sync
+                    .as_deref()
+                    .map_or_else(|| "?".to_owned(), nodes),
+                partition.state.to_owned(),
+                or_dash(partition.log_start_offset.map(|o| o.to_string())),
+                or_dash(partition.high_watermark.map(|o| o.to_string())),
+                or_dash(partition.log_end_offset.map(|o| o.to_string())),
+                or_dash(partition.size_bytes.map(human_bytes)),
+                or_dash(partition.segment_count.map(|count| count.to_string())),
             ]
         })
         .collect();
     text.push_str(&table(
         &[
             "PARTITION",
+            "LEADER",
+            "EPOCH",
+            "REPLICAS",
+            "IN-SYNC",
+            "STATE",
             "LOG-START",
             "HIGH-WATERMARK",
             "LOG-END",
@@ -216,11 +338,11 @@ mod tests {
     }
 
     #[test]
-    fn description_shows_settings_and_positions() {
+    fn description_shows_leadership_in_sync_replicas_and_positions() {
         let description = TopicDescription {
             name: "orders".to_owned(),
-            partitions: 1,
-            replication_factor: 1,
+            partitions: 2,
+            replication_factor: 3,
             configs: BTreeMap::from([("retention.ms".to_owned(), "1000".to_owned())]),
             partition_states: vec![PartitionState {
                 partition: 0,
@@ -231,11 +353,54 @@ mod tests {
                 segment_count: 2,
             }],
         };
-        let text = describe_text(&description);
-        assert!(text.starts_with("topic orders: 1 partitions, replication factor 1\n"));
+        let broker = |node_id: u32, fenced: bool| corelog_client::admin::BrokerState {
+            node_id,
+            address: format!("127.0.0.1:{node_id}"),
+            rack: None,
+            fenced,
+            voter: true,
+            heartbeat_age_ms: None,
+        };
+        let status = ClusterStatus {
+            answered_by: 1,
+            authoritative: true,
+            controller: corelog_client::admin::ControllerState {
+                voters: vec![1, 2, 3],
+                leader: Some(1),
+                term: 2,
+                commit_index: 9,
+                metadata_version: 9,
+            },
+            brokers: vec![broker(1, false), broker(2, false), broker(3, true)],
+            topics: vec![corelog_client::admin::TopicStatus {
+                name: "orders".to_owned(),
+                partitions: vec![
+                    PartitionStatus {
+                        partition: 0,
+                        leader: Some(2),
+                        leader_epoch: 4,
+                        replicas: vec![2, 3, 1],
+                        in_sync: Some(vec![2, 1]),
+                    },
+                    PartitionStatus {
+                        partition: 1,
+                        leader: None,
+                        leader_epoch: 7,
+                        replicas: vec![3, 1, 2],
+                        in_sync: None,
+                    },
+                ],
+            }],
+        };
+        let text = describe_text(&described(&description, Some(&status)));
+        assert!(text.starts_with("topic orders: 2 partitions, replication factor 3\n"));
         assert!(text.contains("  retention.ms = 1000\n"));
         assert!(
-            text.contains("0          5          10              10       2.0 KiB  2"),
+            text.contains("0          2       4      2,3,1     2,1      under-replicated  5          10              10       2.0 KiB  2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1          -       7      3,1,2     ?        offline           -          -               -        -        -"),
             "{text}"
         );
     }

@@ -372,14 +372,19 @@ impl Producer {
     /// Connects, obtains a producer id (with idempotence) and starts the
     /// sender task. Needs a tokio runtime.
     ///
+    /// With idempotence, a producer id comes from the controller: while
+    /// it has no leader (an election, or a lost quorum) the request is
+    /// retried until `delivery_timeout`, as a send would be.
+    ///
     /// # Errors
     /// [`ClientError::InvalidConfig`], connection errors, or the broker's
-    /// refusal of InitProducerId.
+    /// refusal of InitProducerId (after retrying through the delivery
+    /// timeout when it is retriable).
     pub async fn connect(config: ProducerConfig) -> Result<Producer, ClientError> {
         config.validate()?;
         let cluster = Cluster::connect(config.client.clone()).await?;
         let producer_id = if config.idempotence {
-            Some(init_producer_id(&cluster).await?)
+            Some(init_producer_id_retrying(&cluster, &config).await?)
         } else {
             None
         };
@@ -578,6 +583,40 @@ fn target(
         (None, Some(key)) => Target::Partition(partition_for_key(key, partition_count)),
         (None, None) => Target::Sticky { partition_count },
     })
+}
+
+/// Obtains a producer id, retrying what is retriable (no controller
+/// leader, a broker unreachable) with backoff until the delivery timeout;
+/// then fails saying what was tried and why.
+async fn init_producer_id_retrying(
+    cluster: &Cluster,
+    config: &ProducerConfig,
+) -> Result<(i64, i16), ClientError> {
+    let started = tokio::time::Instant::now();
+    let deadline = started + config.delivery_timeout;
+    let mut backoff = config.retry_backoff;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let error = match init_producer_id(cluster).await {
+            Ok(producer) => return Ok(producer),
+            Err(error) => error,
+        };
+        let retriable = error.is_retriable() || is_transport_failure(&error);
+        if !retriable || tokio::time::Instant::now() + backoff >= deadline {
+            if !retriable {
+                return Err(error);
+            }
+            return Err(ClientError::ProducerIdUnavailable {
+                waited: started.elapsed(),
+                attempts,
+                source: Box::new(error),
+            });
+        }
+        tracing::info!(%error, attempts, "no producer id yet; retrying until the delivery timeout");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(config.retry_backoff_max);
+    }
 }
 
 /// Obtains a new producer id and epoch.

@@ -157,11 +157,11 @@ fn checked_in_fuzz_seeds_match_the_current_encoding() {
 fn write_all_seeds(dir: &Path) {
     use super::{
         api_versions, audit, broker_heartbeat, broker_register, controller_operation,
-        controller_raft, create_topics, delete_groups, delete_topics, describe_groups,
-        describe_shards, describe_topics, fetch, find_coordinator, group_records, heartbeat,
-        init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
-        metadata_fetch, offset_commit, offset_fetch, produce, replica_push, replica_query,
-        replica_stream, reset_offsets, write_audit,
+        controller_raft, create_topics, delete_groups, delete_topics, describe_cluster,
+        describe_groups, describe_shards, describe_topics, fetch, find_coordinator, group_records,
+        heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
+        metadata_fetch, offset_commit, offset_fetch, partition_report, produce, replica_push,
+        replica_query, replica_stream, reset_offsets, write_audit,
     };
     write_seeds(
         dir,
@@ -273,6 +273,8 @@ fn write_all_seeds(dir: &Path) {
         broker_heartbeat,
         controller_operation,
         replica_query,
+        partition_report,
+        describe_cluster,
     );
     write_record_seeds(
         dir,

@@ -59,7 +59,7 @@
 //!
 //! [`controller_raft`], [`broker_register`], [`broker_heartbeat`],
 //! [`metadata_fetch`], [`controller_operation`], [`replica_push`],
-//! [`replica_query`] and [`replica_stream`] (api keys `40..`) are spoken between brokers and
+//! [`replica_query`], [`replica_stream`] and [`partition_report`] (api keys `40..`) are spoken between brokers and
 //! controller voters, never by clients
 //! ([`ApiKey::is_inter_broker`](crate::frame::ApiKey::is_inter_broker)). They
 //! use the same frames and bodies as the client APIs, so that one codec and
@@ -85,6 +85,7 @@ pub mod controller_raft;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_cluster;
 pub mod describe_groups;
 pub mod describe_shards;
 pub mod describe_topics;
@@ -101,6 +102,7 @@ pub mod metadata;
 pub mod metadata_fetch;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod partition_report;
 pub mod produce;
 pub mod replica_push;
 pub mod replica_query;

@@ -1,4 +1,4 @@
-//! The controller APIs (40–44) as they arrive on any shard: shard 0 serves
+//! The controller APIs (40–44, 48) and `DescribeCluster` as they arrive on any shard: shard 0 serves
 //! them with its cluster role (`crate::cluster::api`), other shards forward
 //! them there.
 

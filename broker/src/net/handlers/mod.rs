@@ -90,7 +90,9 @@ pub async fn dispatch(
         | ApiKey::BrokerRegister
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
-        | ApiKey::ControllerOperation => cluster::handle(shard, api_key, &body).await,
+        | ApiKey::ControllerOperation
+        | ApiKey::PartitionReport
+        | ApiKey::DescribeCluster => cluster::handle(shard, api_key, &body).await,
         // Replication: answered by the replica's owning shard.
         ApiKey::ReplicaPush => replica::push(shard, body).await,
         ApiKey::ReplicaQuery => replica::query(shard, &body).await,

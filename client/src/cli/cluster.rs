@@ -1,0 +1,150 @@
+//! `corelog cluster …`: the brokers and controller (`info`), and whether
+//! anything is wrong (`health`, which exits non-zero when it is).
+
+use clap::Subcommand;
+use corelog_client::admin::{ClusterStatus, Problem};
+use corelog_client::{Admin, ClientError};
+use serde_json::json;
+
+use crate::Global;
+use crate::output::table;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// Brokers (address, rack, fenced, controller voter, last heartbeat)
+    /// and the controller (leader, term, commit index).
+    Info,
+    /// Checks the controller quorum, the brokers and every partition;
+    /// lists what is wrong and exits with 1 if anything is.
+    Health,
+}
+
+/// Runs `command`; `Ok(false)` when `health` found problems.
+pub(crate) async fn run(global: &Global, command: ClusterCommand) -> Result<bool, ClientError> {
+    let admin = Admin::connect(global.client.clone()).await?;
+    match command {
+        ClusterCommand::Info => {
+            let (status, unreachable) = admin.describe_cluster_with_reach(Some(Vec::new())).await?;
+            if global.json {
+                println!(
+                    "{}",
+                    json!({"cluster": status, "controller_unreachable": unreachable})
+                );
+            } else {
+                print!("{}", info_text(&status, unreachable.as_ref()));
+            }
+            Ok(true)
+        }
+        ClusterCommand::Health => {
+            let (status, unreachable) = admin.describe_cluster_with_reach(None).await?;
+            let mut problems: Vec<Problem> = unreachable.into_iter().collect();
+            problems.extend(status.problems());
+            if global.json {
+                println!(
+                    "{}",
+                    json!({"healthy": problems.is_empty(), "problems": problems, "cluster": status})
+                );
+            } else {
+                print!("{}", health_text(&status, &problems));
+            }
+            Ok(problems.is_empty())
+        }
+    }
+}
+
+fn controller_line(status: &ClusterStatus) -> String {
+    let controller = &status.controller;
+    let voters = controller
+        .voters
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let leader = controller.leader.map_or_else(
+        || "none (no quorum)".to_owned(),
+        |leader| leader.to_string(),
+    );
+    let answered = if status.authoritative {
+        format!("answered by broker {}, the leader", status.answered_by)
+    } else {
+        format!("broker {}'s view", status.answered_by)
+    };
+    format!(
+        "controller: leader {leader}, term {}, commit index {}, voters {voters} ({answered})\n",
+        controller.term, controller.commit_index
+    )
+}
+
+fn info_text(status: &ClusterStatus, unreachable: Option<&Problem>) -> String {
+    let mut text = controller_line(status);
+    if let Some(problem) = unreachable {
+        text.push_str(&format!("note: {problem}\n"));
+    }
+    let rows: Vec<Vec<String>> = status
+        .brokers
+        .iter()
+        .map(|broker| {
+            vec![
+                broker.node_id.to_string(),
+                broker.address.clone(),
+                broker.rack.clone().unwrap_or_else(|| "-".to_owned()),
+                if broker.fenced { "fenced" } else { "alive" }.to_owned(),
+                if broker.voter { "yes" } else { "no" }.to_owned(),
+                broker.heartbeat_age_ms.map_or_else(
+                    || "-".to_owned(),
+                    |age| format!("{:.1} s ago", age as f64 / 1000.0),
+                ),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &[
+            "BROKER",
+            "ADDRESS",
+            "RACK",
+            "STATE",
+            "VOTER",
+            "LAST-HEARTBEAT",
+        ],
+        &rows,
+    ));
+    text
+}
+
+fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
+    let partitions: usize = status
+        .topics
+        .iter()
+        .map(|topic| topic.partitions.len())
+        .sum();
+    let mut text = controller_line(status);
+    if problems.is_empty() {
+        let unknown = status
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .filter(|partition| partition.in_sync.is_none())
+            .count();
+        text.push_str(&format!(
+            "healthy: {} brokers alive, {partitions} partition{} led",
+            status.brokers.len(),
+            if partitions == 1 { "" } else { "s" }
+        ));
+        if unknown > 0 {
+            text.push_str(&format!(
+                "; in-sync replicas of {unknown} not reported yet (leaders report every second)"
+            ));
+        }
+        text.push('\n');
+    } else {
+        text.push_str(&format!(
+            "unhealthy: {} problem{}\n",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        ));
+        for problem in problems {
+            text.push_str(&format!("  - {problem}\n"));
+        }
+    }
+    text
+}
