@@ -343,8 +343,7 @@ impl ClusterMember {
                         if matches!(error, PeerError::Refused { .. }) {
                             tracing::debug!(%error, "controller call refused");
                         }
-                        self.leader_hint.set(None);
-                        self.skip_voter();
+                        self.forget_unreachable(target);
                     }
                 }
             }
@@ -367,6 +366,28 @@ impl ClusterMember {
         }
         let ids: Vec<u32> = self.voters.keys().copied().collect();
         ids[self.next_voter.get() % ids.len()]
+    }
+
+    /// `target` did not answer. Calls run concurrently (heartbeats,
+    /// reports, metadata polls, operations) and a call can fail on a voter
+    /// seconds after another learned the new leader: only a hint that
+    /// still names `target` is dropped, so that a late failure never sends
+    /// the others back to an unreachable voter (whose timeouts could then
+    /// starve heartbeats until the new leader fences this broker).
+    fn forget_unreachable(&self, target: u32) {
+        match self.leader_hint.get() {
+            Some(hint) if hint != target => {}
+            Some(_) => {
+                self.leader_hint.set(None);
+                self.skip_voter();
+            }
+            None => {
+                let ids: Vec<u32> = self.voters.keys().copied().collect();
+                if ids.get(self.next_voter.get() % ids.len()) == Some(&target) {
+                    self.skip_voter();
+                }
+            }
+        }
     }
 
     fn skip_voter(&self) {
