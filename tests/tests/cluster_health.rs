@@ -250,9 +250,14 @@ fn group_lag_bytes_and_age_come_from_each_partitions_leader() {
             metadata: None,
         })
         .collect();
-    runtime
-        .block_on(admin.commit_offsets("laggards", &MemberGeneration::none(), &offsets))
-        .unwrap();
+    // A new cluster creates its __groups topic shortly after it forms.
+    let deadline = Instant::now() + DEADLINE;
+    while let Err(error) =
+        runtime.block_on(admin.commit_offsets("laggards", &MemberGeneration::none(), &offsets))
+    {
+        assert!(error.is_retriable() && Instant::now() < deadline, "{error}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Leaders spread over the three brokers, so the coordinator leads at
     // most some of the partitions; every one must show bytes and an age.
     let deadline = Instant::now() + DEADLINE;

@@ -303,13 +303,7 @@ impl Shard {
                 partitions: vec![ListOffsetsPartition { partition, spec }],
             }],
         };
-        let answer = self
-            .brokers
-            .call_node(leader, addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
-            .await
-            .map_err(|error| {
-                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
-            })?;
+        let answer = self.ask_leader(leader, addr, &request).await?;
         let found = answer
             .message
             .topics
@@ -360,6 +354,25 @@ impl Shard {
         Ok((leader, addr))
     }
 
+    /// Asks `leader` at `addr` about a partition it leads; a broker that
+    /// cannot be asked is `LEADER_NOT_AVAILABLE` (retriable).
+    async fn ask_leader<T>(
+        &self,
+        leader: u32,
+        addr: SocketAddr,
+        request: &T,
+    ) -> Result<crate::peer::Answer<T::Response>, PartitionError>
+    where
+        T: corelog_wire::message::Request,
+        <T::Response as rkyv::Archive>::Archived:
+            rkyv::Deserialize<T::Response, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
+    {
+        self.brokers
+            .call_node(leader, addr, request, &[], REMOTE_LOOKUP_TIMEOUT)
+            .await
+            .map_err(|error| PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string()))
+    }
+
     /// A partition's offsets and size wherever it is led: from the leader
     /// (DescribeTopics) when that is another broker.
     ///
@@ -378,13 +391,7 @@ impl Shard {
         let request = DescribeTopicsRequest {
             names: vec![topic.to_owned()],
         };
-        let answer = self
-            .brokers
-            .call_node(leader, addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
-            .await
-            .map_err(|error| {
-                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
-            })?;
+        let answer = self.ask_leader(leader, addr, &request).await?;
         answer
             .message
             .topics
@@ -439,13 +446,7 @@ impl Shard {
                 }],
             }],
         };
-        let answer = self
-            .brokers
-            .call_node(leader, addr, &request, &[], REMOTE_LOOKUP_TIMEOUT)
-            .await
-            .map_err(|error| {
-                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
-            })?;
+        let answer = self.ask_leader(leader, addr, &request).await?;
         // The raw section holds each partition's records in response order.
         let mut start = 0usize;
         for answered in answer.message.topics.iter().flat_map(|t| &t.partitions) {
