@@ -19,7 +19,7 @@ BROKER_FUZZ_TARGETS = handler controller_log
 PURE_CRATES = wire replication controller
 
 .PHONY: build run test sim bench bench-storage bench-broker bench-cluster bench-matrix cluster cluster-down \
-	cluster-status fmt lint purity fuzz clean nemesis soak
+	cluster-status fmt lint purity fuzz clean nemesis soak ops-check
 
 build:
 	$(CARGO) build --release --workspace
@@ -48,15 +48,30 @@ cluster-status:
 TEST_BROKER = $(CARGO) build --profile fault-injection -p corelog-broker \
 	--features fault-injection --bin corelogd
 
-# Binaries first: the multi-process tests in tests/ start corelogd and corelog.
-# The replication simulation runs its 2,000 seeds in release mode (seconds,
-# not minutes), so the debug run of the workspace leaves it out.
+# The operator's files first (seconds). Binaries next: the multi-process
+# tests in tests/ start corelogd and corelog. The replication simulation runs
+# its 2,000 seeds in release mode (seconds, not minutes), so the debug run of
+# the workspace leaves it out.
 test:
+	$(MAKE) ops-check
 	$(CARGO) build --workspace --bins --examples
 	$(TEST_BROKER)
 	$(CARGO) test --workspace --exclude corelog-sim
 	$(CARGO) test -p corelog-sim --release
 	$(MAKE) nemesis
+
+# The Grafana dashboard and Prometheus alerts of ops/ (README, "Dashboards and
+# alerts"): promtool checks the rules, runs their unit tests (each alert fires
+# on synthetic series, ops/prometheus/alerts_test.yml) and checks the example
+# scrape configuration. tests/tests/ops.rs, run by `cargo test`, checks that a
+# real cluster serves every metric the dashboard and the rules query.
+PROMTOOL ?= promtool
+ops-check:
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
+		echo "ops-check: $(PROMTOOL) is missing; install it: apt-get install prometheus" >&2; exit 1; }
+	$(PROMTOOL) check rules ops/prometheus/alerts.yml
+	$(PROMTOOL) test rules ops/prometheus/alerts_test.yml
+	$(PROMTOOL) check config ops/prometheus/prometheus.yml
 
 # Fault injection (tests/src/bin/nemesis/): a fresh 3-broker cluster behind
 # fault proxies in a private network namespace, the `corelog verify`
