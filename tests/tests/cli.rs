@@ -1,34 +1,11 @@
-//! The `corelog` command-line tool against a real broker: topic management
-//! and a produce/consume round trip through stdin and stdout.
+//! The `corelog` command-line tool against a real broker: topic management,
+//! a produce/consume round trip through stdin and stdout, and what it says
+//! when the input, the address or the arguments are wrong.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-use corelog_tests::{Broker, binary, free_port};
-
-fn corelog(broker_addr: &str, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(binary("corelog"))
-        .arg("--bootstrap")
-        .arg(broker_addr)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use corelog_tests::cli::{corelog, text};
+use corelog_tests::{Broker, free_port};
 
 #[test]
 fn lines_produced_with_the_cli_are_consumed_back_unchanged() {
