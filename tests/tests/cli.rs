@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use corelog_tests::cli::{corelog, text};
+use corelog_tests::cli::{corelog, failed, succeeded, text};
 use corelog_tests::{Broker, free_port};
 
 #[test]
@@ -130,5 +130,41 @@ fn verify_reports_a_healthy_broker_clean_and_foreign_records_as_violations() {
     assert!(
         table.contains("phantom reads") && table.contains("VIOLATION"),
         "{table}"
+    );
+}
+
+fn create_topic(addr: &str, topic: &str, partitions: &str, extra: &[&str]) {
+    let mut args = vec!["topic", "create", topic, "--partitions", partitions];
+    args.extend_from_slice(extra);
+    succeeded(&corelog(addr, &args, None));
+}
+
+#[test]
+fn consuming_from_an_offset_past_the_end_says_where_the_end_is() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "short", "1", &[]);
+    succeeded(&corelog(
+        &addr,
+        &["produce", "--topic", "short"],
+        Some("a\nb\nc\n"),
+    ));
+    let output = corelog(
+        &addr,
+        &["consume", "--topic", "short", "--offset", "10"],
+        None,
+    );
+    let stderr = failed(&output);
+    assert!(
+        stderr.contains("offset 10 is past the end of the log"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the next record will be offset 3"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("retention"),
+        "nothing was deleted: {stderr}"
     );
 }

@@ -135,6 +135,9 @@ pub(crate) fn report(error: &ClientError) {
 
 fn hint(error: &ClientError) -> Option<&'static str> {
     match error {
+        ClientError::OffsetOutOfRange { gap, .. } if gap.is_past_end() => Some(
+            "start at an offset up to the end with --offset, or read only new records with --follow",
+        ),
         ClientError::OffsetOutOfRange { .. } => Some(
             "the records were deleted by retention; pass --on-gap reset to continue from the log start, or --from-beginning",
         ),
