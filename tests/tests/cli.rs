@@ -1,8 +1,12 @@
 //! The `corelog` command-line tool against a real broker: topic management,
-//! a produce/consume round trip through stdin and stdout, and what it says
-//! when the input, the address or the arguments are wrong.
+//! a produce/consume round trip through stdin and stdout, output formats,
+//! and what it says when the input, the address or the arguments are wrong.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
 
 use corelog_tests::cli::{corelog, failed, succeeded, text};
 use corelog_tests::{Broker, free_port};
@@ -167,4 +171,52 @@ fn consuming_from_an_offset_past_the_end_says_where_the_end_is() {
         !stderr.contains("retention"),
         "nothing was deleted: {stderr}"
     );
+}
+
+/// Fails the test if `corelog --bootstrap addr topic list` does not fail
+/// with exit code 1 within `within`; returns its stderr.
+fn topic_list_fails_within(addr: &str, within: Duration) -> String {
+    let started = Instant::now();
+    let output = corelog(addr, &["topic", "list"], None);
+    let elapsed = started.elapsed();
+    let stderr = failed(&output);
+    assert!(elapsed < within, "took {elapsed:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_bootstrap_address_that_is_not_a_corelog_broker_is_named_as_such() {
+    // The broker's metrics port speaks HTTP and waits for a request head
+    // the corelog handshake never sends: silence, then the connect
+    // timeout (10 s by default).
+    let broker = Broker::start(&[]);
+    let metrics = broker.metrics_addr.to_string();
+    let stderr = topic_list_fails_within(&metrics, Duration::from_secs(15));
+    assert!(stderr.contains("this is not a corelog broker"), "{stderr}");
+    assert!(stderr.contains(&metrics), "{stderr}");
+
+    // A server that answers at once with something else is named at once.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let http = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        for stream in listener.incoming().take(1) {
+            let mut stream = stream.unwrap();
+            let mut request = [0_u8; 64];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let stderr = topic_list_fails_within(&http, Duration::from_secs(5));
+    assert!(stderr.contains("this is not a corelog broker"), "{stderr}");
+    assert!(stderr.contains("HTTP"), "what it answered: {stderr}");
+    server.join().unwrap();
+}
+
+#[test]
+fn a_bootstrap_host_that_does_not_resolve_is_not_told_to_start_a_broker() {
+    let output = corelog("nosuchhost.invalid:7100", &["topic", "list"], None);
+    let stderr = failed(&output);
+    assert!(stderr.contains("nosuchhost.invalid"), "{stderr}");
+    assert!(stderr.contains("did not resolve"), "{stderr}");
+    assert!(!stderr.contains("make run"), "{stderr}");
 }
