@@ -220,3 +220,89 @@ fn a_bootstrap_host_that_does_not_resolve_is_not_told_to_start_a_broker() {
     assert!(stderr.contains("did not resolve"), "{stderr}");
     assert!(!stderr.contains("make run"), "{stderr}");
 }
+
+#[test]
+fn a_replication_factor_of_zero_is_refused_plainly_and_errors_print_once() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    let output = corelog(
+        &addr,
+        &[
+            "topic",
+            "create",
+            "rf",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("at least 1"), "{stderr}");
+    assert!(
+        stderr.contains("leave out --replication-factor"),
+        "says how to get the default: {stderr}"
+    );
+
+    // More replicas than brokers: the broker's refusal, said once.
+    let output = corelog(
+        &addr,
+        &[
+            "topic",
+            "create",
+            "rf",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    let stderr = failed(&output);
+    assert_eq!(
+        stderr.matches("INVALID_REPLICATION_FACTOR").count(),
+        1,
+        "{stderr}"
+    );
+    let first_line = stderr.lines().next().unwrap_or_default();
+    assert!(
+        stderr.lines().filter(|line| *line == first_line).count() == 1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn negative_counts_and_offsets_get_plain_messages() {
+    // Refused while parsing the arguments: no broker needed.
+    let addr = format!("127.0.0.1:{}", free_port());
+    for (args, expected) in [
+        (
+            &["topic", "create", "t", "--partitions", "-1"][..],
+            "a topic has at least 1 partition",
+        ),
+        (
+            &["topic", "create", "t", "--partitions=-1"][..],
+            "a topic has at least 1 partition",
+        ),
+        (
+            &["consume", "--topic", "t", "--offset", "-5"][..],
+            "offsets start at 0",
+        ),
+        (
+            &["consume", "--topic", "t", "--partition", "-2"][..],
+            "partitions are numbered from 0",
+        ),
+    ] {
+        let output = corelog(&addr, args, None);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("invalid digit"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -15,6 +15,7 @@ use corelog_client::{
 use serde_json::json;
 
 use crate::Global;
+use crate::numbers;
 use crate::output::{json_bytes, unescape};
 use crate::time::parse_time_ms;
 
@@ -24,13 +25,24 @@ pub(crate) struct ConsumeArgs {
     #[arg(long)]
     topic: String,
     /// Read only these partitions (repeat for several); default all.
-    #[arg(long = "partition", value_name = "P")]
+    #[arg(
+        long = "partition",
+        value_name = "P",
+        value_parser = numbers::partition_index,
+        allow_negative_numbers = true
+    )]
     partitions: Vec<u32>,
     /// Start at the oldest record still stored.
     #[arg(long, conflicts_with_all = ["offset", "time"])]
     from_beginning: bool,
     /// Start at this offset (in every partition read).
-    #[arg(long, conflicts_with = "time")]
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "time",
+        value_parser = numbers::offset,
+        allow_negative_numbers = true
+    )]
     offset: Option<u64>,
     /// Start at the first record at or after this time: milliseconds since
     /// the epoch, or RFC 3339 such as 2024-05-01T12:00:00Z.
@@ -40,7 +52,12 @@ pub(crate) struct ConsumeArgs {
     #[arg(long)]
     follow: bool,
     /// Stop after this many records.
-    #[arg(long)]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = numbers::record_count,
+        allow_negative_numbers = true
+    )]
     max: Option<u64>,
     /// Print the key before the value.
     #[arg(long)]

@@ -9,6 +9,7 @@ use corelog_client::{Admin, ClientError};
 use serde_json::json;
 
 use crate::Global;
+use crate::numbers;
 use crate::output::{human_bytes, table};
 use crate::time::{format_duration_ms, format_time_ms, parse_time_ms};
 
@@ -54,7 +55,12 @@ pub(crate) struct ResetArgs {
     #[arg(long)]
     topic: String,
     /// Only this partition (repeat for several); default every partition.
-    #[arg(long = "partition", value_name = "P")]
+    #[arg(
+        long = "partition",
+        value_name = "P",
+        value_parser = numbers::partition_index,
+        allow_negative_numbers = true
+    )]
     partitions: Vec<u32>,
     /// To the oldest record still stored.
     #[arg(long)]
@@ -63,7 +69,12 @@ pub(crate) struct ResetArgs {
     #[arg(long)]
     to_latest: bool,
     /// To this offset.
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = numbers::offset,
+        allow_negative_numbers = true
+    )]
     to_offset: Option<u64>,
     /// To the first record at or after this time: milliseconds since the
     /// epoch, or RFC 3339 such as 2024-05-01T12:00:00Z.

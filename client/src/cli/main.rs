@@ -18,6 +18,7 @@
 
 mod consume;
 mod group;
+mod numbers;
 mod output;
 mod produce;
 mod time;

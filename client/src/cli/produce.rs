@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::Global;
+use crate::numbers;
 use crate::output::{table, unescape};
 
 /// Delivery handles queued between the reading loop and the collector.
@@ -32,10 +33,10 @@ pub(crate) struct ProduceArgs {
     #[arg(long, value_name = "SEP")]
     key_separator: Option<String>,
     /// Send every record to this partition instead of choosing by key.
-    #[arg(long)]
+    #[arg(long, value_name = "P", value_parser = numbers::partition_index, allow_negative_numbers = true)]
     partition: Option<u32>,
     /// Schema version to stamp on every record.
-    #[arg(long, value_name = "VERSION")]
+    #[arg(long, value_name = "VERSION", value_parser = numbers::schema_version, allow_negative_numbers = true)]
     schema: Option<u32>,
     /// When the broker acknowledges.
     #[arg(long, value_enum, default_value_t = AcksArg::Quorum)]

@@ -5,6 +5,7 @@ use corelog_client::{Admin, ClientError, ErrorCode, NewTopic, TopicDescription};
 use serde_json::json;
 
 use crate::Global;
+use crate::numbers;
 use crate::output::{human_bytes, table};
 
 #[derive(Debug, Subcommand)]
@@ -13,13 +14,14 @@ pub(crate) enum TopicCommand {
     Create {
         /// Topic name: letters, digits, '.', '_' and '-'.
         name: String,
-        /// Number of partitions.
-        #[arg(long)]
+        /// Number of partitions, at least 1.
+        #[arg(long, value_parser = numbers::partition_count, allow_negative_numbers = true)]
         partitions: u32,
-        /// Replicas per partition; 0 lets the broker choose (1 on a single
-        /// node, 3 in a cluster of three or more brokers).
-        #[arg(long, default_value_t = 0)]
-        replication_factor: u16,
+        /// Replicas per partition, at least 1. Left out, the broker
+        /// chooses: 1 on a single node, 3 in a cluster of three or more
+        /// brokers.
+        #[arg(long, value_name = "N", value_parser = numbers::replication_factor, allow_negative_numbers = true)]
+        replication_factor: Option<u16>,
         /// A setting, as key=value: retention.ms, retention.bytes (-1 =
         /// unlimited), segment.bytes, segment.ms, max.message.bytes,
         /// cleanup.policy. Repeat for several.
@@ -59,7 +61,10 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
             replication_factor,
             configs,
         } => {
-            let mut topic = NewTopic::new(&name, partitions).replication_factor(replication_factor);
+            let mut topic = NewTopic::new(&name, partitions);
+            if let Some(replication_factor) = replication_factor {
+                topic = topic.replication_factor(replication_factor);
+            }
             for (key, value) in configs {
                 topic = topic.config(key, value);
             }
