@@ -51,7 +51,7 @@ use crate::metadata::{ClusterMetadata, TopicMetadata};
 
 pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
-    PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
+    PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
 };
 
 /// How long the broker may take to commit a topic creation or deletion
