@@ -144,6 +144,89 @@ fn create_topic(addr: &str, topic: &str, partitions: &str, extra: &[&str]) {
 }
 
 #[test]
+fn headers_and_timestamps_given_to_produce_come_back_through_consume_format() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "formats", "1", &[]);
+    succeeded(&corelog(
+        &addr,
+        &[
+            "produce",
+            "--topic",
+            "formats",
+            "--key-separator",
+            "\\t",
+            "--header",
+            "source=test",
+            "--header",
+            "trace=a=b",
+            "--timestamp",
+            "2023-11-14T22:13:20Z",
+        ],
+        Some("k1\tfirst value\nk2\tsecond\n"),
+    ));
+    let stdout = succeeded(&corelog(
+        &addr,
+        &[
+            "consume",
+            "--topic",
+            "formats",
+            "--format",
+            "%t %p %o %k %T %h %s",
+        ],
+        None,
+    ));
+    assert_eq!(
+        stdout,
+        "formats 0 0 k1 1700000000000 source=test,trace=a=b first value\n\
+         formats 0 1 k2 1700000000000 source=test,trace=a=b second\n"
+    );
+    // Escapes, a literal percent sign, and the schema version token.
+    let stdout = succeeded(&corelog(
+        &addr,
+        &[
+            "consume",
+            "--topic",
+            "formats",
+            "--max",
+            "1",
+            "--format",
+            "%o\\t%s\\t100%%\\t[%v]",
+        ],
+        None,
+    ));
+    assert_eq!(stdout, "0\tfirst value\t100%\t[]\n");
+    // JSON carries the same headers and timestamp.
+    let stdout = succeeded(&corelog(
+        &addr,
+        &["--json", "consume", "--topic", "formats", "--max", "1"],
+        None,
+    ));
+    let record: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(record["timestamp"], 1_700_000_000_000_i64, "{record}");
+    assert_eq!(record["headers"][1]["key"], "trace", "{record}");
+    assert_eq!(record["headers"][1]["value"], "a=b", "{record}");
+}
+
+#[test]
+fn an_unknown_format_token_is_a_usage_error_naming_the_valid_ones() {
+    // Refused while parsing the arguments: no broker needed.
+    let addr = format!("127.0.0.1:{}", free_port());
+    let output = corelog(
+        &addr,
+        &["consume", "--topic", "t", "--format", "%o %x"],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("%x"), "{stderr}");
+    assert!(
+        stderr.contains("%t") && stderr.contains("%s") && stderr.contains("%h"),
+        "the message lists the tokens: {stderr}"
+    );
+}
+
+#[test]
 fn consuming_from_an_offset_past_the_end_says_where_the_end_is() {
     let broker = Broker::start(&[]);
     let addr = broker.addr.to_string();

@@ -15,6 +15,7 @@ use corelog_client::{
 use serde_json::json;
 
 use crate::Global;
+use crate::format::RecordFormat;
 use crate::numbers;
 use crate::output::{json_bytes, unescape};
 use crate::time::parse_time_ms;
@@ -60,11 +61,18 @@ pub(crate) struct ConsumeArgs {
     )]
     max: Option<u64>,
     /// Print the key before the value.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     print_key: bool,
     /// What separates key and value with --print-key.
     #[arg(long, value_name = "SEP", default_value = "\\t")]
     key_separator: String,
+    /// Print each record through this template, for example
+    /// '%t/%p@%o %T %k=%s [%h]': %t topic, %p partition, %o offset, %T
+    /// timestamp (ms since the epoch), %k key, %s value, %h headers
+    /// (name=value,...), %v schema version, %% a percent sign; escapes \n
+    /// \t \r \0 \\. A newline follows each record.
+    #[arg(long, value_name = "TEMPLATE", value_parser = RecordFormat::parse)]
+    format: Option<RecordFormat>,
     /// When the position was deleted by retention: fail with the gap's
     /// details, or jump to the log start and report the jump on stderr.
     #[arg(long, value_enum, default_value_t = OnGap::Error)]
@@ -77,6 +85,15 @@ enum OnGap {
     Error,
     /// Continue from the log start, reporting the jump.
     Reset,
+}
+
+impl OnGap {
+    fn policy(self) -> OffsetOutOfRangePolicy {
+        match self {
+            OnGap::Error => OffsetOutOfRangePolicy::Error,
+            OnGap::Reset => OffsetOutOfRangePolicy::ResetToEarliest,
+        }
+    }
 }
 
 impl ConsumeArgs {
@@ -95,13 +112,98 @@ impl ConsumeArgs {
     }
 }
 
+/// How each record becomes a line.
+enum Style {
+    Json,
+    Template(RecordFormat),
+}
+
+impl Style {
+    fn of(global: &Global, args: &ConsumeArgs) -> Result<Style, ClientError> {
+        match (&args.format, global.json) {
+            (Some(_), true) => Err(ClientError::InvalidArgument(
+                "--json and --format both say how to print records: choose one".to_owned(),
+            )),
+            (Some(format), false) => Ok(Style::Template(format.clone())),
+            (None, true) => Ok(Style::Json),
+            (None, false) if args.print_key => Ok(Style::Template(RecordFormat::key_and_value(
+                &unescape(&args.key_separator),
+            ))),
+            (None, false) => Ok(Style::Template(RecordFormat::value())),
+        }
+    }
+
+    fn line(&self, record: &ConsumerRecord) -> String {
+        match self {
+            Style::Json => record_json(record).to_string(),
+            Style::Template(format) => format.render(record),
+        }
+    }
+}
+
+/// Writes records to stdout, one line each, up to `max`.
+struct Printer {
+    style: Style,
+    max: Option<u64>,
+    printed: u64,
+}
+
+/// Whether to read on after printing a poll's records.
+enum Printed {
+    /// Every record was printed and more are wanted.
+    More,
+    /// `--max` was reached, or stdout closed (for example piped into
+    /// `head`).
+    Done,
+}
+
+impl Printer {
+    fn is_done(&self) -> bool {
+        self.max.is_some_and(|max| self.printed >= max)
+    }
+
+    /// Prints records until `--max`, and flushes.
+    fn print(&mut self, records: &[ConsumerRecord]) -> Printed {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        for record in records {
+            if self.is_done() {
+                break;
+            }
+            if writeln!(out, "{}", self.style.line(record)).is_err() {
+                return Printed::Done;
+            }
+            self.printed += 1;
+        }
+        if out.flush().is_err() {
+            return Printed::Done;
+        }
+        if self.is_done() {
+            Printed::Done
+        } else {
+            Printed::More
+        }
+    }
+}
+
 pub(crate) async fn run(global: &Global, args: ConsumeArgs) -> Result<(), ClientError> {
+    let printer = Printer {
+        style: Style::of(global, &args)?,
+        max: args.max,
+        printed: 0,
+    };
+    run_assigned(global, &args, printer).await
+}
+
+/// Reads the chosen partitions from the chosen start.
+async fn run_assigned(
+    global: &Global,
+    args: &ConsumeArgs,
+    mut printer: Printer,
+) -> Result<(), ClientError> {
     let config = ConsumerConfig {
         client: global.client.clone(),
-        offset_out_of_range: match args.on_gap {
-            OnGap::Error => OffsetOutOfRangePolicy::Error,
-            OnGap::Reset => OffsetOutOfRangePolicy::ResetToEarliest,
-        },
+        offset_out_of_range: args.on_gap.policy(),
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::connect(config).await?;
@@ -113,55 +215,20 @@ pub(crate) async fn run(global: &Global, args: ConsumeArgs) -> Result<(), Client
             .assign_partitions(&args.topic, &args.partitions, start)
             .await?;
     }
-    let separator = unescape(&args.key_separator);
-    let mut printed = 0_u64;
-    let stdout = std::io::stdout();
     loop {
-        if args.max.is_some_and(|max| printed >= max) {
+        if printer.is_done() {
             return Ok(());
         }
         let polled = consumer.poll().await?;
         for notice in &polled.notices {
             eprintln!("notice: {notice}");
         }
-        let mut out = stdout.lock();
-        for record in &polled.records {
-            if args.max.is_some_and(|max| printed >= max) {
-                break;
-            }
-            let line = if global.json {
-                record_json(record).to_string()
-            } else {
-                record_text(record, args.print_key.then_some(separator.as_str()))
-            };
-            if writeln!(out, "{line}").is_err() {
-                // stdout closed (for example piped into `head`): done.
-                return Ok(());
-            }
-            printed += 1;
-        }
-        if out.flush().is_err() {
+        if let Printed::Done = printer.print(&polled.records) {
             return Ok(());
         }
-        drop(out);
         if !args.follow && consumer.caught_up() {
             return Ok(());
         }
-    }
-}
-
-/// One record as a line of text: the value, or key, separator and value.
-fn record_text(record: &ConsumerRecord, key_separator: Option<&str>) -> String {
-    let text = |bytes: &Option<bytes::Bytes>| {
-        bytes
-            .as_deref()
-            .map(String::from_utf8_lossy)
-            .unwrap_or_default()
-            .into_owned()
-    };
-    match key_separator {
-        Some(separator) => format!("{}{separator}{}", text(&record.key), text(&record.value)),
-        None => text(&record.value),
     }
 }
 
@@ -197,6 +264,7 @@ mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
+    use clap::Parser;
     use corelog_client::SchemaVersion;
 
     use super::*;
@@ -214,11 +282,38 @@ mod tests {
         }
     }
 
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ConsumeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ConsumeArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("consume").chain(args.iter().copied()))
+            .map(|cli| cli.args)
+    }
+
+    fn style(json: bool, args: &[&str]) -> Result<Style, ClientError> {
+        let global = Global {
+            client: corelog_client::ClientConfig::default(),
+            json,
+        };
+        Style::of(&global, &parse(args).unwrap())
+    }
+
     #[test]
-    fn text_is_the_value_or_key_and_value() {
+    fn text_is_the_value_or_key_and_value_or_the_template() {
         let record = record(b"k", b"v");
-        assert_eq!(record_text(&record, None), "v");
-        assert_eq!(record_text(&record, Some("\t")), "k\tv");
+        let line = |args: &[&str]| style(false, args).unwrap().line(&record);
+        assert_eq!(line(&["--topic", "t"]), "v");
+        assert_eq!(line(&["--topic", "t", "--print-key"]), "k\tv");
+        assert_eq!(
+            line(&["--topic", "t", "--print-key", "--key-separator", "::"]),
+            "k::v"
+        );
+        assert_eq!(line(&["--topic", "t", "--format", "%p:%o %s"]), "2:41 v");
+        assert!(style(true, &["--topic", "t", "--format", "%s"]).is_err());
+        assert!(parse(&["--topic", "t", "--format", "%s", "--print-key"]).is_err());
     }
 
     #[test]

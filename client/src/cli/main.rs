@@ -17,6 +17,7 @@
 //! violations.
 
 mod consume;
+mod format;
 mod group;
 mod numbers;
 mod output;

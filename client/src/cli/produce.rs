@@ -11,6 +11,7 @@ use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use corelog_client::{
     Acks, ClientError, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    TimestampMs,
 };
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -19,9 +20,13 @@ use tokio::sync::mpsc;
 use crate::Global;
 use crate::numbers;
 use crate::output::{table, unescape};
+use crate::time::parse_time_ms;
 
 /// Delivery handles queued between the reading loop and the collector.
 const PENDING_DELIVERIES_MAX: usize = 4096;
+
+/// The header name the record's schema version travels in (C12).
+const SCHEMA_HEADER: &str = "schema";
 
 #[derive(Debug, Args)]
 pub(crate) struct ProduceArgs {
@@ -38,6 +43,15 @@ pub(crate) struct ProduceArgs {
     /// Schema version to stamp on every record.
     #[arg(long, value_name = "VERSION", value_parser = numbers::schema_version, allow_negative_numbers = true)]
     schema: Option<u32>,
+    /// A header on every record, as NAME=VALUE (repeat for several; the
+    /// value may be empty). The name "schema" is reserved: use --schema.
+    #[arg(long = "header", value_name = "NAME=VALUE", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
+    /// The creation time of every record: milliseconds since the epoch, or
+    /// RFC 3339 such as 2024-05-01T12:00:00Z. Default: when each line is
+    /// read. Topics with append-time timestamps use the broker's instead.
+    #[arg(long, value_name = "TIME", value_parser = parse_time_ms)]
+    timestamp: Option<i64>,
     /// When the broker acknowledges.
     #[arg(long, value_enum, default_value_t = AcksArg::Quorum)]
     acks: AcksArg,
@@ -59,6 +73,19 @@ enum CompressionArg {
     None,
     Lz4,
     Zstd,
+}
+
+/// `NAME=VALUE`, split at the first `=`.
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((SCHEMA_HEADER, _)) => Err(format!(
+            "the header name {SCHEMA_HEADER:?} is reserved for the schema version: use --schema"
+        )),
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!(
+            "{text:?} is not NAME=VALUE, for example source=billing"
+        )),
+    }
 }
 
 /// What was stored in one partition.
@@ -155,6 +182,10 @@ async fn read_and_send(
         record.partition = args.partition;
         if let Some(version) = args.schema {
             record = record.schema(version);
+        }
+        record.timestamp = args.timestamp.map(TimestampMs);
+        for (name, value) in &args.headers {
+            record = record.header(name.clone(), Bytes::copy_from_slice(value.as_bytes()));
         }
         let delivery = producer.send(record).await?;
         if handles.send(delivery).await.is_err() {
@@ -267,5 +298,20 @@ mod tests {
         );
         let error = split_line("no separator", Some("::")).unwrap_err();
         assert!(error.contains("no key separator"), "{error}");
+    }
+
+    #[test]
+    fn headers_are_name_equals_value_and_schema_is_reserved() {
+        assert_eq!(
+            parse_header("trace=a=b"),
+            Ok(("trace".to_owned(), "a=b".to_owned()))
+        );
+        assert_eq!(
+            parse_header("empty="),
+            Ok(("empty".to_owned(), String::new()))
+        );
+        assert!(parse_header("=v").unwrap_err().contains("NAME=VALUE"));
+        assert!(parse_header("novalue").unwrap_err().contains("NAME=VALUE"));
+        assert!(parse_header("schema=3").unwrap_err().contains("--schema"));
     }
 }
