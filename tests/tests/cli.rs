@@ -144,6 +144,31 @@ fn create_topic(addr: &str, topic: &str, partitions: &str, extra: &[&str]) {
 }
 
 #[test]
+fn produce_says_one_record_not_one_records() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "single", "1", &[]);
+    let stdout = succeeded(&corelog(
+        &addr,
+        &["produce", "--topic", "single"],
+        Some("just one\n"),
+    ));
+    assert!(
+        stdout.starts_with("produced 1 record to single\n"),
+        "{stdout}"
+    );
+    let stdout = succeeded(&corelog(
+        &addr,
+        &["produce", "--topic", "single"],
+        Some("one\ntwo\n"),
+    ));
+    assert!(
+        stdout.starts_with("produced 2 records to single\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn headers_and_timestamps_given_to_produce_come_back_through_consume_format() {
     let broker = Broker::start(&[]);
     let addr = broker.addr.to_string();
@@ -224,6 +249,72 @@ fn an_unknown_format_token_is_a_usage_error_naming_the_valid_ones() {
         stderr.contains("%t") && stderr.contains("%s") && stderr.contains("%h"),
         "the message lists the tokens: {stderr}"
     );
+}
+
+#[test]
+fn produce_stops_at_a_refused_line_and_says_what_was_and_was_not_sent() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "refusals", "1", &[]);
+    let output = corelog(
+        &addr,
+        &["produce", "--topic", "refusals", "--key-separator", ":"],
+        Some("a:1\nb:2\nno separator here\nd:4\n"),
+    );
+    let stderr = failed(&output);
+    assert!(
+        !text(&output.stdout).contains("produced"),
+        "no success text on failure: {}",
+        text(&output.stdout)
+    );
+    assert!(stderr.contains("line 3"), "{stderr}");
+    assert!(stderr.contains("no key separator"), "{stderr}");
+    assert!(
+        stderr.contains("stored 2 records (lines 1-2)"),
+        "what was sent: {stderr}"
+    );
+    assert!(
+        stderr.contains("line 3 and the input after it were not sent"),
+        "what was not sent: {stderr}"
+    );
+    let stdout = succeeded(&corelog(&addr, &["consume", "--topic", "refusals"], None));
+    assert_eq!(stdout, "1\n2\n", "exactly the lines before the refused one");
+
+    // A record over the client's limit (1 MiB) is refused by line number
+    // too, before anything of it is sent.
+    let input = format!("small\n{}\nafter\n", "x".repeat(2 << 20));
+    let output = corelog(&addr, &["produce", "--topic", "refusals"], Some(&input));
+    let stderr = failed(&output);
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(stderr.contains("over the limit"), "{stderr}");
+    assert!(stderr.contains("stored 1 record (line 1)"), "{stderr}");
+}
+
+#[test]
+fn produce_names_the_lines_the_broker_refused() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(
+        &addr,
+        "small-records",
+        "1",
+        &["--config", "max.message.bytes=1024"],
+    );
+    let input = format!("{}\n", "y".repeat(4096));
+    let output = corelog(
+        &addr,
+        &["produce", "--topic", "small-records"],
+        Some(&input),
+    );
+    let stderr = failed(&output);
+    assert!(
+        !text(&output.stdout).contains("produced"),
+        "{}",
+        text(&output.stdout)
+    );
+    assert!(stderr.contains("MESSAGE_TOO_LARGE"), "{stderr}");
+    assert!(stderr.contains("line 1 was not stored"), "{stderr}");
+    assert!(stderr.contains("stored 0 records"), "{stderr}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::Global;
 use crate::numbers;
-use crate::output::{human_bytes, table};
+use crate::output::{human_bytes, plural, table};
 use crate::time::{format_duration_ms, format_time_ms, parse_time_ms};
 
 #[derive(Debug, Subcommand)]
@@ -210,11 +210,11 @@ fn list_text(groups: &[GroupListing]) -> String {
 
 fn describe_text(description: &GroupDescription) -> String {
     let mut text = format!(
-        "group {}: {}, generation {}, {} members\n",
+        "group {}: {}, generation {}, {}\n",
         description.group,
         description.state,
         description.generation,
-        description.members.len()
+        plural(description.members.len() as u64, "member", "members")
     );
     if !description.members.is_empty() {
         text.push('\n');
@@ -487,7 +487,7 @@ mod tests {
         };
         let text = describe_text(&description);
         assert!(
-            text.starts_with("group search: Stable, generation 6, 1 members\n"),
+            text.starts_with("group search: Stable, generation 6, 1 member\n"),
             "{text}"
         );
         assert!(text.contains("orders/2"), "{text}");

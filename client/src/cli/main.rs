@@ -19,6 +19,7 @@
 mod consume;
 mod format;
 mod group;
+mod lines;
 mod numbers;
 mod output;
 mod produce;
@@ -105,7 +106,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Topic(command) => topic::run(&global, command).await,
-            Command::Produce(args) => produce::run(&global, args).await,
+            Command::Produce(args) => match produce::run(&global, args).await? {
+                produce::Outcome::AllStored => Ok(()),
+                // Already reported, line by line.
+                produce::Outcome::Incomplete => return Ok(ExitCode::FAILURE),
+            },
             Command::Consume(args) => consume::run(&global, args).await,
             Command::Group(command) => group::run(&global, command).await,
             Command::Verify(args) => match verify::run(&global, args).await? {
@@ -129,7 +134,12 @@ fn main() -> ExitCode {
 
 /// Prints an error and, where the error alone does not say it, what to do.
 pub(crate) fn report(error: &ClientError) {
-    eprintln!("error: {error}");
+    report_with("", error);
+}
+
+/// Prints an error after `prefix` (for example `line 3: `), and the hint.
+pub(crate) fn report_with(prefix: &str, error: &ClientError) {
+    eprintln!("error: {prefix}{error}");
     if let Some(hint) = hint(error) {
         eprintln!("hint: {hint}");
     }

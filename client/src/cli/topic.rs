@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::Global;
 use crate::numbers;
-use crate::output::{human_bytes, table};
+use crate::output::{human_bytes, plural, table};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicCommand {
@@ -72,7 +72,10 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
             if global.json {
                 println!("{}", json!({"created": name, "partitions": partitions}));
             } else {
-                println!("created topic {name} with {partitions} partitions");
+                println!(
+                    "created topic {name} with {}",
+                    plural(partitions, "partition", "partitions")
+                );
             }
         }
         TopicCommand::List => list(global, &admin).await?,
@@ -111,7 +114,10 @@ async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
                 (Some(ErrorCode::TopicDeletionInProgress), _) => "deleting".to_owned(),
                 (Some(code), _) => code.name().to_owned(),
                 (None, 0) => "ok".to_owned(),
-                (None, count) => format!("{count} partitions without leader"),
+                (None, count) => format!(
+                    "{} without leader",
+                    plural(count as u64, "partition", "partitions")
+                ),
             };
             vec![
                 topic.name.clone(),
@@ -164,8 +170,10 @@ async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<()
 
 fn describe_text(description: &TopicDescription) -> String {
     let mut text = format!(
-        "topic {}: {} partitions, replication factor {}\n",
-        description.name, description.partitions, description.replication_factor
+        "topic {}: {}, replication factor {}\n",
+        description.name,
+        plural(description.partitions, "partition", "partitions"),
+        description.replication_factor
     );
     for (key, value) in &description.configs {
         text.push_str(&format!("  {key} = {value}\n"));
@@ -237,7 +245,7 @@ mod tests {
             }],
         };
         let text = describe_text(&description);
-        assert!(text.starts_with("topic orders: 1 partitions, replication factor 1\n"));
+        assert!(text.starts_with("topic orders: 1 partition, replication factor 1\n"));
         assert!(text.contains("  retention.ms = 1000\n"));
         assert!(
             text.contains("0          5          10              10       2.0 KiB  2"),
