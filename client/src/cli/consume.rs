@@ -4,13 +4,20 @@
 //! watermark as of its last fetch; with it, it waits for new records until
 //! interrupted. The default start is the beginning without `--follow` and
 //! the end with it.
+//!
+//! With `--group G` it reads as a member of consumer group G: the group's
+//! coordinator assigns it partitions, it starts at the group's committed
+//! offsets (the start options apply only where the group has none), it
+//! commits what it has printed, and it leaves the group when it stops —
+//! at the end, after `--max`, or on Ctrl-C or SIGTERM.
 
 use std::io::Write;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use corelog_client::{
-    ClientError, Consumer, ConsumerConfig, ConsumerRecord, Offset, OffsetOutOfRangePolicy,
-    StartFrom, TimestampMs,
+    ClientError, Consumer, ConsumerConfig, ConsumerRecord, GroupConfig, GroupConsumer, Offset,
+    OffsetOutOfRangePolicy, StartFrom, TimestampMs,
 };
 use serde_json::json;
 
@@ -19,6 +26,10 @@ use crate::format::RecordFormat;
 use crate::numbers;
 use crate::output::{json_bytes, unescape};
 use crate::time::parse_time_ms;
+
+/// How often a group member commits what it has printed, besides when it
+/// stops.
+const GROUP_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub(crate) struct ConsumeArgs {
@@ -33,7 +44,13 @@ pub(crate) struct ConsumeArgs {
         allow_negative_numbers = true
     )]
     partitions: Vec<u32>,
-    /// Start at the oldest record still stored.
+    /// Read as a member of this consumer group: the group assigns the
+    /// partitions, reading starts at its committed offsets, what is
+    /// printed is committed, and the member leaves when it stops.
+    #[arg(long, value_name = "GROUP", conflicts_with_all = ["partitions", "offset"])]
+    group: Option<String>,
+    /// Start at the oldest record still stored (with --group: where the
+    /// group has no committed offset).
     #[arg(long, conflicts_with_all = ["offset", "time"])]
     from_beginning: bool,
     /// Start at this offset (in every partition read).
@@ -46,7 +63,8 @@ pub(crate) struct ConsumeArgs {
     )]
     offset: Option<u64>,
     /// Start at the first record at or after this time: milliseconds since
-    /// the epoch, or RFC 3339 such as 2024-05-01T12:00:00Z.
+    /// the epoch, or RFC 3339 such as 2024-05-01T12:00:00Z (with --group:
+    /// where the group has no committed offset).
     #[arg(long, value_parser = parse_time_ms)]
     time: Option<i64>,
     /// Keep waiting for new records instead of stopping at the end.
@@ -153,8 +171,8 @@ enum Printed {
     /// Every record was printed and more are wanted.
     More,
     /// `--max` was reached, or stdout closed (for example piped into
-    /// `head`).
-    Done,
+    /// `head`): this many of the poll's records were printed.
+    Done(usize),
 }
 
 impl Printer {
@@ -162,24 +180,29 @@ impl Printer {
         self.max.is_some_and(|max| self.printed >= max)
     }
 
-    /// Prints records until `--max`, and flushes.
+    /// Prints records until `--max`, and flushes: a record counts as
+    /// printed (and may be committed) only once it is out.
     fn print(&mut self, records: &[ConsumerRecord]) -> Printed {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
+        let mut written = 0;
         for record in records {
             if self.is_done() {
                 break;
             }
+            // Stdout is line-buffered: each line is out once written, so
+            // the lines before a failed one count as printed.
             if writeln!(out, "{}", self.style.line(record)).is_err() {
-                return Printed::Done;
+                return Printed::Done(written);
             }
+            written += 1;
             self.printed += 1;
         }
         if out.flush().is_err() {
-            return Printed::Done;
+            return Printed::Done(written);
         }
         if self.is_done() {
-            Printed::Done
+            Printed::Done(written)
         } else {
             Printed::More
         }
@@ -192,10 +215,13 @@ pub(crate) async fn run(global: &Global, args: ConsumeArgs) -> Result<(), Client
         max: args.max,
         printed: 0,
     };
-    run_assigned(global, &args, printer).await
+    match args.group.clone() {
+        Some(group) => run_member(global, &args, &group, printer).await,
+        None => run_assigned(global, &args, printer).await,
+    }
 }
 
-/// Reads the chosen partitions from the chosen start.
+/// Reads the chosen partitions from the chosen start, without a group.
 async fn run_assigned(
     global: &Global,
     args: &ConsumeArgs,
@@ -223,12 +249,115 @@ async fn run_assigned(
         for notice in &polled.notices {
             eprintln!("notice: {notice}");
         }
-        if let Printed::Done = printer.print(&polled.records) {
+        if let Printed::Done(_) = printer.print(&polled.records) {
             return Ok(());
         }
         if !args.follow && consumer.caught_up() {
             return Ok(());
         }
+    }
+}
+
+/// Reads as a member of `group` until the end (or forever with
+/// `--follow`), `--max`, or an interruption; then commits what was printed
+/// and leaves.
+async fn run_member(
+    global: &Global,
+    args: &ConsumeArgs,
+    group: &str,
+    mut printer: Printer,
+) -> Result<(), ClientError> {
+    let config = GroupConfig {
+        start_from: args.start(),
+        offset_out_of_range: args.on_gap.policy(),
+        auto_commit: true,
+        commit_interval: GROUP_COMMIT_INTERVAL,
+        ..GroupConfig::with_client(global.client.clone(), group, [args.topic.clone()])
+    };
+    let retry_backoff = config.retry_backoff;
+    let mut interrupted = std::pin::pin!(interrupted());
+    let mut member = GroupConsumer::connect(config).await?;
+    // A broker that stays away fails every poll: say so once, not ten
+    // times a second.
+    let mut last_notice = String::new();
+    let result = loop {
+        if printer.is_done() {
+            break Ok(());
+        }
+        // Joined before this poll: the poll then applies an assignment at
+        // least that recent, so an empty one means none was given.
+        let joined = member.generation().is_some();
+        let polled = tokio::select! {
+            polled = member.poll() => polled,
+            () = &mut interrupted => break Ok(()),
+        };
+        let polled = match polled {
+            Ok(polled) => polled,
+            Err(error) if error.is_retriable() => {
+                let notice = format!("notice: {error}; trying again");
+                if notice != last_notice {
+                    eprintln!("{notice}");
+                    last_notice = notice;
+                }
+                tokio::time::sleep(retry_backoff).await;
+                continue;
+            }
+            Err(error) => break Err(error),
+        };
+        for event in &polled.events {
+            eprintln!("notice: group {group}: {event}");
+        }
+        let printed = printer.print(&polled.records);
+        let complete = match printed {
+            Printed::More => polled.records.len(),
+            Printed::Done(count) => count,
+        };
+        for record in &polled.records[..complete] {
+            member.complete(record);
+        }
+        if let Printed::Done(_) = printed {
+            break Ok(());
+        }
+        if !args.follow && joined && member.assignment().is_empty() {
+            eprintln!(
+                "notice: group {group} gave this member no partitions of {}: its other members have them all",
+                args.topic
+            );
+            break Ok(());
+        }
+        if !args.follow && joined && member.caught_up() {
+            break Ok(());
+        }
+    };
+    // Commits the completed prefix and leaves, whatever ended the loop.
+    let closed = member.close().await;
+    result.and(closed)
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM, so that a group member can
+/// commit and leave before it exits. Never resolves if the handlers cannot
+/// be installed: the default action (exit) then applies.
+async fn interrupted() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "cannot handle SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::debug!(%error, "cannot handle SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = terminate => {}
+        () = interrupt => {}
     }
 }
 
@@ -314,6 +443,15 @@ mod tests {
         assert_eq!(line(&["--topic", "t", "--format", "%p:%o %s"]), "2:41 v");
         assert!(style(true, &["--topic", "t", "--format", "%s"]).is_err());
         assert!(parse(&["--topic", "t", "--format", "%s", "--print-key"]).is_err());
+    }
+
+    #[test]
+    fn a_group_chooses_the_partitions_and_the_offsets() {
+        assert!(parse(&["--topic", "t", "--group", "g", "--partition", "1"]).is_err());
+        assert!(parse(&["--topic", "t", "--group", "g", "--offset", "5"]).is_err());
+        let args = parse(&["--topic", "t", "--group", "g", "--follow"]).unwrap();
+        assert_eq!(args.group.as_deref(), Some("g"));
+        assert_eq!(args.start(), StartFrom::Latest);
     }
 
     #[test]
