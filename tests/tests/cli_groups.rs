@@ -1,15 +1,16 @@
 //! The `corelog` command-line tool and consumer groups against a real
-//! broker: consuming as a group member.
+//! broker: consuming as a group member, and the offset reset modes and
+//! their audit records.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
-use std::process::Child;
+use std::process::{Child, Output};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use corelog_tests::Broker;
-use corelog_tests::cli::{corelog, spawn, succeeded, text};
+use corelog_tests::cli::{corelog, failed, spawn, succeeded, text};
 use serde_json::Value;
 
 fn create_topic(addr: &str, topic: &str, partitions: u32) {
@@ -54,6 +55,62 @@ fn committed(description: &Value) -> Vec<(u64, Option<u64>)> {
             )
         })
         .collect()
+}
+
+fn reset(addr: &str, group: &str, topic: &str, target: &[&str]) -> Output {
+    let mut args = vec![
+        "--json",
+        "group",
+        "reset-offsets",
+        group,
+        "--topic",
+        topic,
+        "--reason",
+        "test",
+    ];
+    args.extend_from_slice(target);
+    corelog(addr, &args, None)
+}
+
+/// `(partition, after)` of a successful reset's JSON outcome.
+fn moved(output: &Output) -> Vec<(u64, u64)> {
+    let outcome: Value = serde_json::from_str(&succeeded(output)).unwrap();
+    outcome["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_u64().unwrap(),
+                p["after"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn audit_count(addr: &str, group: &str) -> usize {
+    let stdout = succeeded(&corelog(
+        addr,
+        &["--json", "group", "audit", "--group", group],
+        None,
+    ));
+    let entries: Value = serde_json::from_str(&stdout).unwrap();
+    entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry["kind"] == "offset-reset")
+        .count()
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -190,4 +247,145 @@ impl Lines {
         }
         lines
     }
+}
+
+#[test]
+fn reset_by_duration_moves_to_the_first_record_inside_the_window() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "timed", 1);
+    let two_hours_ago = (now_ms() - 2 * 3_600_000).to_string();
+    let old: Vec<String> = (0..3).map(|i| format!("old{i}")).collect();
+    produce(
+        &addr,
+        &["--topic", "timed", "--timestamp", &two_hours_ago],
+        &old,
+    );
+    let new: Vec<String> = (0..2).map(|i| format!("new{i}")).collect();
+    produce(&addr, &["--topic", "timed"], &new);
+
+    let dry = reset(
+        &addr,
+        "replayer",
+        "timed",
+        &["--by-duration", "1h", "--dry-run"],
+    );
+    assert_eq!(moved(&dry), vec![(0, 3)]);
+    assert_eq!(
+        audit_count(&addr, "replayer"),
+        0,
+        "a dry run writes nothing"
+    );
+    assert_eq!(
+        moved(&reset(&addr, "replayer", "timed", &["--by-duration", "1h"])),
+        vec![(0, 3)]
+    );
+    assert_eq!(
+        moved(&reset(&addr, "replayer", "timed", &["--by-duration", "3h"])),
+        vec![(0, 0)]
+    );
+    assert_eq!(audit_count(&addr, "replayer"), 2, "each reset is audited");
+    assert_eq!(committed(&describe(&addr, "replayer")), vec![(0, Some(0))]);
+}
+
+#[test]
+fn reset_shift_by_moves_relative_to_the_commit_within_the_log() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "shifted", 1);
+    let lines: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+    produce(&addr, &["--topic", "shifted"], &lines);
+    assert_eq!(
+        moved(&reset(&addr, "shifter", "shifted", &["--to-offset", "5"])),
+        vec![(0, 5)]
+    );
+    assert_eq!(
+        moved(&reset(&addr, "shifter", "shifted", &["--shift-by", "-2"])),
+        vec![(0, 3)]
+    );
+    assert_eq!(
+        moved(&reset(&addr, "shifter", "shifted", &["--shift-by=4"])),
+        vec![(0, 7)]
+    );
+    // Clamped to the log: never before its start nor past its end.
+    assert_eq!(
+        moved(&reset(&addr, "shifter", "shifted", &["--shift-by", "100"])),
+        vec![(0, 10)]
+    );
+    assert_eq!(
+        moved(&reset(&addr, "shifter", "shifted", &["--shift-by", "-100"])),
+        vec![(0, 0)]
+    );
+    assert_eq!(audit_count(&addr, "shifter"), 5);
+
+    // A group with no committed offset has nothing to shift from.
+    let output = reset(&addr, "newcomer", "shifted", &["--shift-by", "1"]);
+    let stderr = failed(&output);
+    assert!(stderr.contains("no committed offset"), "{stderr}");
+}
+
+#[test]
+fn reset_to_group_copies_another_groups_positions_in_one_audited_step() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "copied", 2);
+    let lines: Vec<String> = (0..20).map(|i| format!("k{i}\tv{i}")).collect();
+    produce(
+        &addr,
+        &["--topic", "copied", "--key-separator", "\\t"],
+        &lines,
+    );
+    moved(&reset(
+        &addr,
+        "original",
+        "copied",
+        &["--partition", "0", "--to-offset", "3"],
+    ));
+    moved(&reset(
+        &addr,
+        "original",
+        "copied",
+        &["--partition", "1", "--to-offset", "1"],
+    ));
+    assert_eq!(
+        moved(&reset(&addr, "copy", "copied", &["--to-group", "original"])),
+        vec![(0, 3), (1, 1)]
+    );
+    assert_eq!(
+        committed(&describe(&addr, "copy")),
+        vec![(0, Some(3)), (1, Some(1))]
+    );
+    assert_eq!(audit_count(&addr, "copy"), 1, "one reset, one audit record");
+
+    let output = reset(&addr, "copy", "copied", &["--to-group", "no-such-group"]);
+    let stderr = failed(&output);
+    assert!(
+        stderr.contains("group no-such-group does not exist"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_dry_run_reset_of_a_missing_group_says_the_group_does_not_exist() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "planned", 1);
+    let output = corelog(
+        &addr,
+        &[
+            "group",
+            "reset-offsets",
+            "not-yet",
+            "--topic",
+            "planned",
+            "--to-earliest",
+            "--reason",
+            "plan",
+            "--dry-run",
+        ],
+        None,
+    );
+    let stdout = succeeded(&output);
+    assert!(stdout.contains("group not-yet does not exist"), "{stdout}");
+    assert_eq!(audit_count(&addr, "not-yet"), 0);
 }

@@ -23,6 +23,7 @@ mod lines;
 mod numbers;
 mod output;
 mod produce;
+mod reset;
 mod time;
 mod topic;
 mod verify;
