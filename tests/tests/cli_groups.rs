@@ -1,6 +1,6 @@
 //! The `corelog` command-line tool and consumer groups against a real
-//! broker: consuming as a group member, and the offset reset modes and
-//! their audit records.
+//! broker: consuming as a group member, the offset reset modes and their
+//! audit records, and watching a group's lag.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -247,6 +247,19 @@ impl Lines {
         }
         lines
     }
+
+    /// Reads until a line satisfies `wanted` and returns it, or `None` if
+    /// `within` passes (or the output ends) first.
+    fn find(&self, within: Duration, wanted: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.receiver.recv_timeout(left).ok()?;
+            if wanted(&line) {
+                return Some(line);
+            }
+        }
+    }
 }
 
 #[test]
@@ -388,4 +401,37 @@ fn a_dry_run_reset_of_a_missing_group_says_the_group_does_not_exist() {
     let stdout = succeeded(&output);
     assert!(stdout.contains("group not-yet does not exist"), "{stdout}");
     assert_eq!(audit_count(&addr, "not-yet"), 0);
+}
+
+#[test]
+fn describe_watch_refreshes_the_lag_until_stopped() {
+    let broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    create_topic(&addr, "watched", 1);
+    let lines: Vec<String> = (0..3).map(|i| format!("v{i}")).collect();
+    produce(&addr, &["--topic", "watched"], &lines);
+    moved(&reset(&addr, "watchers", "watched", &["--to-earliest"]));
+
+    let mut child = spawn(
+        &addr,
+        &["--json", "group", "describe", "watchers", "--watch", "1"],
+    );
+    let lag = |line: &str| {
+        let description: Value = serde_json::from_str(line).unwrap();
+        description["partitions"][0]["lag_records"]
+            .as_u64()
+            .unwrap()
+    };
+    let refreshes = Lines::of(&mut child);
+    let first = refreshes.take(1, Duration::from_secs(20));
+    assert_eq!(first.len(), 1, "one JSON description per refresh");
+    assert_eq!(lag(&first[0]), 3, "{first:?}");
+    produce(&addr, &["--topic", "watched"], &lines);
+    let refreshed = refreshes.find(Duration::from_secs(20), |line| lag(line) == 6);
+    // It runs until stopped: still running after two refreshes.
+    let still_running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(refreshed.is_some(), "a later refresh shows the new lag");
+    assert!(still_running, "--watch keeps refreshing until interrupted");
 }

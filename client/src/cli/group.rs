@@ -1,5 +1,8 @@
-//! `corelog group …`: list, describe, reset offsets (`reset.rs`), read the
-//! audit log, delete.
+//! `corelog group …`: list, describe (once or every few seconds), reset
+//! offsets (`reset.rs`), read the audit log, delete.
+
+use std::io::IsTerminal;
+use std::time::Duration;
 
 use clap::Subcommand;
 use corelog_client::admin::{AuditLogEntry, GroupDescription, GroupListing};
@@ -7,9 +10,10 @@ use corelog_client::{Admin, ClientError};
 use serde_json::json;
 
 use crate::Global;
+use crate::numbers;
 use crate::output::{human_bytes, plural, table};
 use crate::reset::{self, ResetArgs};
-use crate::time::{format_duration_ms, format_time_ms};
+use crate::time::{format_duration_ms, format_time_ms, now_ms};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum GroupCommand {
@@ -25,6 +29,16 @@ pub(crate) enum GroupCommand {
     Describe {
         /// Group id.
         group: String,
+        /// Describe it again every SECONDS (2 when not given) until
+        /// interrupted; with --json, one JSON object per line.
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            num_args = 0..=1,
+            default_missing_value = "2",
+            value_parser = numbers::refresh_seconds
+        )]
+        watch: Option<u64>,
     },
     /// Move a group's committed offsets. The group must have no active
     /// members; the reason and the before/after offsets are written to the
@@ -55,7 +69,7 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
                 print!("{}", list_text(&groups));
             }
         }
-        GroupCommand::Describe { group } => {
+        GroupCommand::Describe { group, watch: None } => {
             let description = admin.describe_group(&group).await?;
             if global.json {
                 println!(
@@ -66,6 +80,10 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
                 print!("{}", describe_text(&description));
             }
         }
+        GroupCommand::Describe {
+            group,
+            watch: Some(seconds),
+        } => watch(global, &admin, &group, seconds).await?,
         GroupCommand::ResetOffsets(args) => reset::run(global, &admin, &args).await?,
         GroupCommand::Audit { group } => {
             let entries = admin.read_audit(group.as_deref()).await?;
@@ -85,6 +103,48 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
         }
     }
     Ok(())
+}
+
+/// Describes a group every `seconds` until the process is interrupted.
+/// Errors that may pass (a coordinator moving, a broker restarting) are
+/// shown and the next refresh tries again; others end the watch.
+async fn watch(
+    global: &Global,
+    admin: &Admin,
+    group: &str,
+    seconds: u64,
+) -> Result<(), ClientError> {
+    let mut refresh = tokio::time::interval(Duration::from_secs(seconds));
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let terminal = std::io::stdout().is_terminal();
+    loop {
+        refresh.tick().await;
+        let description = match admin.describe_group(group).await {
+            Ok(description) => description,
+            Err(error) if error.is_retriable() => {
+                eprintln!("warning: {error}; trying again in {seconds}s");
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        if global.json {
+            println!(
+                "{}",
+                serde_json::to_string(&description).unwrap_or_default()
+            );
+            continue;
+        }
+        let heading = format!(
+            "{} (every {seconds}s; Ctrl-C to stop)",
+            format_time_ms(now_ms())
+        );
+        if terminal {
+            // Redraw in place, as watch(1) does.
+            print!("\x1b[H\x1b[2J{heading}\n\n{}", describe_text(&description));
+        } else {
+            print!("{heading}\n{}\n", describe_text(&description));
+        }
+    }
 }
 
 fn list_text(groups: &[GroupListing]) -> String {
@@ -247,10 +307,34 @@ fn audit_what(entry: &AuditLogEntry) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
     use corelog_client::TopicPartition;
     use corelog_client::admin::{MemberDescription, PartitionLag};
 
     use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: GroupCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<GroupCommand, clap::Error> {
+        Cli::try_parse_from(std::iter::once("group").chain(args.iter().copied()))
+            .map(|cli| cli.command)
+    }
+
+    #[test]
+    fn watch_takes_an_optional_interval() {
+        let parsed = |args: &[&str]| match parse(args) {
+            Ok(GroupCommand::Describe { watch, .. }) => watch,
+            other => panic!("expected describe: {other:?}"),
+        };
+        assert_eq!(parsed(&["describe", "search"]), None);
+        assert_eq!(parsed(&["describe", "search", "--watch"]), Some(2));
+        assert_eq!(parsed(&["describe", "search", "--watch", "10"]), Some(10));
+        assert!(parse(&["describe", "search", "--watch", "0"]).is_err());
+    }
 
     #[test]
     fn describe_shows_members_and_lag_in_records_bytes_and_time() {

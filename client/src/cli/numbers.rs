@@ -80,6 +80,16 @@ pub(crate) fn schema_version(text: &str) -> Result<u32, String> {
     .and_then(to_u32)
 }
 
+/// `--watch SECONDS`: at least 1.
+pub(crate) fn refresh_seconds(text: &str) -> Result<u64, String> {
+    whole_number(
+        text,
+        1,
+        86_400,
+        "refresh at most once a second and at least once a day (1 to 86400 seconds)",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +136,7 @@ mod tests {
         assert_eq!(offset("18446744073709551615"), Ok(u64::MAX));
         assert_eq!(replication_factor("3"), Ok(3));
         assert_eq!(record_count("0"), Ok(0));
+        assert_eq!(refresh_seconds("2"), Ok(2));
+        assert!(refresh_seconds("0").is_err());
     }
 }
