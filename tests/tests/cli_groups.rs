@@ -154,10 +154,18 @@ fn consume_with_a_group_commits_what_it_printed_and_leaves() {
         "committed exactly what was printed: {description}"
     );
 
-    // The next member of the group goes on from there, to the end.
+    // The next member of the group goes on from there, to the end:
+    // --from-beginning applies only where the group has no offset.
     let rest = succeeded(&corelog(
         &addr,
-        &["consume", "--topic", "member-reads", "--group", "readers"],
+        &[
+            "consume",
+            "--topic",
+            "member-reads",
+            "--group",
+            "readers",
+            "--from-beginning",
+        ],
         None,
     ));
     let mut all: Vec<&str> = first.lines().chain(rest.lines()).collect();

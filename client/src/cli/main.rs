@@ -3,11 +3,14 @@
 //! ```text
 //! corelog [--bootstrap HOST:PORT] [--json] topic create NAME --partitions N [--config k=v ...]
 //! corelog topic list | topic describe NAME... | topic delete NAME
-//! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]   (lines from stdin)
-//! corelog consume --topic T [--partition P ...] [--from-beginning | --offset N | --time T] [--follow] [--max N]
-//! corelog group list | group describe GROUP | group audit [--group G] | group delete GROUP
+//! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]
+//!     [--header NAME=VALUE ...] [--timestamp T]                                   (lines from stdin)
+//! corelog consume --topic T [--partition P ... | --group G] [--from-beginning | --offset N | --time T]
+//!     [--follow] [--max N] [--print-key | --format TEMPLATE]
+//! corelog group list | group describe GROUP [--watch [SECONDS]] | group audit [--group G] | group delete GROUP
 //! corelog group reset-offsets GROUP --topic T [--partition P ...]
-//!     (--to-earliest | --to-latest | --to-offset N | --to-time T) --reason TEXT [--dry-run]
+//!     (--to-earliest | --to-latest | --to-offset N | --to-time T | --by-duration D | --shift-by N
+//!      | --to-group OTHER) --reason TEXT [--dry-run]
 //! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!
