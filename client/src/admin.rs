@@ -56,7 +56,7 @@ pub use self::cluster_status::{
 };
 pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
-    PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
+    PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
 };
 
 /// How long the broker may take to commit a topic creation or deletion

@@ -31,6 +31,7 @@
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::marker::PhantomData;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -131,6 +132,9 @@ struct State {
     pending: HashMap<u32, Pending>,
     /// Why the connection closed, once it has.
     closed: Option<String>,
+    /// The first bytes of a response that was not a corelog frame, when
+    /// that is what closed the connection.
+    unframed: Option<Vec<u8>>,
 }
 
 /// State shared by the handles and the reader and writer tasks.
@@ -231,16 +235,22 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Opens a connection and performs the ApiVersions handshake, which the
-    /// broker requires before any other request.
+    /// broker requires before any other request. Resolving the address,
+    /// connecting and the handshake together take at most
+    /// `connect_timeout`.
     ///
     /// # Errors
+    /// [`ClientError::Resolve`] if the host name does not resolve;
     /// [`ClientError::Connect`] or [`ClientError::ConnectTimeout`] if the
-    /// socket does not open; the handshake's errors otherwise (for example
+    /// socket does not open; [`ClientError::HandshakeTimeout`] or
+    /// [`ClientError::NotABroker`] if what listens does not speak the
+    /// protocol; the handshake's errors otherwise (for example
     /// `TOO_MANY_CONNECTIONS`).
     pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
         let deadline = tokio::time::Instant::now() + config.connect_timeout;
+        let targets = resolve(addr, config.connect_timeout, deadline).await?;
         loop {
-            match Connection::open_once(addr, config).await {
+            match Connection::open_once(addr, &targets, config, deadline).await {
                 // A listener of a broker that was just killed can linger
                 // while the kernel tears it down: it accepts, then resets.
                 // Its successor listens once it serves, so a connection
@@ -255,23 +265,27 @@ impl Connection {
         }
     }
 
-    async fn open_once(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
-        let stream =
-            match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(source)) => {
-                    return Err(ClientError::Connect {
-                        addr: addr.to_owned(),
-                        source: Arc::new(source),
-                    });
-                }
-                Err(_) => {
-                    return Err(ClientError::ConnectTimeout {
-                        addr: addr.to_owned(),
-                        timeout: config.connect_timeout,
-                    });
-                }
-            };
+    async fn open_once(
+        addr: &str,
+        targets: &[SocketAddr],
+        config: &ClientConfig,
+        deadline: tokio::time::Instant,
+    ) -> Result<Connection, ClientError> {
+        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(targets)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(source)) => {
+                return Err(ClientError::Connect {
+                    addr: addr.to_owned(),
+                    source: Arc::new(source),
+                });
+            }
+            Err(_) => {
+                return Err(ClientError::ConnectTimeout {
+                    addr: addr.to_owned(),
+                    timeout: config.connect_timeout,
+                });
+            }
+        };
         // Latency matters more than packet count: a produce waits on its ack.
         stream
             .set_nodelay(true)
@@ -280,8 +294,20 @@ impl Connection {
                 source: Arc::new(source),
             })?;
         let connection = Connection::start(addr, stream, config);
-        connection.handshake(&config.client_name).await?;
-        Ok(connection)
+        // Bounded by the connect deadline rather than the request timeout:
+        // a server of another protocol may wait silently for a request of
+        // its own, and a corelog broker answers this at once.
+        match tokio::time::timeout_at(deadline, connection.handshake(&config.client_name)).await {
+            Ok(Ok(())) => Ok(connection),
+            Ok(Err(error)) => Err(connection.handshake_error(error)),
+            Err(_) => {
+                connection.close("no answer to the handshake");
+                Err(ClientError::HandshakeTimeout {
+                    addr: addr.to_owned(),
+                    timeout: config.connect_timeout,
+                })
+            }
+        }
     }
 
     fn start(addr: &str, stream: TcpStream, config: &ClientConfig) -> Connection {
@@ -293,6 +319,7 @@ impl Connection {
             state: Mutex::new(State {
                 pending: HashMap::new(),
                 closed: None,
+                unframed: None,
             }),
             slots: Arc::new(Semaphore::new(slots)),
             closed,
@@ -337,6 +364,24 @@ impl Connection {
         let _ = self.supported.set(apis);
         let _ = self.broker_version.set(response.broker_version.to_string());
         Ok(())
+    }
+
+    /// The error to report for a failed handshake: an answer that is not
+    /// a corelog frame, or not an ApiVersions response, means another
+    /// protocol's server listens at the address.
+    fn handshake_error(&self, error: ClientError) -> ClientError {
+        let unframed = self.shared.lock().unframed.clone();
+        match (error, unframed) {
+            (ClientError::ConnectionLost { .. }, Some(answer)) => ClientError::NotABroker {
+                addr: self.addr().to_owned(),
+                answer: describe_answer(&answer),
+            },
+            (ClientError::Protocol { detail, .. }, _) => ClientError::NotABroker {
+                addr: self.addr().to_owned(),
+                answer: format!("a frame that is not an ApiVersions response ({detail})"),
+            },
+            (error, _) => error,
+        }
     }
 
     /// Whether `other` is a clone of this same connection.
@@ -522,34 +567,103 @@ impl<R: Request> PendingReply<R> {
 async fn read_loop(shared: Arc<Shared>, mut reader: OwnedReadHalf, limits: FrameLimits) {
     let mut closed = shared.closed.subscribe();
     tokio::select! {
-        reason = read_frames(&shared, &mut reader, limits) => shared.close(&reason),
+        end = read_frames(&shared, &mut reader, limits) => {
+            if let ReadEnd::Unframed { head, .. } = &end {
+                shared.lock().unframed = Some(head.to_vec());
+            }
+            shared.close(end.reason());
+        }
         _ = closed.wait_for(|closed| *closed) => {}
     }
 }
 
+/// Why reading a connection stopped.
+enum ReadEnd {
+    /// The stream ended or failed, or a frame broke the protocol.
+    Failed(String),
+    /// A response did not even have a corelog frame header.
+    Unframed {
+        reason: String,
+        head: [u8; RESPONSE_HEADER_BYTES],
+    },
+}
+
+impl ReadEnd {
+    fn reason(&self) -> &str {
+        match self {
+            ReadEnd::Failed(reason) | ReadEnd::Unframed { reason, .. } => reason,
+        }
+    }
+}
+
 /// Reads frames until something goes wrong, and says what.
-async fn read_frames(shared: &Shared, reader: &mut OwnedReadHalf, limits: FrameLimits) -> String {
+async fn read_frames(shared: &Shared, reader: &mut OwnedReadHalf, limits: FrameLimits) -> ReadEnd {
     loop {
         let mut head = [0_u8; RESPONSE_HEADER_BYTES];
         if let Err(error) = reader.read_exact(&mut head).await {
-            return if error.kind() == std::io::ErrorKind::UnexpectedEof {
+            return ReadEnd::Failed(if error.kind() == std::io::ErrorKind::UnexpectedEof {
                 "the broker closed the connection".to_owned()
             } else {
                 format!("read failed: {error}")
-            };
+            });
         }
-        let head = match decode_response_header(&head, &limits) {
-            Ok(head) => head,
-            Err(error) => return format!("bad response frame: {error}"),
+        let decoded = match decode_response_header(&head, &limits) {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                return ReadEnd::Unframed {
+                    reason: format!("bad response frame: {error}"),
+                    head,
+                };
+            }
         };
-        let mut body = AlignedVec::<BODY_ALIGNMENT>::with_capacity(head.body_len);
-        body.resize(head.body_len, 0);
+        let mut body = AlignedVec::<BODY_ALIGNMENT>::with_capacity(decoded.body_len);
+        body.resize(decoded.body_len, 0);
         if let Err(error) = reader.read_exact(body.as_mut_slice()).await {
-            return format!("read failed inside a frame: {error}");
+            return ReadEnd::Failed(format!("read failed inside a frame: {error}"));
         }
-        if let Err(reason) = shared.deliver(head.header.correlation_id, body) {
-            return reason;
+        if let Err(reason) = shared.deliver(decoded.header.correlation_id, body) {
+            return ReadEnd::Failed(reason);
         }
+    }
+}
+
+/// The first bytes of an answer that is not a corelog frame, for a person:
+/// quoted text when printable (`"HTTP/1.1"`), else hex.
+fn describe_answer(head: &[u8]) -> String {
+    if head
+        .iter()
+        .all(|byte| byte.is_ascii_graphic() || *byte == b' ')
+    {
+        format!("{:?}", String::from_utf8_lossy(head))
+    } else {
+        let hex: Vec<String> = head.iter().map(|byte| format!("{byte:02x}")).collect();
+        format!("the bytes {}", hex.join(" "))
+    }
+}
+
+/// The socket addresses of `addr` (`host:port`), looked up once per
+/// connection attempt and within the connect deadline.
+async fn resolve(
+    addr: &str,
+    timeout: Duration,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<SocketAddr>, ClientError> {
+    let resolve_error = |detail: String| ClientError::Resolve {
+        addr: addr.to_owned(),
+        detail,
+    };
+    match tokio::time::timeout_at(deadline, tokio::net::lookup_host(addr)).await {
+        Ok(Ok(found)) => {
+            let found: Vec<SocketAddr> = found.collect();
+            if found.is_empty() {
+                return Err(resolve_error("no address was found for it".to_owned()));
+            }
+            Ok(found)
+        }
+        Ok(Err(error)) => Err(resolve_error(error.to_string())),
+        Err(_) => Err(resolve_error(format!(
+            "no answer from the resolver within {timeout:?}"
+        ))),
     }
 }
 
@@ -620,7 +734,13 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::mpsc;
 
-    use super::{FRAMES_PER_WRITE_MAX, Outgoing, write_frames};
+    use super::{FRAMES_PER_WRITE_MAX, Outgoing, describe_answer, write_frames};
+
+    #[test]
+    fn an_answer_that_is_not_a_frame_is_shown_as_text_or_hex() {
+        assert_eq!(describe_answer(b"HTTP/1.1"), "\"HTTP/1.1\"");
+        assert_eq!(describe_answer(&[0xFF, 0x00, 0x41]), "the bytes ff 00 41");
+    }
 
     /// More frames than one gathered write takes, with batches larger than
     /// the socket buffer (partial writes) and empty pieces, arrive whole and

@@ -23,13 +23,21 @@ use crate::consumer::GapInfo;
 #[non_exhaustive]
 pub enum ClientError {
     /// The TCP connection could not be opened.
-    #[error("cannot connect to {addr}: {source}: is corelogd running? start it with `make run`")]
+    #[error("cannot connect to {addr}: {source}{}", connect_advice(.source))]
     Connect {
         /// The address tried.
         addr: String,
         /// What the operating system said.
         #[source]
         source: Arc<std::io::Error>,
+    },
+    /// The host name of an address did not resolve to any IP address.
+    #[error("cannot connect to {addr}: the name did not resolve: {detail}: check the host name")]
+    Resolve {
+        /// The address given.
+        addr: String,
+        /// What the resolver said.
+        detail: String,
     },
     /// The TCP connection did not open in time.
     #[error(
@@ -40,6 +48,30 @@ pub enum ClientError {
         addr: String,
         /// How long the client waited.
         timeout: Duration,
+    },
+    /// A TCP connection opened, but nothing answered the corelog handshake
+    /// in time: a server of another protocol waiting for its own request
+    /// (an HTTP server such as a broker's metrics port does), or a broker
+    /// that is stopped or overloaded.
+    #[error(
+        "{addr} accepted a connection but did not answer the corelog handshake within {timeout:?}: this is not a corelog broker, or one too busy or stopped to answer; check the address and port"
+    )]
+    HandshakeTimeout {
+        /// The address tried.
+        addr: String,
+        /// How long the client waited, connecting included.
+        timeout: Duration,
+    },
+    /// What answered the handshake was not a corelog frame: another
+    /// protocol's server listens at the address.
+    #[error(
+        "{addr} answered the corelog handshake with {answer}: this is not a corelog broker, or not one this client's version can talk to; check the address and port (a broker's metrics port, for one, speaks HTTP)"
+    )]
+    NotABroker {
+        /// The address tried.
+        addr: String,
+        /// What came back, as text if it is printable, else as hex.
+        answer: String,
     },
     /// An open connection broke. Requests in flight on it may or may not
     /// have been processed; the producer resends them with the same
@@ -243,6 +275,18 @@ pub enum ClientError {
     InvalidArgument(String),
 }
 
+/// What to do about a refused or failed TCP connect. Only a refusal means
+/// that nothing listens at the address, so only a refusal suggests starting
+/// a broker.
+fn connect_advice(source: &std::io::Error) -> &'static str {
+    match source.kind() {
+        std::io::ErrorKind::ConnectionRefused => {
+            ": nothing listens there: is corelogd running? start it with `make run`"
+        }
+        _ => ": check the address and the network between here and the broker",
+    }
+}
+
 fn detail_suffix(detail: &Option<String>) -> String {
     match detail {
         Some(detail) if !detail.is_empty() => format!(" ({detail})"),
@@ -275,7 +319,9 @@ impl ClientError {
         match self {
             ClientError::Broker { code, .. } => code.is_retriable(),
             ClientError::Connect { .. }
+            | ClientError::Resolve { .. }
             | ClientError::ConnectTimeout { .. }
+            | ClientError::HandshakeTimeout { .. }
             | ClientError::ConnectionLost { .. }
             | ClientError::RequestTimeout { .. }
             | ClientError::BufferFull { .. }
@@ -284,13 +330,18 @@ impl ClientError {
         }
     }
 
-    /// Whether this error means the client could not reach a broker at all,
-    /// so the CLI can say how to start one.
+    /// Whether this error means the client could not reach a broker at
+    /// all: nothing listens, the name does not resolve, or what listens is
+    /// not a corelog broker.
     #[must_use]
     pub fn is_connect_failure(&self) -> bool {
         matches!(
             self,
-            ClientError::Connect { .. } | ClientError::ConnectTimeout { .. }
+            ClientError::Connect { .. }
+                | ClientError::Resolve { .. }
+                | ClientError::ConnectTimeout { .. }
+                | ClientError::HandshakeTimeout { .. }
+                | ClientError::NotABroker { .. }
         )
     }
 
@@ -356,5 +407,30 @@ mod tests {
         assert!(text.contains("cannot connect to 127.0.0.1:7100"), "{text}");
         assert!(text.contains("make run"), "{text}");
         assert!(error.is_connect_failure());
+    }
+
+    #[test]
+    fn only_a_refused_connection_is_told_to_start_a_broker() {
+        for kind in [
+            std::io::ErrorKind::HostUnreachable,
+            std::io::ErrorKind::NetworkUnreachable,
+            std::io::ErrorKind::PermissionDenied,
+        ] {
+            let error = ClientError::Connect {
+                addr: "10.0.0.9:7100".to_owned(),
+                source: Arc::new(std::io::Error::from(kind)),
+            };
+            let text = error.to_string();
+            assert!(!text.contains("make run"), "{text}");
+            assert!(text.contains("check the address"), "{text}");
+        }
+        let error = ClientError::Resolve {
+            addr: "nosuchhost.invalid:7100".to_owned(),
+            detail: "failed to lookup address information".to_owned(),
+        };
+        let text = error.to_string();
+        assert!(text.contains("did not resolve"), "{text}");
+        assert!(!text.contains("make run"), "{text}");
+        assert!(error.is_connect_failure() && error.is_retriable());
     }
 }

@@ -185,10 +185,16 @@ async fn a_line_without_the_separator_fails_the_run() {
         "{}",
         text(&output.stderr)
     );
+    // No success text for a failed run: stderr says what was stored.
     assert!(
-        text(&output.stdout).contains("produced 1 records"),
+        !text(&output.stdout).contains("produced"),
         "{}",
         text(&output.stdout)
+    );
+    assert!(
+        text(&output.stderr).contains("stored 1 record (line 1)"),
+        "{}",
+        text(&output.stderr)
     );
 }
 

@@ -3,6 +3,7 @@
 //! and the `corelog` CLI.
 //!
 //! - [`process`]: starting, killing (-9), terminating and restarting brokers.
+//! - [`cli`]: running the `corelog` command-line tool against them.
 //! - [`power_loss`]: cutting a killed broker's files to their fsynced lengths.
 //! - [`corruption`]: damaging a stopped broker's files by kind, with a backup to restore.
 //! - [`wire_client`]: a blocking protocol client on the wire crate alone.
@@ -18,6 +19,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod cli;
 pub mod cluster_client;
 pub mod corruption;
 pub mod netns;

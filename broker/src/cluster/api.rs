@@ -82,7 +82,7 @@ fn split(result: Result<(), ControllerRequestError>) -> (u16, Option<String>, Op
         Ok(()) => (ErrorCode::None.code(), None, None),
         Err(error) => (
             error.code().code(),
-            Some(error.to_string()),
+            Some(error.detail()),
             error.leader_hint(),
         ),
     }
@@ -254,7 +254,7 @@ async fn metadata_fetch(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorC
         Err(error) => {
             let response = MetadataFetchResponse {
                 error_code: error.code().code(),
-                error_message: Some(error.to_string()),
+                error_message: Some(error.detail()),
                 leader_hint: error.leader_hint(),
                 version: 0,
                 state_len: 0,

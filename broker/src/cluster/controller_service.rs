@@ -91,6 +91,17 @@ impl ControllerRequestError {
         }
     }
 
+    /// What to tell the client beside the code: the refusal's reason
+    /// alone, since the client shows the code (with its own advice) next
+    /// to it.
+    #[must_use]
+    pub fn detail(&self) -> String {
+        match self {
+            ControllerRequestError::NotController { .. } => self.to_string(),
+            ControllerRequestError::Refused { message, .. } => message.clone(),
+        }
+    }
+
     /// The leader hint, if any.
     #[must_use]
     pub fn leader_hint(&self) -> Option<u32> {
@@ -971,5 +982,23 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
         CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
         CommandError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
         _ => ErrorCode::InvalidRequest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_tells_the_client_its_reason_without_the_code_again() {
+        let error = ControllerRequestError::refused(
+            ErrorCode::InvalidReplicationFactor,
+            "replication factor 3 is not possible with 1 live broker(s)",
+        );
+        assert_eq!(
+            error.detail(),
+            "replication factor 3 is not possible with 1 live broker(s)"
+        );
+        assert!(error.to_string().starts_with("INVALID_REPLICATION_FACTOR"));
     }
 }

@@ -262,10 +262,10 @@ async fn reset(
             format!("topic {:?} does not exist", request.topic),
         ));
     };
-    let partitions: Vec<u32> = request
-        .partitions
-        .clone()
-        .unwrap_or_else(|| (0..view.record.partitions).collect());
+    let partitions = match reset_partitions(&request, view.record.partitions) {
+        Ok(partitions) => partitions,
+        Err(error) => return refused(error),
+    };
     let current = coordinator.group(&request.group);
     let mut outcome = Vec::with_capacity(partitions.len());
     let mut changes = Vec::new();
@@ -274,7 +274,7 @@ async fn reset(
             .as_ref()
             .and_then(|group| group.offsets.get(&(request.topic.clone(), partition)))
             .map_or(-1, |committed| committed.next_offset as i64);
-        match reset_target(&**host, &request.topic, partition, request.to).await {
+        match reset_target(&**host, &request.topic, partition, &request.to).await {
             Ok(after) => {
                 changes.push((request.topic.clone(), partition, after.0));
                 outcome.push(ResetPartition {
@@ -345,11 +345,38 @@ async fn reset(
     }
 }
 
+/// The partitions a reset moves: those its target lists, else those it
+/// selects, else every partition of the topic.
+fn reset_partitions(
+    request: &ResetOffsetsRequest,
+    partition_count: u32,
+) -> Result<Vec<u32>, PartitionError> {
+    match (&request.to, &request.partitions) {
+        (ResetTarget::Offsets(_), Some(_)) => Err(PartitionError::new(
+            ErrorCode::InvalidRequest,
+            "a reset to per-partition offsets names its partitions in the offsets, not in partitions",
+        )),
+        (ResetTarget::Offsets(offsets), None) => {
+            let listed: BTreeSet<u32> = offsets.iter().map(|target| target.partition).collect();
+            if listed.len() == offsets.len() {
+                Ok(listed.into_iter().collect())
+            } else {
+                Err(PartitionError::new(
+                    ErrorCode::InvalidRequest,
+                    "a reset lists a partition more than once",
+                ))
+            }
+        }
+        (_, Some(partitions)) => Ok(partitions.clone()),
+        (_, None) => Ok((0..partition_count).collect()),
+    }
+}
+
 async fn reset_target(
     host: &dyn GroupHost,
     topic: &str,
     partition: u32,
-    to: ResetTarget,
+    to: &ResetTarget,
 ) -> Result<Offset, PartitionError> {
     let bound = |query| async move {
         let found = host.offset(topic, partition, query).await?;
@@ -357,21 +384,37 @@ async fn reset_target(
     };
     let log_start = bound(OffsetQuery::Earliest).await?;
     let high_watermark = bound(OffsetQuery::Latest).await?;
+    let within_log = |offset: u64| {
+        if (log_start.0..=high_watermark.0).contains(&offset) {
+            Ok(Offset(offset))
+        } else {
+            Err(PartitionError::new(
+                ErrorCode::OffsetOutOfRange,
+                format!(
+                    "offset {offset} is outside {topic}/{partition}'s log ({log_start}..{high_watermark})"
+                ),
+            ))
+        }
+    };
     match to {
         ResetTarget::Earliest => Ok(log_start),
         ResetTarget::Latest => Ok(high_watermark),
-        ResetTarget::Offset(offset) if (log_start.0..=high_watermark.0).contains(&offset) => {
-            Ok(Offset(offset))
+        ResetTarget::Offset(offset) => within_log(*offset),
+        ResetTarget::Offsets(offsets) => {
+            let listed = offsets
+                .iter()
+                .find(|target| target.partition == partition)
+                .ok_or_else(|| {
+                    PartitionError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("no offset is given for {topic}/{partition}"),
+                    )
+                })?;
+            within_log(listed.offset)
         }
-        ResetTarget::Offset(offset) => Err(PartitionError::new(
-            ErrorCode::OffsetOutOfRange,
-            format!(
-                "offset {offset} is outside {topic}/{partition}'s log ({log_start}..{high_watermark})"
-            ),
-        )),
         ResetTarget::Timestamp(time) => {
             let found = host
-                .offset(topic, partition, OffsetQuery::Timestamp(TimestampMs(time)))
+                .offset(topic, partition, OffsetQuery::Timestamp(TimestampMs(*time)))
                 .await?;
             Ok(found.map_or(high_watermark, |(offset, _)| offset))
         }
@@ -453,5 +496,51 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
                 host.observe_lag(&group, &lag, known);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use corelog_wire::message::reset_offsets::PartitionOffset;
+
+    use super::*;
+
+    fn request(to: ResetTarget, partitions: Option<Vec<u32>>) -> ResetOffsetsRequest {
+        ResetOffsetsRequest {
+            group: "g".to_owned(),
+            topic: "t".to_owned(),
+            partitions,
+            to,
+            reason: "test".to_owned(),
+            principal: "ops".to_owned(),
+            dry_run: true,
+        }
+    }
+
+    fn offsets(pairs: &[(u32, u64)]) -> ResetTarget {
+        ResetTarget::Offsets(
+            pairs
+                .iter()
+                .map(|&(partition, offset)| PartitionOffset { partition, offset })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_reset_moves_the_listed_the_selected_or_every_partition() {
+        let every = reset_partitions(&request(ResetTarget::Earliest, None), 3).unwrap();
+        assert_eq!(every, [0, 1, 2]);
+        let selected = reset_partitions(&request(ResetTarget::Latest, Some(vec![2])), 3).unwrap();
+        assert_eq!(selected, [2]);
+        let listed = reset_partitions(&request(offsets(&[(2, 5), (0, 1)]), None), 3).unwrap();
+        assert_eq!(listed, [0, 2]);
+    }
+
+    #[test]
+    fn per_partition_offsets_name_each_partition_once_and_alone() {
+        let twice = reset_partitions(&request(offsets(&[(1, 5), (1, 6)]), None), 3).unwrap_err();
+        assert_eq!(twice.code, ErrorCode::InvalidRequest);
+        let both = reset_partitions(&request(offsets(&[(1, 5)]), Some(vec![1])), 3).unwrap_err();
+        assert_eq!(both.code, ErrorCode::InvalidRequest);
     }
 }

@@ -41,6 +41,18 @@ pub struct PartitionError {
     pub message: String,
     /// For `OFFSET_OUT_OF_RANGE` below the log start: what was deleted.
     pub gap: Option<GapInfo>,
+    /// For `OFFSET_OUT_OF_RANGE`: where the log is, so that a reader told
+    /// it asked past the end learns where the end is.
+    pub bounds: Option<LogBounds>,
+}
+
+/// The offsets a reader may ask for: `log_start..=high_watermark`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogBounds {
+    /// The first offset the partition holds.
+    pub log_start: Offset,
+    /// One past the last record readers may see.
+    pub high_watermark: Offset,
 }
 
 /// Why a read below the log start found nothing.
@@ -62,6 +74,7 @@ impl PartitionError {
             code,
             message: message.into(),
             gap: None,
+            bounds: None,
         }
     }
 }
@@ -94,10 +107,22 @@ impl From<StorageError> for PartitionError {
             }),
             _ => None,
         };
+        let bounds = match &error {
+            StorageError::OffsetOutOfRange {
+                log_start,
+                readable_end,
+                ..
+            } => Some(LogBounds {
+                log_start: *log_start,
+                high_watermark: *readable_end,
+            }),
+            _ => None,
+        };
         PartitionError {
             code,
             message: error.to_string(),
             gap,
+            bounds,
         }
     }
 }

@@ -397,7 +397,25 @@ impl<D: Disk> ReplicatedPartition<D> {
             }
             .into());
         }
-        let mut outcome = log.read(from, max_bytes, Some(high_watermark)).await?;
+        let mut outcome = log
+            .read(from, max_bytes, Some(high_watermark))
+            .await
+            .map_err(|error| match error {
+                // The log knows its durable end; readers see only up to
+                // the high watermark, and are told that.
+                StorageError::OffsetOutOfRange {
+                    requested,
+                    log_start,
+                    deleted,
+                    ..
+                } => StorageError::OffsetOutOfRange {
+                    requested,
+                    log_start,
+                    readable_end: high_watermark,
+                    deleted,
+                },
+                other => other,
+            })?;
         outcome.readable_end = high_watermark;
         Ok(outcome)
     }

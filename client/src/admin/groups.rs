@@ -29,7 +29,7 @@ use corelog_wire::message::delete_groups::DeleteGroupsRequest;
 use corelog_wire::message::describe_groups::{ArchivedGroupDescription, DescribeGroupsRequest};
 use corelog_wire::message::list_groups::ListGroupsRequest;
 use corelog_wire::message::reset_offsets::ResetOffsetsRequest;
-pub use corelog_wire::message::reset_offsets::ResetTarget;
+pub use corelog_wire::message::reset_offsets::{PartitionOffset, ResetTarget};
 use serde::Serialize;
 
 use super::Admin;
@@ -450,7 +450,7 @@ impl Admin {
             group: reset.group.clone(),
             topic: reset.topic.clone(),
             partitions: reset.partitions.clone(),
-            to: reset.to,
+            to: reset.to.clone(),
             reason: reset.reason.clone(),
             principal: reset.principal.clone(),
             dry_run: reset.dry_run,

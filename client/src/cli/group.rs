@@ -1,16 +1,19 @@
-//! `corelog group …`: list, describe, reset offsets (with a reason, which
-//! goes to the audit log), read the audit log, delete.
+//! `corelog group …`: list, describe (once or every few seconds), reset
+//! offsets (`reset.rs`), read the audit log, delete.
 
-use clap::{ArgGroup, Args, Subcommand};
-use corelog_client::admin::{
-    AuditLogEntry, GroupDescription, GroupListing, ResetOffsets, ResetOutcome, ResetTarget,
-};
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::Subcommand;
+use corelog_client::admin::{AuditLogEntry, GroupDescription, GroupListing};
 use corelog_client::{Admin, ClientError};
 use serde_json::json;
 
 use crate::Global;
-use crate::output::{human_bytes, table};
-use crate::time::{format_duration_ms, format_time_ms, parse_time_ms};
+use crate::numbers;
+use crate::output::{human_bytes, plural, table};
+use crate::reset::{self, ResetArgs};
+use crate::time::{format_duration_ms, format_time_ms, now_ms};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum GroupCommand {
@@ -26,6 +29,16 @@ pub(crate) enum GroupCommand {
     Describe {
         /// Group id.
         group: String,
+        /// Describe it again every SECONDS (2 when not given) until
+        /// interrupted; with --json, one JSON object per line.
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            num_args = 0..=1,
+            default_missing_value = "2",
+            value_parser = numbers::refresh_seconds
+        )]
+        watch: Option<u64>,
     },
     /// Move a group's committed offsets. The group must have no active
     /// members; the reason and the before/after offsets are written to the
@@ -45,72 +58,6 @@ pub(crate) enum GroupCommand {
     },
 }
 
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").required(true).args(["to_earliest", "to_latest", "to_offset", "to_time"])))]
-pub(crate) struct ResetArgs {
-    /// Group id.
-    group: String,
-    /// Topic whose offsets move.
-    #[arg(long)]
-    topic: String,
-    /// Only this partition (repeat for several); default every partition.
-    #[arg(long = "partition", value_name = "P")]
-    partitions: Vec<u32>,
-    /// To the oldest record still stored.
-    #[arg(long)]
-    to_earliest: bool,
-    /// To the end: skip everything not yet consumed.
-    #[arg(long)]
-    to_latest: bool,
-    /// To this offset.
-    #[arg(long, value_name = "N")]
-    to_offset: Option<u64>,
-    /// To the first record at or after this time: milliseconds since the
-    /// epoch, or RFC 3339 such as 2024-05-01T12:00:00Z.
-    #[arg(long, value_name = "TIME", value_parser = parse_time_ms)]
-    to_time: Option<i64>,
-    /// Why: required, written to the audit log.
-    #[arg(long, value_name = "TEXT", required = true, value_parser = non_blank)]
-    reason: String,
-    /// Who asks, for the audit log. Default: $USER.
-    #[arg(long)]
-    principal: Option<String>,
-    /// Show what would change without changing it.
-    #[arg(long)]
-    dry_run: bool,
-}
-
-fn non_blank(text: &str) -> Result<String, String> {
-    if text.trim().is_empty() {
-        Err("the reason must say why: it is written to the audit log".to_owned())
-    } else {
-        Ok(text.to_owned())
-    }
-}
-
-impl ResetArgs {
-    fn target(&self) -> ResetTarget {
-        if let Some(offset) = self.to_offset {
-            ResetTarget::Offset(offset)
-        } else if let Some(time) = self.to_time {
-            ResetTarget::Timestamp(time)
-        } else if self.to_latest {
-            ResetTarget::Latest
-        } else {
-            ResetTarget::Earliest
-        }
-    }
-
-    fn principal(&self) -> String {
-        self.principal
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .or_else(|| std::env::var("LOGNAME").ok())
-            .filter(|name| !name.trim().is_empty())
-            .unwrap_or_else(|| "corelog-cli".to_owned())
-    }
-}
-
 pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), ClientError> {
     let admin = Admin::connect(global.client.clone()).await?;
     match command {
@@ -122,7 +69,7 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
                 print!("{}", list_text(&groups));
             }
         }
-        GroupCommand::Describe { group } => {
+        GroupCommand::Describe { group, watch: None } => {
             let description = admin.describe_group(&group).await?;
             if global.json {
                 println!(
@@ -133,32 +80,11 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
                 print!("{}", describe_text(&description));
             }
         }
-        GroupCommand::ResetOffsets(args) => {
-            let reset = ResetOffsets {
-                group: args.group.clone(),
-                topic: args.topic.clone(),
-                partitions: (!args.partitions.is_empty()).then(|| args.partitions.clone()),
-                to: args.target(),
-                reason: args.reason.clone(),
-                principal: args.principal(),
-                dry_run: args.dry_run,
-            };
-            let outcome = admin.reset_offsets(&reset).await?;
-            if global.json {
-                println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
-            } else {
-                print!("{}", reset_text(&reset, &outcome));
-            }
-            if let Some(partition) = outcome.partitions.iter().find(|p| p.error.is_some()) {
-                return Err(ClientError::Broker {
-                    code: partition
-                        .error
-                        .unwrap_or(corelog_client::ErrorCode::UnknownServerError),
-                    context: format!("reset {}/{}", reset.topic, partition.partition),
-                    detail: None,
-                });
-            }
-        }
+        GroupCommand::Describe {
+            group,
+            watch: Some(seconds),
+        } => watch(global, &admin, &group, seconds).await?,
+        GroupCommand::ResetOffsets(args) => reset::run(global, &admin, &args).await?,
         GroupCommand::Audit { group } => {
             let entries = admin.read_audit(group.as_deref()).await?;
             if global.json {
@@ -177,6 +103,48 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
         }
     }
     Ok(())
+}
+
+/// Describes a group every `seconds` until the process is interrupted.
+/// Errors that may pass (a coordinator moving, a broker restarting) are
+/// shown and the next refresh tries again; others end the watch.
+async fn watch(
+    global: &Global,
+    admin: &Admin,
+    group: &str,
+    seconds: u64,
+) -> Result<(), ClientError> {
+    let mut refresh = tokio::time::interval(Duration::from_secs(seconds));
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let terminal = std::io::stdout().is_terminal();
+    loop {
+        refresh.tick().await;
+        let description = match admin.describe_group(group).await {
+            Ok(description) => description,
+            Err(error) if error.is_retriable() => {
+                eprintln!("warning: {error}; trying again in {seconds}s");
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        if global.json {
+            println!(
+                "{}",
+                serde_json::to_string(&description).unwrap_or_default()
+            );
+            continue;
+        }
+        let heading = format!(
+            "{} (every {seconds}s; Ctrl-C to stop)",
+            format_time_ms(now_ms())
+        );
+        if terminal {
+            // Redraw in place, as watch(1) does.
+            print!("\x1b[H\x1b[2J{heading}\n\n{}", describe_text(&description));
+        } else {
+            print!("{heading}\n{}\n", describe_text(&description));
+        }
+    }
 }
 
 fn list_text(groups: &[GroupListing]) -> String {
@@ -199,11 +167,11 @@ fn list_text(groups: &[GroupListing]) -> String {
 
 fn describe_text(description: &GroupDescription) -> String {
     let mut text = format!(
-        "group {}: {}, generation {}, {} members\n",
+        "group {}: {}, generation {}, {}\n",
         description.group,
         description.state,
         description.generation,
-        description.members.len()
+        plural(description.members.len() as u64, "member", "members")
     );
     if !description.members.is_empty() {
         text.push('\n');
@@ -267,41 +235,6 @@ fn describe_text(description: &GroupDescription) -> String {
             &rows,
         ));
     }
-    text
-}
-
-fn reset_text(reset: &ResetOffsets, outcome: &ResetOutcome) -> String {
-    let mut text = if outcome.dry_run {
-        format!(
-            "dry run: group {} on {} would move as below (nothing changed)\n",
-            reset.group, reset.topic
-        )
-    } else {
-        format!(
-            "group {} on {} moved; audit record at __audit offset {}\n",
-            reset.group,
-            reset.topic,
-            outcome
-                .audit_offset
-                .map_or_else(|| "?".to_owned(), |offset| offset.to_string())
-        )
-    };
-    let offset = |offset: Option<u64>| offset.map_or_else(|| "-".to_owned(), |o| o.to_string());
-    let rows: Vec<Vec<String>> = outcome
-        .partitions
-        .iter()
-        .map(|partition| {
-            vec![
-                partition.partition.to_string(),
-                offset(partition.before),
-                offset(partition.after),
-                partition
-                    .error
-                    .map_or_else(|| "ok".to_owned(), |code| code.name().to_owned()),
-            ]
-        })
-        .collect();
-    text.push_str(&table(&["PARTITION", "BEFORE", "AFTER", "RESULT"], &rows));
     text
 }
 
@@ -376,7 +309,7 @@ fn audit_what(entry: &AuditLogEntry) -> String {
 mod tests {
     use clap::Parser;
     use corelog_client::TopicPartition;
-    use corelog_client::admin::{MemberDescription, PartitionLag, PartitionReset};
+    use corelog_client::admin::{MemberDescription, PartitionLag};
 
     use super::*;
 
@@ -392,61 +325,15 @@ mod tests {
     }
 
     #[test]
-    fn a_reset_without_a_reason_is_a_usage_error_naming_the_flag() {
-        let error = parse(&[
-            "reset-offsets",
-            "search",
-            "--topic",
-            "orders",
-            "--to-earliest",
-        ])
-        .unwrap_err();
-        assert_eq!(
-            error.kind(),
-            clap::error::ErrorKind::MissingRequiredArgument
-        );
-        assert!(error.to_string().contains("--reason"), "{error}");
-        let error = parse(&[
-            "reset-offsets",
-            "search",
-            "--topic",
-            "orders",
-            "--to-earliest",
-            "--reason",
-            "  ",
-        ])
-        .unwrap_err();
-        assert!(error.to_string().contains("--reason"), "{error}");
-    }
-
-    #[test]
-    fn a_reset_needs_exactly_one_target() {
-        let base = [
-            "reset-offsets",
-            "search",
-            "--topic",
-            "orders",
-            "--reason",
-            "replay",
-        ];
-        assert!(parse(&base).is_err(), "no target");
-        let mut two = base.to_vec();
-        two.extend(["--to-earliest", "--to-offset", "5"]);
-        assert!(parse(&two).is_err(), "two targets");
-        let mut time = base.to_vec();
-        time.extend([
-            "--to-time",
-            "2023-11-14T22:13:20Z",
-            "--partition",
-            "1",
-            "--dry-run",
-        ]);
-        let GroupCommand::ResetOffsets(args) = parse(&time).unwrap() else {
-            panic!("expected reset-offsets");
+    fn watch_takes_an_optional_interval() {
+        let parsed = |args: &[&str]| match parse(args) {
+            Ok(GroupCommand::Describe { watch, .. }) => watch,
+            other => panic!("expected describe: {other:?}"),
         };
-        assert_eq!(args.target(), ResetTarget::Timestamp(1_700_000_000_000));
-        assert_eq!(args.partitions, [1]);
-        assert!(args.dry_run);
+        assert_eq!(parsed(&["describe", "search"]), None);
+        assert_eq!(parsed(&["describe", "search", "--watch"]), Some(2));
+        assert_eq!(parsed(&["describe", "search", "--watch", "10"]), Some(10));
+        assert!(parse(&["describe", "search", "--watch", "0"]).is_err());
     }
 
     #[test]
@@ -476,7 +363,7 @@ mod tests {
         };
         let text = describe_text(&description);
         assert!(
-            text.starts_with("group search: Stable, generation 6, 1 members\n"),
+            text.starts_with("group search: Stable, generation 6, 1 member\n"),
             "{text}"
         );
         assert!(text.contains("orders/2"), "{text}");
@@ -487,21 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn reset_and_audit_output_name_the_moves() {
-        let reset = ResetOffsets::new("search", "orders", ResetTarget::Earliest, "replay", "ops");
-        let outcome = ResetOutcome {
-            audit_offset: Some(4),
-            partitions: vec![PartitionReset {
-                partition: 0,
-                before: Some(118),
-                after: Some(0),
-                error: None,
-            }],
-            dry_run: false,
-        };
-        let text = reset_text(&reset, &outcome);
-        assert!(text.contains("audit record at __audit offset 4"), "{text}");
-        assert!(text.contains("0          118     0      ok"), "{text}");
+    fn audit_output_names_the_record_concerned() {
         let entry = AuditLogEntry {
             audit_offset: 4,
             kind: "quarantine",

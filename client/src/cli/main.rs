@@ -4,11 +4,14 @@
 //! corelog [--bootstrap HOST:PORT] [--json] topic create NAME --partitions N [--config k=v ...]
 //! corelog topic list | topic describe NAME... | topic delete NAME
 //! corelog cluster info | cluster health
-//! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]   (lines from stdin)
-//! corelog consume --topic T [--partition P ...] [--from-beginning | --offset N | --time T] [--follow] [--max N]
-//! corelog group list | group describe GROUP | group audit [--group G] | group delete GROUP
+//! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]
+//!     [--header NAME=VALUE ...] [--timestamp T]                                   (lines from stdin)
+//! corelog consume --topic T [--partition P ... | --group G] [--from-beginning | --offset N | --time T]
+//!     [--follow] [--max N] [--print-key | --format TEMPLATE]
+//! corelog group list | group describe GROUP [--watch [SECONDS]] | group audit [--group G] | group delete GROUP
 //! corelog group reset-offsets GROUP --topic T [--partition P ...]
-//!     (--to-earliest | --to-latest | --to-offset N | --to-time T) --reason TEXT [--dry-run]
+//!     (--to-earliest | --to-latest | --to-offset N | --to-time T | --by-duration D | --shift-by N
+//!      | --to-group OTHER) --reason TEXT [--dry-run]
 //! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!
@@ -19,9 +22,13 @@
 
 mod cluster;
 mod consume;
+mod format;
 mod group;
+mod lines;
+mod numbers;
 mod output;
 mod produce;
+mod reset;
 mod time;
 mod topic;
 mod verify;
@@ -108,7 +115,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Topic(command) => topic::run(&global, command).await,
-            Command::Produce(args) => produce::run(&global, args).await,
+            Command::Produce(args) => match produce::run(&global, args).await? {
+                produce::Outcome::AllStored => Ok(()),
+                // Already reported, line by line.
+                produce::Outcome::Incomplete => return Ok(ExitCode::FAILURE),
+            },
             Command::Consume(args) => consume::run(&global, args).await,
             Command::Group(command) => group::run(&global, command).await,
             Command::Cluster(command) => {
@@ -138,7 +149,12 @@ fn main() -> ExitCode {
 
 /// Prints an error and, where the error alone does not say it, what to do.
 pub(crate) fn report(error: &ClientError) {
-    eprintln!("error: {error}");
+    report_with("", error);
+}
+
+/// Prints an error after `prefix` (for example `line 3: `), and the hint.
+pub(crate) fn report_with(prefix: &str, error: &ClientError) {
+    eprintln!("error: {prefix}{error}");
     if let Some(hint) = hint(error) {
         eprintln!("hint: {hint}");
     }
@@ -146,6 +162,9 @@ pub(crate) fn report(error: &ClientError) {
 
 fn hint(error: &ClientError) -> Option<&'static str> {
     match error {
+        ClientError::OffsetOutOfRange { gap, .. } if gap.is_past_end() => Some(
+            "start at an offset up to the end with --offset, or read only new records with --follow",
+        ),
         ClientError::OffsetOutOfRange { .. } => Some(
             "the records were deleted by retention; pass --on-gap reset to continue from the log start, or --from-beginning",
         ),

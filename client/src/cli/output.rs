@@ -94,6 +94,17 @@ pub(crate) fn unescape(text: &str) -> String {
     out
 }
 
+/// A count with its noun in the right number: `1 record`, `0 records`,
+/// `2 records`.
+pub(crate) fn plural(count: impl Into<u64>, one: &str, many: &str) -> String {
+    let count = count.into();
+    if count == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{count} {many}")
+    }
+}
+
 /// Bytes as a person reads them: 1023 B, 1.5 KiB, 3.2 MiB, …
 pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -161,6 +172,13 @@ mod tests {
             ],
         );
         assert_eq!(text, "NAME    PARTITIONS\norders  3\na       12\n");
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(plural(1_u64, "record", "records"), "1 record");
+        assert_eq!(plural(0_u64, "record", "records"), "0 records");
+        assert_eq!(plural(2_u32, "partition", "partitions"), "2 partitions");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Parsing `--time`: milliseconds since the Unix epoch, or an RFC 3339
 //! timestamp such as `2024-05-01T12:00:00Z` or `2024-05-01T14:00:00.250+02:00`.
-//! About sixty lines here beat a date-time dependency for one parser.
+//! About sixty lines here beat a date-time dependency for one parser. Also
+//! durations (`--duration 10m`, `--by-duration 2h`) and the clock.
+
+use std::time::Duration;
 
 /// Parses milliseconds or RFC 3339 into milliseconds since the Unix epoch.
 ///
@@ -18,6 +21,40 @@ pub(crate) fn parse_time_ms(text: &str) -> Result<i64, String> {
             "{text:?} is not a time: give milliseconds since the Unix epoch or RFC 3339, like 2024-05-01T12:00:00Z"
         )
     })
+}
+
+/// Parses a duration as people write it: `500ms`, `90s`, `10m`, `2h`,
+/// `7d`, or plain seconds.
+///
+/// # Errors
+/// A sentence showing the forms expected.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let expected = || format!("{text:?} is not a duration: write it like 90s, 10m, 2h or 7d");
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number.parse().map_err(|_| expected())?;
+    let millis = match unit {
+        "ms" => Some(value),
+        "" | "s" => value.checked_mul(1_000),
+        "m" => value.checked_mul(60_000),
+        "h" => value.checked_mul(3_600_000),
+        "d" => value.checked_mul(86_400_000),
+        _ => None,
+    }
+    .ok_or_else(expected)?;
+    Ok(Duration::from_millis(millis))
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
 }
 
 fn digits(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
@@ -192,6 +229,20 @@ mod tests {
         assert_eq!(format_duration_ms(5 * 3_600_000 + 4 * 60_000), "5h04m");
         assert_eq!(format_duration_ms(2 * 86_400_000 + 3 * 3_600_000), "2d03h");
         assert_eq!(format_duration_ms(-12_000), "-12s");
+    }
+
+    #[test]
+    fn durations_parse_as_people_write_them() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        for bad in ["ten minutes", "-5m", "5w", "", "99999999999999999999d"] {
+            let error = parse_duration(bad).unwrap_err();
+            assert!(error.contains("90s, 10m, 2h or 7d"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::Global;
-use crate::output::{human_bytes, table};
+use crate::numbers;
+use crate::output::{human_bytes, plural, table};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicCommand {
@@ -15,13 +16,14 @@ pub(crate) enum TopicCommand {
     Create {
         /// Topic name: letters, digits, '.', '_' and '-'.
         name: String,
-        /// Number of partitions.
-        #[arg(long)]
+        /// Number of partitions, at least 1.
+        #[arg(long, value_parser = numbers::partition_count, allow_negative_numbers = true)]
         partitions: u32,
-        /// Replicas per partition; 0 lets the broker choose (1 on a single
-        /// node, 3 in a cluster of three or more brokers).
-        #[arg(long, default_value_t = 0)]
-        replication_factor: u16,
+        /// Replicas per partition, at least 1. Left out, the broker
+        /// chooses: 1 on a single node, 3 in a cluster of three or more
+        /// brokers.
+        #[arg(long, value_name = "N", value_parser = numbers::replication_factor, allow_negative_numbers = true)]
+        replication_factor: Option<u16>,
         /// A setting, as key=value: retention.ms, retention.bytes (-1 =
         /// unlimited), segment.bytes, segment.ms, max.message.bytes,
         /// cleanup.policy. Repeat for several.
@@ -62,7 +64,10 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
             replication_factor,
             configs,
         } => {
-            let mut topic = NewTopic::new(&name, partitions).replication_factor(replication_factor);
+            let mut topic = NewTopic::new(&name, partitions);
+            if let Some(replication_factor) = replication_factor {
+                topic = topic.replication_factor(replication_factor);
+            }
             for (key, value) in configs {
                 topic = topic.config(key, value);
             }
@@ -70,7 +75,10 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
             if global.json {
                 println!("{}", json!({"created": name, "partitions": partitions}));
             } else {
-                println!("created topic {name} with {partitions} partitions");
+                println!(
+                    "created topic {name} with {}",
+                    plural(partitions, "partition", "partitions")
+                );
             }
         }
         TopicCommand::List => list(global, &admin).await?,
@@ -121,7 +129,10 @@ async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
                 (None, Some(health), _) => health.to_owned(),
                 // A broker too old to describe the cluster: its metadata.
                 (None, None, 0) => "ok".to_owned(),
-                (None, None, count) => format!("{count} partitions without leader"),
+                (None, None, count) => format!(
+                    "{} without leader",
+                    plural(count as u64, "partition", "partitions")
+                ),
             };
             vec![
                 topic.name.clone(),
@@ -257,10 +268,9 @@ async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<()
 
 fn describe_text(description: &DescribedTopic) -> String {
     let mut text = format!(
-        "topic {}: {} partition{}, replication factor {}\n",
+        "topic {}: {}, replication factor {}\n",
         description.name,
-        description.partitions,
-        if description.partitions == 1 { "" } else { "s" },
+        plural(description.partitions, "partition", "partitions"),
         description.replication_factor
     );
     for (key, value) in &description.configs {

@@ -11,6 +11,7 @@ use corelog_client::verify::workload::{self, Workload};
 use corelog_client::verify::{History, Report, check};
 
 use crate::Global;
+use crate::time::parse_duration;
 
 #[derive(Debug, Args)]
 pub(crate) struct VerifyArgs {
@@ -58,27 +59,6 @@ pub(crate) enum Verdict {
     Clean,
     /// The checker found violations (the report says which).
     Violations(u64),
-}
-
-/// Parses `90s`, `10m`, `1h`, `500ms`, or plain seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: write it like 90s, 10m or 1h"))?;
-    let millis = match unit {
-        "ms" => Some(value),
-        "" | "s" => value.checked_mul(1000),
-        "m" => value.checked_mul(60_000),
-        "h" => value.checked_mul(3_600_000),
-        _ => None,
-    }
-    .ok_or_else(|| format!("{text:?} is not a duration: write it like 90s, 10m or 1h"))?;
-    Ok(Duration::from_millis(millis))
 }
 
 pub(crate) async fn run(global: &Global, args: VerifyArgs) -> Result<Verdict, ClientError> {
@@ -150,20 +130,4 @@ fn print_report(global: &Global, report: &Report) -> Result<(), ClientError> {
         println!("{report}");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert!(parse_duration("ten minutes").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
 }

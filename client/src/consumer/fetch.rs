@@ -431,6 +431,38 @@ mod tests {
     }
 
     #[test]
+    fn an_offset_past_the_end_is_described_as_such_not_as_deleted() {
+        let mut answer = out_of_range();
+        answer.gap = None;
+        answer.log_start_offset = 0;
+        answer.high_watermark = 3;
+        let outcome = partition_outcome(
+            &topic(),
+            0,
+            Offset(10),
+            &answer,
+            &Bytes::new(),
+            OffsetOutOfRangePolicy::Error,
+            &BatchLimits::default(),
+        );
+        let PartitionOutcome::Fail {
+            error: ClientError::OffsetOutOfRange { gap, .. },
+        } = outcome
+        else {
+            panic!("expected an out-of-range failure, got {outcome:?}");
+        };
+        assert!(gap.is_past_end());
+        let text = gap.to_string();
+        assert!(
+            text.starts_with(
+                "offset 10 is past the end of the log: the next record will be offset 3"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("deleted"), "{text}");
+    }
+
+    #[test]
     fn out_of_range_with_the_reset_policy_moves_to_the_log_start() {
         let outcome = partition_outcome(
             &topic(),

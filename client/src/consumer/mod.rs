@@ -243,8 +243,27 @@ pub struct GapInfo {
     pub deleted: Vec<DeletedRange>,
 }
 
+impl GapInfo {
+    /// Whether the offset asked for is past the end of the log (no record
+    /// has it yet), rather than deleted from its start.
+    #[must_use]
+    pub fn is_past_end(&self) -> bool {
+        self.requested_offset > self.high_watermark
+    }
+}
+
 impl fmt::Display for GapInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_past_end() {
+            return write!(
+                f,
+                "offset {} is past the end of the log: the next record will be offset {} (the log holds {}..{})",
+                self.requested_offset,
+                self.high_watermark,
+                self.log_start_offset,
+                self.high_watermark
+            );
+        }
         write!(
             f,
             "offset {} is out of range: the log holds {}..{}",

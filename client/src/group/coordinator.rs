@@ -121,7 +121,9 @@ fn coordinator_moved(error: &ClientError) -> bool {
     ) || matches!(
         error,
         ClientError::Connect { .. }
+            | ClientError::Resolve { .. }
             | ClientError::ConnectTimeout { .. }
+            | ClientError::HandshakeTimeout { .. }
             | ClientError::ConnectionLost { .. }
             | ClientError::RequestTimeout { .. }
     )

@@ -160,7 +160,17 @@ impl GroupConfig {
         group: impl Into<String>,
         topics: impl IntoIterator<Item = T>,
     ) -> GroupConfig {
-        let client = ClientConfig::new(bootstrap);
+        GroupConfig::with_client(ClientConfig::new(bootstrap), group, topics)
+    }
+
+    /// Defaults for `group` consuming `topics`, reaching the cluster as
+    /// `client` says.
+    #[must_use]
+    pub fn with_client<T: Into<String>>(
+        client: ClientConfig,
+        group: impl Into<String>,
+        topics: impl IntoIterator<Item = T>,
+    ) -> GroupConfig {
         let defaults = ConsumerConfig::default();
         GroupConfig {
             principal: None,
@@ -534,6 +544,14 @@ impl GroupConsumer {
     pub fn position(&self, partition: &TopicPartition) -> Option<Offset> {
         self.consumer
             .position(&partition.topic, partition.partition)
+    }
+
+    /// Whether every partition this member fetches has been read up to its
+    /// high watermark as of its last fetch: nothing more to read for now.
+    /// `true` for a member without partitions.
+    #[must_use]
+    pub fn caught_up(&self) -> bool {
+        self.consumer.caught_up()
     }
 
     /// The offset [`GroupConsumer::commit`] would commit for a partition.

@@ -651,7 +651,9 @@ fn is_transport_failure(error: &ClientError) -> bool {
     matches!(
         error,
         ClientError::Connect { .. }
+            | ClientError::Resolve { .. }
             | ClientError::ConnectTimeout { .. }
+            | ClientError::HandshakeTimeout { .. }
             | ClientError::ConnectionLost { .. }
             | ClientError::RequestTimeout { .. }
     )

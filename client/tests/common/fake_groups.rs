@@ -701,10 +701,11 @@ impl FakeBroker {
                 logs.iter().map(|l| (l.log_start, l.next_offset)).collect();
             (bounds, logs.len() as u32)
         };
-        let partitions: Vec<u32> = request
-            .partitions
-            .clone()
-            .unwrap_or_else(|| (0..count).collect());
+        let partitions: Vec<u32> = match (&request.to, &request.partitions) {
+            (ResetTarget::Offsets(offsets), _) => offsets.iter().map(|o| o.partition).collect(),
+            (_, Some(partitions)) => partitions.clone(),
+            (_, None) => (0..count).collect(),
+        };
         let mut results = Vec::new();
         {
             let groups = self.groups.lock().unwrap();
@@ -730,14 +731,18 @@ impl FakeBroker {
                     .get(&request.group)
                     .and_then(|g| g.offsets.get(&(request.topic.clone(), partition)))
                     .map_or(-1, |c| c.next_offset as i64);
-                let after = match request.to {
+                let after = match &request.to {
                     ResetTarget::Earliest => start,
                     ResetTarget::Latest => end,
-                    ResetTarget::Offset(offset) => offset.clamp(start, end),
+                    ResetTarget::Offset(offset) => (*offset).clamp(start, end),
+                    ResetTarget::Offsets(offsets) => offsets
+                        .iter()
+                        .find(|o| o.partition == partition)
+                        .map_or(start, |o| o.offset.clamp(start, end)),
                     ResetTarget::Timestamp(time) => self
                         .records(&request.topic, partition)
                         .iter()
-                        .find(|r| r.timestamp >= TimestampMs(time))
+                        .find(|r| r.timestamp >= TimestampMs(*time))
                         .map_or(end, |r| r.offset.0),
                 };
                 results.push(ResetPartition {

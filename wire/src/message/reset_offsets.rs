@@ -12,19 +12,39 @@ use super::{api, no_raw_section};
 use crate::frame::ApiKey;
 
 /// Where to move the offsets.
-#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// New variants go at the end: a variant's number is its archived tag.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug, PartialEq, Eq))]
 pub enum ResetTarget {
     /// Each partition's log start offset: replay everything retained.
     Earliest,
     /// Each partition's high watermark: skip everything committed so far.
     Latest,
-    /// This offset in every selected partition (clamped to the log start and
-    /// high watermark by the broker, which reports where it went).
+    /// This offset in every selected partition. An offset outside a
+    /// partition's log start and high watermark is refused for that
+    /// partition with `OFFSET_OUT_OF_RANGE`.
     Offset(u64),
     /// The first offset whose timestamp is at or after this time (ms since
     /// the Unix epoch) in each partition.
     Timestamp(i64),
+    /// Each listed partition to its own offset, in one audited step: for
+    /// example another group's positions, or each position shifted by the
+    /// client. The partitions moved are the listed ones, so the request's
+    /// `partitions` must be `None` and a partition is listed once
+    /// (`INVALID_REQUEST` otherwise); an offset outside its partition's log
+    /// is refused for that partition as with [`ResetTarget::Offset`].
+    Offsets(Vec<PartitionOffset>),
+}
+
+/// One partition's target in [`ResetTarget::Offsets`].
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub struct PartitionOffset {
+    /// Partition index.
+    pub partition: u32,
+    /// The committed next offset to set.
+    pub offset: u64,
 }
 
 /// Resets a group's offsets on one topic.
@@ -102,11 +122,14 @@ pub(crate) mod tests {
     };
 
     fn target() -> impl Strategy<Value = ResetTarget> {
+        let offsets = few((any::<u32>(), any::<u64>())
+            .prop_map(|(partition, offset)| PartitionOffset { partition, offset }));
         prop_oneof![
             Just(ResetTarget::Earliest),
             Just(ResetTarget::Latest),
             any::<u64>().prop_map(ResetTarget::Offset),
             any::<i64>().prop_map(ResetTarget::Timestamp),
+            offsets.prop_map(ResetTarget::Offsets),
         ]
     }
 

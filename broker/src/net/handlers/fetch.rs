@@ -144,12 +144,19 @@ fn respond(
             }
             Err(error) => {
                 shard.metrics.error(error.code);
+                // Known with OFFSET_OUT_OF_RANGE, so the reader learns where
+                // the log is; 0 with errors that say nothing about it.
+                let (log_start, high_watermark) = match (&error.bounds, &error.gap) {
+                    (Some(bounds), _) => (bounds.log_start.0, bounds.high_watermark.0),
+                    (None, Some(gap)) => (gap.log_start.0, 0),
+                    (None, None) => (0, 0),
+                };
                 FetchPartitionResponse {
                     partition: entry.partition,
                     error_code: error.code.code(),
                     error_message: Some(error.message.clone()),
-                    high_watermark: 0,
-                    log_start_offset: error.gap.as_ref().map_or(0, |gap| gap.log_start.0),
+                    high_watermark,
+                    log_start_offset: log_start,
                     next_offset: entry.offset.0,
                     records_len: 0,
                     gap: error.gap.as_ref().map(wire_gap),

@@ -31,7 +31,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::executor::GlommioExecutor;
 use crate::metadata::{CleanupPolicy, TopicConfig};
-use crate::partition::OffsetQuery;
+use crate::partition::{OffsetQuery, PartitionError};
 use crate::storage::memory_disk::{Fault, MemoryDisk};
 use crate::storage::{
     CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
@@ -1028,6 +1028,12 @@ fn reads_stop_at_the_high_watermark() {
             .await
             .unwrap_err();
         assert_eq!(beyond.code(), ErrorCode::OffsetOutOfRange);
+        // The reader is told where the end is.
+        let bounds = PartitionError::from(beyond).bounds;
+        assert_eq!(
+            bounds.map(|bounds| bounds.high_watermark),
+            Some(high_watermark)
+        );
         let below = committed(&leader, Offset(0)).await;
         assert!(below.iter().all(|batch| batch.last < high_watermark));
         let signal = leader.high_watermark_signal();

@@ -1234,7 +1234,9 @@ impl<D: Disk> PartitionLog<D> {
     }
 
     /// The first durable record with a timestamp at or after `target`:
-    /// its offset and timestamp, or `None` if every record is older.
+    /// its offset and timestamp, or `None` if every record is older. In
+    /// journal mode that includes the durable batches the segment flusher
+    /// has not written to the segment yet.
     ///
     /// # Errors
     /// [`StorageError::Corrupt`] or [`StorageError::Io`] from the reads.
@@ -1255,18 +1257,42 @@ impl<D: Disk> PartitionLog<D> {
             else {
                 continue;
             };
-            let found = Bytes::from(found);
-            let records =
-                batch::decode_records(&found, limits).map_err(|error| StorageError::Corrupt {
-                    path: segment.paths().log.clone(),
-                    position: 0,
-                    reason: error.to_string(),
-                })?;
-            if let Some(record) = records.iter().find(|record| record.timestamp >= target) {
-                return Ok(Some((record.offset, record.timestamp)));
+            let path = segment.paths().log.clone();
+            if let Some(found) =
+                first_record_at_or_after(&Bytes::from(found), target, limits, &path)?
+            {
+                return Ok(Some(found));
             }
         }
-        Ok(None)
+        // Later than every segment: the journaled tail, in offset order.
+        let unsegmented = self.unsegmented_batch_with_timestamp(target, upper);
+        match unsegmented {
+            Some(bytes) => {
+                let path = self.state.borrow().active().paths().log.clone();
+                first_record_at_or_after(&bytes, target, limits, &path)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Journal mode: the first durable batch below `upper` that is not in
+    /// the segment yet and reaches `target`.
+    fn unsegmented_batch_with_timestamp(
+        &self,
+        target: TimestampMs,
+        upper: Offset,
+    ) -> Option<Bytes> {
+        self.journal.as_ref()?;
+        let state = self.state.borrow();
+        let in_flight = state.in_flight.iter().flat_map(|plan| plan.batches.iter());
+        in_flight
+            .chain(state.appender.pending())
+            .take_while(|pending| pending.header.next_offset() <= upper)
+            .find(|pending| {
+                pending.header.next_offset() > state.segment_end()
+                    && pending.header.max_timestamp >= target
+            })
+            .map(|pending| pending.bytes.clone())
     }
 
     /// Flushes everything pending, seals the active segment's indexes and
@@ -1419,4 +1445,27 @@ impl<D: Disk> PartitionLog<D> {
 
 fn active_alignment<D: Disk>(state: &LogState<D>) -> u64 {
     state.active().file().alignment()
+}
+
+/// The first record of a batch whose timestamp reaches `target`, checking
+/// the batch's CRC on the way.
+///
+/// # Errors
+/// [`StorageError::Corrupt`], naming `path`, for a batch that fails.
+fn first_record_at_or_after(
+    batch_bytes: &Bytes,
+    target: TimestampMs,
+    limits: &batch::BatchLimits,
+    path: &Path,
+) -> Result<Option<(Offset, TimestampMs)>, StorageError> {
+    let records =
+        batch::decode_records(batch_bytes, limits).map_err(|error| StorageError::Corrupt {
+            path: path.to_path_buf(),
+            position: 0,
+            reason: error.to_string(),
+        })?;
+    Ok(records
+        .iter()
+        .find(|record| record.timestamp >= target)
+        .map(|record| (record.offset, record.timestamp)))
 }

@@ -194,6 +194,45 @@ fn reads_serve_durable_batches_not_yet_in_the_segment_and_after_they_are() {
 }
 
 #[test]
+fn a_time_lookup_finds_durable_batches_not_yet_in_the_segment() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    // Batches of two records: offsets 0-1 at T0, 2-3 at T0 + 100, 4-5 at
+    // T0 + 200.
+    for tag in 0..3 {
+        block_on(log.append(make_batch(tag, 2, 150, T0 + 100 * tag as i64))).expect("append");
+    }
+    assert!(
+        log.unsegmented_bytes() > 0,
+        "the batches wait in the journal"
+    );
+    let lookup = |target: i64| {
+        block_on(log.offset_for_timestamp(TimestampMs(target)))
+            .expect("time lookup")
+            .map(|(offset, _)| offset)
+    };
+    assert_eq!(lookup(T0), Some(Offset(0)));
+    assert_eq!(lookup(T0 + 150), Some(Offset(4)));
+    assert_eq!(
+        lookup(T0 + 101),
+        Some(Offset(3)),
+        "the second record of a batch"
+    );
+    assert_eq!(lookup(T0 + 1_000), None);
+    block_on(log.flush_segment()).expect("segment flush");
+    assert_eq!(log.unsegmented_bytes(), 0);
+    assert_eq!(
+        lookup(T0 + 150),
+        Some(Offset(4)),
+        "the same from the segment"
+    );
+    // Part in the segment, part in the journal.
+    block_on(log.append(make_batch(3, 2, 150, T0 + 300))).expect("append");
+    assert_eq!(lookup(T0 + 250), Some(Offset(6)));
+    assert_eq!(lookup(T0 + 50), Some(Offset(2)));
+}
+
+#[test]
 fn one_read_goes_on_from_the_segment_end_into_what_the_journal_holds() {
     let shard = Shard::new();
     let log = block_on(shard.open_log(0));
