@@ -376,8 +376,15 @@ fn a_bootstrap_address_that_is_not_a_corelog_broker_is_named_as_such() {
         for stream in listener.incoming().take(1) {
             let mut stream = stream.unwrap();
             let mut request = [0_u8; 64];
-            let _ = stream.read(&mut request);
-            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            // The client waits for this answer: a failed read or write here
+            // fails the test (through the join below), not silently.
+            let read = stream
+                .read(&mut request)
+                .expect("the client's handshake arrives");
+            assert!(read > 0, "the client closed before its handshake");
+            stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .expect("the fake HTTP server answers");
         }
     });
     let stderr = topic_list_fails_within(&http, Duration::from_secs(5));
