@@ -10,14 +10,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use corelog_client::Producer;
 use corelog_client::group::{MemberGeneration, OffsetToCommit};
 use corelog_client::{Admin, Offset, TopicPartition};
+use corelog_tests::cli::{self, text};
 use corelog_tests::cluster_client::{client_config, client_runtime, producer_config, serial};
-use corelog_tests::{Broker, binary, start_cluster};
+use corelog_tests::{Broker, start_cluster};
 use serde_json::Value;
 
 /// Fence a silent broker after 1 s; drop a silent follower from the
@@ -31,16 +32,7 @@ const CLUSTER_ARGS: &[&str] = &[
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn corelog(broker: &Broker, args: &[&str]) -> Output {
-    Command::new(binary("corelog"))
-        .arg("--bootstrap")
-        .arg(broker.addr.to_string())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    cli::corelog(&broker.addr.to_string(), args, None)
 }
 
 /// Runs `args` until `done` holds for its output; panics with the last.
@@ -198,6 +190,31 @@ fn cluster_health_and_topic_describe_follow_brokers_going_down() {
     );
 }
 
+/// Produces records keyed `key-N` for each N in `numbers`, so that they
+/// spread over the topic's partitions.
+fn produce_keyed(broker: &Broker, topic: &str, numbers: std::ops::Range<u32>) {
+    let lines: String = numbers.map(|n| format!("key-{n}:record {n}\n")).collect();
+    let produced = cli::corelog(
+        &broker.addr.to_string(),
+        &["produce", "--topic", topic, "--key-separator", ":"],
+        Some(&lines),
+    );
+    assert!(produced.status.success(), "{}", text(&produced.stderr));
+}
+
+/// Each partition's (leader, high watermark) as `topic describe` shows it.
+fn leaders_and_watermarks(output: &Output) -> Vec<(Option<u64>, Option<u64>)> {
+    described_partitions(output)
+        .iter()
+        .map(|partition| {
+            (
+                partition["leader"].as_u64(),
+                partition["high_watermark"].as_u64(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn group_lag_bytes_and_age_come_from_each_partitions_leader() {
     let _serial = serial();
@@ -216,22 +233,7 @@ fn group_lag_bytes_and_age_come_from_each_partitions_leader() {
         "the topic to be created",
         |output| output.status.success(),
     );
-    // Keyed, so that the records spread over the three partitions.
-    let lines: String = (0..300).map(|n| format!("key-{n}:record {n}\n")).collect();
-    let produced = Command::new(binary("corelog"))
-        .arg("--bootstrap")
-        .arg(brokers[0].addr.to_string())
-        .args(["produce", "--topic", "lagged", "--key-separator", ":"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(lines.as_bytes())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    assert!(produced.status.success(), "{}", text(&produced.stdout));
+    produce_keyed(&brokers[0], "lagged", 0..300);
     let bootstrap = brokers
         .iter()
         .map(|broker| broker.addr.to_string())
@@ -330,4 +332,168 @@ fn a_producer_waits_for_a_controller_leader_until_its_delivery_timeout() {
         .expect("a producer id once the controller has a leader again");
     assert!(started.elapsed() >= Duration::from_secs(8));
     runtime.block_on(producer.close()).unwrap();
+}
+
+/// Item 19: a leader change appends an epoch-start marker (a control
+/// record at its own offset); lag in records counts records, so a group
+/// that read everything has no lag afterwards, a marker amid unread
+/// records is not counted, and the age is that of the oldest unread
+/// record, not of the marker.
+#[test]
+fn group_lag_counts_records_not_the_epoch_markers_of_leader_changes() {
+    let _serial = serial();
+    let mut brokers = start_cluster(3, CLUSTER_ARGS);
+    const PARTITIONS: usize = 6;
+    wait_for(
+        &brokers[0],
+        &[
+            "topic",
+            "create",
+            "marked",
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            "3",
+        ],
+        "the topic to be created",
+        |output| output.status.success(),
+    );
+    produce_keyed(&brokers[0], "marked", 0..300);
+    let describe = ["--json", "topic", "describe", "marked"];
+    let before = leaders_and_watermarks(&corelog(&brokers[0], &describe));
+    assert_eq!(before.len(), PARTITIONS, "{before:?}");
+    let led_by_3: Vec<usize> = (0..PARTITIONS)
+        .filter(|index| before[*index].0 == Some(3))
+        .collect();
+    assert!(!led_by_3.is_empty(), "broker 3 leads nothing: {before:?}");
+
+    // The groups read everything: each commits each partition's end.
+    // Several groups, so that some are coordinated by the moved
+    // partitions' new leader (lag measured locally) and some by another
+    // broker (lag asked of the leader through DescribeTopics and Fetch).
+    let groups: Vec<String> = (0..6).map(|n| format!("readers-{n}")).collect();
+    let bootstrap = brokers[..2]
+        .iter()
+        .map(|broker| broker.addr.to_string())
+        .collect();
+    let runtime = client_runtime();
+    let admin = runtime
+        .block_on(Admin::connect(client_config(bootstrap)))
+        .unwrap();
+    let committed: Vec<u64> = before.iter().map(|(_, hw)| hw.unwrap()).collect();
+    let offsets: Vec<OffsetToCommit> = committed
+        .iter()
+        .enumerate()
+        .map(|(partition, next)| OffsetToCommit {
+            partition: TopicPartition {
+                topic: "marked".into(),
+                partition: partition as u32,
+            },
+            next_offset: Offset(*next),
+            metadata: None,
+        })
+        .collect();
+    let deadline = Instant::now() + DEADLINE;
+    for group in &groups {
+        while let Err(error) =
+            runtime.block_on(admin.commit_offsets(group, &MemberGeneration::none(), &offsets))
+        {
+            assert!(error.is_retriable() && Instant::now() < deadline, "{error}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    // Broker 3 dies: its partitions get new leaders, whose markers commit
+    // one offset past what the group read.
+    brokers[2].kill();
+    let after = wait_for(
+        &brokers[0],
+        &describe,
+        "new leaders with committed markers",
+        |output| {
+            let now = leaders_and_watermarks(output);
+            now.len() == PARTITIONS
+                && led_by_3.iter().all(|index| {
+                    now[*index].0.is_some_and(|leader| leader != 3)
+                        && now[*index].1 == Some(committed[*index] + 1)
+                })
+        },
+    );
+    println!(
+        "after broker 3 died:\n{}",
+        text(&corelog(&brokers[0], &["topic", "describe", "marked"]).stdout)
+    );
+    let after = leaders_and_watermarks(&after);
+    let lags = |group: &str| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            match runtime.block_on(admin.describe_group(group)) {
+                Ok(description) if description.partitions.len() == PARTITIONS => {
+                    let mut lags = description.partitions;
+                    lags.sort_by_key(|lag| lag.partition.partition);
+                    return lags;
+                }
+                other => assert!(Instant::now() < deadline, "{other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    for group in &groups {
+        for lag in lags(group) {
+            let index = lag.partition.partition as usize;
+            assert_eq!(lag.high_watermark, after[index].1.unwrap(), "{lag:?}");
+            assert_eq!(
+                lag.lag_records, 0,
+                "{group}: a marker counted as a record: {lag:?}"
+            );
+            assert_eq!(lag.oldest_unconsumed_age_ms, None, "{group}: {lag:?}");
+        }
+    }
+    // Who measured: a coordinator exports its groups' lag series.
+    let new_leaders: Vec<u64> = led_by_3
+        .iter()
+        .filter_map(|index| after[*index].0)
+        .collect();
+    let coordinators: Vec<u32> = groups
+        .iter()
+        .filter_map(|group| {
+            let series = format!("group=\"{group}\"");
+            // start_cluster numbers its brokers from 1.
+            (1..=2u32).find(|node| brokers[*node as usize - 1].metrics().contains(&series))
+        })
+        .collect();
+    println!("moved partitions led by {new_leaders:?}; groups coordinated by {coordinators:?}");
+    assert!(
+        coordinators
+            .iter()
+            .any(|node| new_leaders.contains(&u64::from(*node)))
+            && coordinators
+                .iter()
+                .any(|node| !new_leaders.contains(&u64::from(*node))),
+        "the test needs a group coordinated by a moved partition's leader and one by \
+         another broker (rename the groups if placement changed): leaders {new_leaders:?}, \
+         coordinators {coordinators:?}"
+    );
+
+    // New records after the marker: the lag is exactly those, and their
+    // age is no older than this produce (the marker is seconds older).
+    std::thread::sleep(Duration::from_secs(2));
+    let produced_at = Instant::now();
+    produce_keyed(&brokers[0], "marked", 300..600);
+    let later = leaders_and_watermarks(&corelog(&brokers[0], &describe));
+    let lags: Vec<_> = groups.iter().flat_map(|group| lags(group)).collect();
+    let elapsed_ms = produced_at.elapsed().as_millis() as i64;
+    for lag in &lags {
+        let index = lag.partition.partition as usize;
+        let markers = u64::from(led_by_3.contains(&index));
+        let written = later[index].1.unwrap() - committed[index] - markers;
+        assert_eq!(lag.lag_records, written, "{lag:?}");
+        if written > 0 {
+            let age = lag.oldest_unconsumed_age_ms.unwrap();
+            assert!(
+                age <= elapsed_ms,
+                "age {age} ms is older than the produce {elapsed_ms} ms ago: {lag:?}"
+            );
+        }
+    }
 }

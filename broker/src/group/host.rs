@@ -11,7 +11,7 @@ use corelog_wire::types::{Offset, TimestampMs};
 use futures::future::LocalBoxFuture;
 
 use crate::metadata::MetadataSnapshot;
-use crate::partition::{OffsetQuery, PartitionError, PartitionSummary};
+use crate::partition::{OffsetQuery, PartitionError, ReplicaSummary};
 
 /// An offset found by a lookup, with the record's time for time queries.
 pub type FoundOffset = Option<(Offset, TimestampMs)>;
@@ -36,12 +36,13 @@ pub trait GroupHost {
         query: OffsetQuery,
     ) -> LocalBoxFuture<'a, Result<FoundOffset, PartitionError>>;
 
-    /// The offsets and size of a partition wherever it is led (lag).
+    /// The offsets, size and epoch runs of a partition wherever it is led
+    /// (lag).
     fn summary<'a>(
         &'a self,
         topic: &'a str,
         partition: u32,
-    ) -> LocalBoxFuture<'a, Result<PartitionSummary, PartitionError>>;
+    ) -> LocalBoxFuture<'a, Result<ReplicaSummary, PartitionError>>;
 
     /// Committed batches of a partition wherever it is led, from
     /// `offset`: at least one batch, about `max_bytes` (lag's age).

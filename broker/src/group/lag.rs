@@ -14,6 +14,7 @@ use corelog_wire::message::describe_groups::PartitionLag;
 use corelog_wire::types::{Offset, TimestampMs};
 
 use super::host::GroupHost;
+use crate::partition::ReplicaSummary;
 
 /// How long before retention may delete the oldest record a group has not
 /// consumed, `age_ms` old, with `unconsumed_bytes` from it to the end:
@@ -47,10 +48,22 @@ fn retention_left_ms(
     }
 }
 
+/// Bytes asked for per read of the log while looking for the oldest
+/// unconsumed record: a marker is one small batch, so the first read
+/// nearly always reaches data.
+const AGE_READ_BYTES: usize = 64 * 1024;
+
+/// Reads while looking for the oldest unconsumed record past markers.
+const AGE_READS_MAX: usize = 4;
+
 /// Lag of one partition for a group whose next offset is `committed`
 /// (`None`: nothing committed; measured from the log start), and whether
 /// it could be measured at all (`false`: the leader could not be asked,
 /// and the figures are placeholders).
+///
+/// Records are offsets below the high watermark minus the epoch-start
+/// markers among them (control records a consumer skips): a group that
+/// read everything has no lag after a leader change.
 pub async fn partition_lag(
     host: &dyn GroupHost,
     topic: &str,
@@ -72,7 +85,11 @@ pub async fn partition_lag(
         oldest_unconsumed_age_ms: -1,
         retention_left_ms: -1,
     };
-    let Ok(summary) = host.summary(topic, partition).await else {
+    let Ok(ReplicaSummary {
+        log: summary,
+        epoch_starts,
+    }) = host.summary(topic, partition).await
+    else {
         // The leader cannot be asked: everything stays unknown.
         return (lag, false);
     };
@@ -81,44 +98,115 @@ pub async fn partition_lag(
     let position = committed
         .map_or(summary.log_start.0, |(offset, _)| offset)
         .max(summary.log_start.0);
-    lag.lag_records = summary.high_watermark.0.saturating_sub(position);
+    let unread = Offset(position)..summary.high_watermark;
+    let mut markers = 0u64;
+    for start in epoch_starts.iter().filter(|start| unread.contains(start)) {
+        markers += marker_records_at(host, topic, partition, *start).await;
+    }
+    lag.lag_records = summary
+        .high_watermark
+        .0
+        .saturating_sub(position)
+        .saturating_sub(markers);
     let span = summary.log_end.0.saturating_sub(summary.log_start.0).max(1);
     lag.lag_bytes = lag.lag_records.saturating_mul(summary.size_bytes / span);
     if lag.lag_records == 0 {
         return (lag, true);
     }
-    if let Ok(chunks) = host.read(topic, partition, Offset(position), 1).await {
-        let limits = BatchLimits::default();
-        let first = chunks.first().and_then(|chunk| {
-            let found = batch::batches(chunk, &limits).next()?.ok()?;
-            let bytes = chunk.slice_ref(found.bytes);
-            batch::decode_records(&bytes, &limits)
-                .ok()?
-                .into_iter()
-                .find(|record| record.offset.0 >= position)
-                .map(|record| record.timestamp)
-        });
-        if let Some(timestamp) = first {
-            let age = now.0.saturating_sub(timestamp.0).max(0);
-            lag.oldest_unconsumed_age_ms = age;
-            let config = host
-                .snapshot()
-                .topics
-                .get(topic)
-                .map(|view| view.record.config);
-            if let Some(left) = config.and_then(|config| {
-                retention_left_ms(
-                    config.retention_ms,
-                    config.retention_bytes,
-                    age,
-                    lag.lag_bytes,
-                )
-            }) {
-                lag.retention_left_ms = left;
-            }
+    if let Some(timestamp) = oldest_unconsumed_timestamp(host, topic, partition, unread).await {
+        let age = now.0.saturating_sub(timestamp.0).max(0);
+        lag.oldest_unconsumed_age_ms = age;
+        let config = host
+            .snapshot()
+            .topics
+            .get(topic)
+            .map(|view| view.record.config);
+        if let Some(left) = config.and_then(|config| {
+            retention_left_ms(
+                config.retention_ms,
+                config.retention_bytes,
+                age,
+                lag.lag_bytes,
+            )
+        }) {
+            lag.retention_left_ms = left;
         }
     }
     (lag, true)
+}
+
+/// Records of the control batch (an epoch-start marker) that starts at
+/// `start`, or 0 when the batch there is data or cannot be read (then it
+/// counts as records: lag is never understated).
+async fn marker_records_at(
+    host: &dyn GroupHost,
+    topic: &str,
+    partition: u32,
+    start: Offset,
+) -> u64 {
+    let Ok(chunks) = host.read(topic, partition, start, 1).await else {
+        return 0;
+    };
+    let limits = BatchLimits::default();
+    let first = chunks.first().and_then(|chunk| {
+        batch::batches(chunk, &limits)
+            .next()?
+            .ok()
+            .map(|found| found.header)
+    });
+    match first {
+        Some(header) if header.is_control() && header.base_offset == start => {
+            u64::from(header.record_count)
+        }
+        _ => 0,
+    }
+}
+
+/// Timestamp of the first data record in `unread` (markers skipped), or
+/// `None` when the log cannot be read.
+async fn oldest_unconsumed_timestamp(
+    host: &dyn GroupHost,
+    topic: &str,
+    partition: u32,
+    unread: std::ops::Range<Offset>,
+) -> Option<TimestampMs> {
+    let limits = BatchLimits::default();
+    let mut cursor = unread.start;
+    for _ in 0..AGE_READS_MAX {
+        if cursor >= unread.end {
+            return None;
+        }
+        let chunks = host
+            .read(topic, partition, cursor, AGE_READ_BYTES)
+            .await
+            .ok()?;
+        let mut advanced = false;
+        for chunk in &chunks {
+            for found in batch::batches(chunk, &limits) {
+                let found = found.ok()?;
+                let after = Offset(found.header.last_offset().0.saturating_add(1));
+                if found.header.is_control() {
+                    advanced |= after > cursor;
+                    cursor = cursor.max(after);
+                    continue;
+                }
+                let bytes = chunk.slice_ref(found.bytes);
+                let first = batch::decode_records(&bytes, &limits)
+                    .ok()?
+                    .into_iter()
+                    .find(|record| record.offset >= unread.start);
+                if let Some(record) = first {
+                    return Some(record.timestamp);
+                }
+                advanced |= after > cursor;
+                cursor = cursor.max(after);
+            }
+        }
+        if !advanced {
+            return None;
+        }
+    }
+    None
 }
 
 #[cfg(test)]

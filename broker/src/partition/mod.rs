@@ -211,6 +211,20 @@ pub struct PartitionSummary {
     pub segment_count: u32,
 }
 
+/// A replica's summary for `DescribeTopics` and consumer lag: the log's,
+/// with the high watermark as the committed end, and where each leader
+/// epoch's run of committed records starts (the newest
+/// [`EPOCH_STARTS_MAX`](corelog_wire::message::describe_topics::EPOCH_STARTS_MAX),
+/// oldest first). Every run after the first on a non-empty log begins with
+/// the epoch-start marker, a control record lag must not count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSummary {
+    /// Offsets and size.
+    pub log: PartitionSummary,
+    /// Starts of the epoch runs in `[log_start, high_watermark)`.
+    pub epoch_starts: Vec<Offset>,
+}
+
 /// How to pick an offset for `ListOffsets`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OffsetQuery {

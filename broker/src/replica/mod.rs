@@ -92,12 +92,13 @@ use corelog_replication::{
 };
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::describe_topics::EPOCH_STARTS_MAX;
 use corelog_wire::types::{LeaderEpoch, Offset};
 use event_listener::Event;
 
 use crate::clock::Clock;
 use crate::executor::Executor;
-use crate::partition::{Partition, PartitionSpec, PartitionSummary};
+use crate::partition::{Partition, PartitionSpec, PartitionSummary, ReplicaSummary};
 use crate::storage::disk::Disk;
 use crate::storage::{
     DeletedRange, PartitionLog, ReadOutcome, ShardStorage, StorageError, StorageObserver,
@@ -374,6 +375,28 @@ impl<D: Disk> ReplicatedPartition<D> {
             high_watermark: self.high_watermark(),
             ..self.partition.summary()
         }
+    }
+
+    /// [`summary`](Self::summary) with the starts of the committed epoch
+    /// runs (where the epoch-start markers are).
+    #[must_use]
+    pub fn replica_summary(&self) -> ReplicaSummary {
+        let log = self.summary();
+        let replica = self.replica.borrow();
+        let mut epoch_starts: Vec<Offset> = replica
+            .meta()
+            .history
+            .entries()
+            .iter()
+            .map(|entry| entry.start_offset)
+            .filter(|start| (log.log_start..log.high_watermark).contains(start))
+            .collect();
+        // Two epochs share a start when the earlier one's leader wrote
+        // nothing that survived: one run, one marker at most.
+        epoch_starts.dedup();
+        let newest = epoch_starts.len().saturating_sub(EPOCH_STARTS_MAX);
+        epoch_starts.drain(..newest);
+        ReplicaSummary { log, epoch_starts }
     }
 
     /// Reads committed batches from `from`, at most `max_bytes` (at least

@@ -17,7 +17,7 @@ use crate::api::Reply;
 pub use crate::cluster::membership::{TopicOutcome, TopicToCreate};
 use crate::group::requests::{GroupRequest, GroupResponse};
 use crate::metadata::MetadataSnapshot;
-use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced};
+use crate::partition::{OffsetQuery, PartitionError, Produced, ReplicaSummary};
 use crate::storage::ReadOutcome;
 
 /// A partition, named by topic id so that a re-created topic is never
@@ -76,7 +76,7 @@ pub enum ShardCommand {
         /// Where.
         partition: PartitionId,
         /// Where to answer.
-        reply: PartitionReply<PartitionSummary>,
+        reply: PartitionReply<ReplicaSummary>,
     },
     /// Adopt a new metadata snapshot: open replicas newly placed here,
     /// follow the published leadership, close and delete replicas of

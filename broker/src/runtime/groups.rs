@@ -23,7 +23,7 @@ use crate::group::log::GroupLog;
 use crate::group::requests::{GroupRequest, GroupResponse};
 use crate::group::service::{self, AUDIT_TOPIC, Coordinator, GROUPS_TOPIC};
 use crate::metadata::MetadataSnapshot;
-use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced};
+use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced, ReplicaSummary};
 use crate::replica::{Acks, ReplicatedPartition};
 use crate::storage::disk::Disk;
 use crate::storage::{DeletedRange, ReadOutcome};
@@ -254,7 +254,7 @@ impl GroupHost for Shard {
         &'a self,
         topic: &'a str,
         partition: u32,
-    ) -> LocalBoxFuture<'a, Result<PartitionSummary, PartitionError>> {
+    ) -> LocalBoxFuture<'a, Result<ReplicaSummary, PartitionError>> {
         Box::pin(self.summary_anywhere(topic, partition))
     }
 

@@ -31,7 +31,7 @@ use super::shard::{Replica, Shard};
 use crate::api::Reply;
 use crate::metadata::ShardId;
 use crate::metadata::snapshot::ReplicationView;
-use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced};
+use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced, ReplicaSummary};
 use crate::replica::Acks;
 use crate::replica::peer_transport::ResolveBroker;
 use crate::storage::ReadOutcome;
@@ -266,9 +266,9 @@ impl Shard {
         &self,
         partition: PartitionId,
         owner: ShardId,
-    ) -> Result<PartitionSummary, PartitionError> {
+    ) -> Result<ReplicaSummary, PartitionError> {
         if owner == self.id {
-            return self.owned(partition).map(|owned| owned.summary());
+            return self.owned(partition).map(|owned| owned.replica_summary());
         }
         self.ask(owner, |reply| ShardCommand::Describe { partition, reply })
             .await
@@ -383,7 +383,7 @@ impl Shard {
         &self,
         topic: &str,
         partition: u32,
-    ) -> Result<PartitionSummary, PartitionError> {
+    ) -> Result<ReplicaSummary, PartitionError> {
         let (leader, addr) = match self.locate(topic, partition) {
             Ok((id, owner)) => return self.describe(id, owner).await,
             Err(error) => self.remote_leader(topic, partition, error)?,
@@ -399,12 +399,15 @@ impl Shard {
             .filter(|described| described.name == topic)
             .flat_map(|described| described.partition_states)
             .find(|state| state.partition == partition)
-            .map(|state| PartitionSummary {
-                log_start: Offset(state.log_start_offset),
-                high_watermark: Offset(state.high_watermark),
-                log_end: Offset(state.log_end_offset),
-                size_bytes: state.size_bytes,
-                segment_count: state.segment_count,
+            .map(|state| ReplicaSummary {
+                log: PartitionSummary {
+                    log_start: Offset(state.log_start_offset),
+                    high_watermark: Offset(state.high_watermark),
+                    log_end: Offset(state.log_end_offset),
+                    size_bytes: state.size_bytes,
+                    segment_count: state.segment_count,
+                },
+                epoch_starts: state.epoch_starts.into_iter().map(Offset).collect(),
             })
             .ok_or_else(|| {
                 PartitionError::new(

@@ -302,7 +302,8 @@ impl Shard {
                 let _answered = reply.send(self.local_list_offset(partition, query).await);
             }
             ShardCommand::Describe { partition, reply } => {
-                let _answered = reply.send(self.owned(partition).map(|owned| owned.summary()));
+                let _answered =
+                    reply.send(self.owned(partition).map(|owned| owned.replica_summary()));
             }
             ShardCommand::ApplySnapshot { snapshot, reply } => {
                 self.apply_snapshot(snapshot).await;

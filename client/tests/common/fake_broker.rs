@@ -783,6 +783,7 @@ impl FakeBroker {
                             log_end_offset: log.next_offset,
                             size_bytes: log.batches.iter().map(|b| b.bytes.len() as u64).sum(),
                             segment_count: 1,
+                            epoch_starts: Vec::new(),
                         })
                         .collect(),
                     name,

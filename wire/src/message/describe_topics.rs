@@ -32,7 +32,19 @@ pub struct PartitionState {
     pub size_bytes: u64,
     /// Segments stored for this partition on the leader.
     pub segment_count: u32,
+    /// Where each leader epoch's run of committed records starts in the
+    /// leader's log, oldest first, from the log start on (at most
+    /// [`EPOCH_STARTS_MAX`], the newest). A run that follows another one
+    /// starts with its leader's epoch-start marker, a control record that
+    /// is not data: consumer lag counts records, so it subtracts them.
+    pub epoch_starts: Vec<u64>,
 }
+
+/// Bound on [`PartitionState::epoch_starts`]: the newest leader changes of
+/// a partition, so that a description stays small however often its
+/// leadership moved. A consumer further behind than this many leader
+/// changes has its older markers counted as records.
+pub const EPOCH_STARTS_MAX: usize = 64;
 
 /// One topic's description.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -87,22 +99,30 @@ pub(crate) mod tests {
     }
 
     fn partition_state() -> impl Strategy<Value = PartitionState> {
-        (any::<u32>(), any::<[u64; 4]>(), any::<u32>()).prop_map(
-            |(
-                partition,
-                [log_start_offset, high_watermark, log_end_offset, size_bytes],
-                segment_count,
-            )| {
-                PartitionState {
-                    partition,
-                    log_start_offset,
-                    high_watermark,
-                    log_end_offset,
-                    size_bytes,
-                    segment_count,
-                }
-            },
+        (
+            any::<u32>(),
+            any::<[u64; 4]>(),
+            any::<u32>(),
+            few(any::<u64>()),
         )
+            .prop_map(
+                |(
+                    partition,
+                    [log_start_offset, high_watermark, log_end_offset, size_bytes],
+                    segment_count,
+                    epoch_starts,
+                )| {
+                    PartitionState {
+                        partition,
+                        log_start_offset,
+                        high_watermark,
+                        log_end_offset,
+                        size_bytes,
+                        segment_count,
+                        epoch_starts,
+                    }
+                },
+            )
     }
 
     pub(crate) fn response() -> impl Strategy<Value = DescribeTopicsResponse> {

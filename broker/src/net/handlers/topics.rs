@@ -16,7 +16,7 @@ use corelog_wire::message::{ConfigEntry, TopicResult};
 
 use crate::api::{Reply, refused, unencodable};
 use crate::metadata::snapshot::{ClusterView, broker_id};
-use crate::partition::{OffsetQuery, PartitionError};
+use crate::partition::{OffsetQuery, PartitionError, ReplicaSummary};
 use crate::runtime::command::{PartitionId, TopicOutcome, TopicToCreate};
 use crate::runtime::shard::Shard;
 
@@ -265,13 +265,14 @@ pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Er
                 continue;
             }
             match shard.describe(id, partition.owner).await {
-                Ok(summary) => states.push(PartitionState {
+                Ok(ReplicaSummary { log, epoch_starts }) => states.push(PartitionState {
                     partition: index as u32,
-                    log_start_offset: summary.log_start.0,
-                    high_watermark: summary.high_watermark.0,
-                    log_end_offset: summary.log_end.0,
-                    size_bytes: summary.size_bytes,
-                    segment_count: summary.segment_count,
+                    log_start_offset: log.log_start.0,
+                    high_watermark: log.high_watermark.0,
+                    log_end_offset: log.log_end.0,
+                    size_bytes: log.size_bytes,
+                    segment_count: log.segment_count,
+                    epoch_starts: epoch_starts.into_iter().map(|start| start.0).collect(),
                 }),
                 Err(error) => failure = failure.or(Some(error)),
             }
@@ -320,5 +321,7 @@ async fn remote_state(
         log_end_offset: high_watermark,
         size_bytes: 0,
         segment_count: 0,
+        // Not needed by a describing client; consumer lag asks the leader.
+        epoch_starts: Vec::new(),
     })
 }

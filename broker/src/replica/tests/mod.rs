@@ -1119,3 +1119,43 @@ fn malformed_push_is_refused_without_changing_anything() {
         );
     });
 }
+
+/// The summary names where each committed epoch run starts, the newest
+/// `EPOCH_STARTS_MAX`: after the first run on an empty log, each start
+/// holds its leader's epoch-start marker (consumer lag subtracts them).
+#[test]
+fn the_summary_names_the_newest_epoch_starts_each_a_marker() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        let leader = cluster.node(IDS[0]);
+        let changes = EPOCH_STARTS_MAX as u32 + 6;
+        for epoch in 1..=changes {
+            cluster.publish(IDS[0], LeaderEpoch(epoch)).await;
+            leader
+                .produce(plain(u64::from(epoch)), Acks::Quorum, LONG)
+                .await
+                .unwrap();
+        }
+        let summary = leader.replica_summary();
+        assert_eq!(summary.log, leader.summary());
+        let starts = &summary.epoch_starts;
+        assert_eq!(starts.len(), EPOCH_STARTS_MAX, "{starts:?}");
+        assert!(
+            starts.windows(2).all(|pair| pair[0] < pair[1]),
+            "{starts:?}"
+        );
+        let batches = committed(&leader, Offset(0)).await;
+        let markers: Vec<Offset> = batches
+            .iter()
+            .filter(|found| {
+                batch::validate(&found.bytes, &BatchLimits::default())
+                    .unwrap()
+                    .is_control()
+            })
+            .map(|found| found.base)
+            .collect();
+        // Epoch 1 took an empty log: no marker. Every later epoch has one.
+        assert_eq!(markers.len(), changes as usize - 1);
+        assert_eq!(starts[..], markers[markers.len() - EPOCH_STARTS_MAX..]);
+    });
+}
