@@ -158,8 +158,15 @@ start_node() {
     # directory of another cluster (see meta.properties in the README).
     [ -s "$cluster_dir/cluster-id" ] ||
         od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$cluster_dir/cluster-id"
+    # One secret for all the cluster's brokers: they prove it to each other
+    # before speaking Raft and replication (README, Security). Readable by
+    # its owner only.
+    if [ ! -s "$cluster_dir/cluster.secret" ]; then
+        (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$cluster_dir/cluster.secret")
+    fi
     "$corelogd" --node-id "$i" --rack "rack-$i" --shards "$shards" \
         --cluster-id "$(cat "$cluster_dir/cluster-id")" \
+        --cluster-secret-file "$cluster_dir/cluster.secret" \
         --listen "127.0.0.1:$((base_port + i))" \
         --metrics-listen "127.0.0.1:$((base_port + 100 + i))" \
         --advertised-host 127.0.0.1 \

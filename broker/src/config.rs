@@ -9,6 +9,7 @@ use clap::Parser;
 use serde::Deserialize;
 
 use corelog_controller::topic_config::SEGMENT_BYTES_MIN;
+use corelog_wire::sasl::cluster::ClusterSecret;
 
 use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::storage::LogConfig;
@@ -48,6 +49,12 @@ pub struct BrokerConfig {
     /// The cluster this broker belongs to, if pinned: the data directory
     /// must have been created for it (see [`crate::identity`]).
     pub cluster_id: Option<String>,
+    /// The secret every broker of the cluster shares (read from
+    /// `cluster_secret_file`): inter-broker APIs are served only on
+    /// connections that proved it. Required when this broker joins other
+    /// brokers; without it a broker refuses inter-broker APIs from the
+    /// network altogether.
+    pub cluster_secret: Option<ClusterSecret>,
     /// How often a broker heartbeats to the controller leader.
     pub broker_heartbeat_interval_ms: u64,
     /// A broker silent this long is fenced by the controller.
@@ -124,6 +131,7 @@ impl Default for BrokerConfig {
             controller_voters: Vec::new(),
             rack: None,
             cluster_id: None,
+            cluster_secret: None,
             broker_heartbeat_interval_ms: 250,
             broker_session_timeout_ms: 2_000,
             replica_lag_max_ms: 10_000,
@@ -278,6 +286,12 @@ pub struct Flags {
     /// existing one keeps its own].
     #[arg(long)]
     pub cluster_id: Option<String>,
+    /// File holding the secret every broker of the cluster shares (at least
+    /// 16 bytes; surrounding whitespace ignored). Brokers prove it to each
+    /// other before speaking the inter-broker APIs [required with
+    /// --controller-voters naming other brokers].
+    #[arg(long)]
+    pub cluster_secret_file: Option<PathBuf>,
     /// Heartbeat interval to the controller in ms [default: 250].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
@@ -373,6 +387,7 @@ struct FileSettings {
     controller_voters: Option<String>,
     rack: Option<String>,
     cluster_id: Option<String>,
+    cluster_secret_file: Option<PathBuf>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
     replica_lag_max_ms: Option<u64>,
@@ -504,6 +519,13 @@ impl BrokerConfig {
                 }
             })?;
             config.cluster_id = Some(cluster_id);
+        }
+        if let Some(path) = flags
+            .cluster_secret_file
+            .clone()
+            .or(file.cluster_secret_file.clone())
+        {
+            config.cluster_secret = Some(read_cluster_secret(&path)?);
         }
         let topic = &mut config.topic_defaults;
         if let Some(ms) = flags.retention_ms.or(file.retention_ms) {
@@ -637,6 +659,20 @@ impl BrokerConfig {
                 "must be at least twice broker_heartbeat_interval_ms, which must be positive",
             );
         }
+        let joins_others = self
+            .controller_voters
+            .iter()
+            .any(|voter| voter.id != self.node_id);
+        if joins_others && self.cluster_secret.is_none() {
+            return invalid(
+                "cluster_secret_file",
+                "a broker of a cluster of several brokers needs the cluster's shared secret, so \
+                 that only its brokers can speak Raft and replication to it: pass \
+                 --cluster-secret-file FILE with the same file on every broker (make one with \
+                 `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > cluster.secret`; \
+                 scripts/cluster.sh makes one for local clusters)",
+            );
+        }
         Ok(())
     }
 }
@@ -670,6 +706,17 @@ pub struct ControllerVoter {
     pub id: u32,
     /// Where it listens.
     pub addr: SocketAddr,
+}
+
+/// Reads the cluster secret file.
+fn read_cluster_secret(path: &Path) -> Result<ClusterSecret, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        name: "cluster_secret_file",
+        message,
+    };
+    let bytes = std::fs::read(path)
+        .map_err(|error| invalid(format!("cannot read {}: {error}", path.display())))?;
+    ClusterSecret::new(&bytes).map_err(|error| invalid(format!("{}: {error}", path.display())))
 }
 
 /// Parses `id@host:port,id@host:port,...`.
@@ -761,10 +808,14 @@ mod tests {
                 .unwrap_err()
                 .contains("positive")
         );
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("cluster.secret");
+        std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
         let resolve = |voters: &str, node_id: u32| {
             BrokerConfig::resolve(&Flags {
                 controller_voters: Some(voters.to_owned()),
                 node_id: Some(node_id),
+                cluster_secret_file: Some(secret.clone()),
                 ..Flags::default()
             })
         };
@@ -773,6 +824,40 @@ mod tests {
         assert!(two.to_string().contains("1, 3 or 5"), "{two}");
         let unnamed = resolve("1@127.0.0.1:7101", 0).unwrap_err();
         assert!(unnamed.to_string().contains("node_id"), "{unnamed}");
+    }
+
+    #[test]
+    fn a_broker_joining_others_needs_a_cluster_secret_of_sixteen_bytes_or_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("cluster.secret");
+        let voters = "1@127.0.0.1:7101,2@127.0.0.1:7102,3@127.0.0.1:7103";
+        let resolve = |voters: &str, secret_file: Option<PathBuf>| {
+            BrokerConfig::resolve(&Flags {
+                controller_voters: Some(voters.to_owned()),
+                node_id: Some(1),
+                cluster_secret_file: secret_file,
+                ..Flags::default()
+            })
+        };
+        let missing = resolve(voters, None).unwrap_err().to_string();
+        assert!(missing.contains("--cluster-secret-file"), "{missing}");
+        // Its only voter, alone: no peers, no secret needed.
+        assert!(resolve("1@127.0.0.1:7101", None).is_ok());
+        std::fs::write(&secret, " short \n").unwrap();
+        let short = resolve(voters, Some(secret.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(short.contains("at least 16"), "{short}");
+        let absent = resolve(voters, Some(dir.path().join("absent")))
+            .unwrap_err()
+            .to_string();
+        assert!(absent.contains("cannot read"), "{absent}");
+        std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+        let config = resolve(voters, Some(secret)).unwrap();
+        assert_eq!(
+            config.cluster_secret,
+            Some(ClusterSecret::new(b"0123456789abcdef0123456789abcdef").unwrap())
+        );
     }
 
     #[test]

@@ -367,6 +367,9 @@ async fn start_shard(
     listeners: Listeners,
 ) -> Result<Rc<Shard>, String> {
     crate::peer::bind_outbound_to(config.listen.ip());
+    if let Some(secret) = &config.cluster_secret {
+        crate::peer::prove_cluster_secret(config.node_id, secret.clone());
+    }
     let data_dir = config.data_dir.clone();
     let disk = GlommioDisk::for_shard(&data_dir)
         .await

@@ -526,9 +526,17 @@ pub fn voters_list(addrs: &[SocketAddr]) -> String {
         .join(",")
 }
 
+/// The cluster secret file every test cluster shares (a fixed, public
+/// secret: it keeps test clusters' brokers proving it like real ones).
+#[must_use]
+pub fn test_cluster_secret_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cluster.secret")
+}
+
 /// The flags that make broker `index` (node id `index + 1`, rack
-/// `rack-<id>`) a member of the cluster of `voters`, advertising
-/// `advertised_host` if given, followed by `extra_args`.
+/// `rack-<id>`) a member of the cluster of `voters` (proving the test
+/// cluster secret), advertising `advertised_host` if given, followed by
+/// `extra_args`.
 #[must_use]
 pub fn member_args(
     index: usize,
@@ -543,6 +551,8 @@ pub fn member_args(
         voters.to_owned(),
         "--rack".to_owned(),
         format!("rack-{}", index + 1),
+        "--cluster-secret-file".to_owned(),
+        test_cluster_secret_file().display().to_string(),
     ];
     if let Some(host) = advertised_host {
         args.extend(["--advertised-host".to_owned(), host.to_owned()]);

@@ -391,7 +391,16 @@ fn a_standalone_data_directory_is_refused_in_a_cluster_it_never_joined() {
     let mut broker = Broker::unstarted(
         addr,
         &fixture.data(),
-        &["--node-id", "1", "--controller-voters", &voters],
+        &[
+            "--node-id",
+            "1",
+            "--controller-voters",
+            &voters,
+            "--cluster-secret-file",
+            &corelog_tests::process::test_cluster_secret_file()
+                .display()
+                .to_string(),
+        ],
     );
     let exit = broker
         .try_spawn_logged(&fixture.log())

@@ -189,6 +189,14 @@ error_codes! {
         "The broker missed its heartbeats and was fenced; it re-registers.";
     StaleBrokerIncarnation = 74, "STALE_BROKER_INCARNATION", retriable: false,
         "A newer incarnation of this broker registered; this process must stop.";
+
+    // Authentication and authorization.
+    UnsupportedSaslMechanism = 80, "UNSUPPORTED_SASL_MECHANISM", retriable: false,
+        "The broker does not offer this authentication mechanism; configure one it lists in the error message.";
+    AuthenticationFailed = 81, "AUTHENTICATION_FAILED", retriable: false,
+        "The credentials were not accepted; check them (for brokers: every broker of a cluster needs the same --cluster-secret-file).";
+    ClusterAuthorizationFailed = 82, "CLUSTER_AUTHORIZATION_FAILED", retriable: false,
+        "This API is spoken only between the brokers of a cluster, on a connection that proved the cluster secret; clients never send it.";
 }
 
 impl ErrorCode {
@@ -290,6 +298,9 @@ mod tests {
         (72, "NOT_CONTROLLER", true),
         (73, "BROKER_FENCED", true),
         (74, "STALE_BROKER_INCARNATION", false),
+        (80, "UNSUPPORTED_SASL_MECHANISM", false),
+        (81, "AUTHENTICATION_FAILED", false),
+        (82, "CLUSTER_AUTHORIZATION_FAILED", false),
     ];
 
     #[test]

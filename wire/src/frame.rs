@@ -94,6 +94,10 @@ pub enum ApiKey {
     /// Brokers, the controller quorum, and each partition's leader,
     /// replicas and in-sync replicas.
     DescribeCluster = 10,
+    /// One step of a SASL-style exchange that proves who the connection
+    /// speaks for; right after `ApiVersions`. Brokers prove a shared cluster
+    /// secret with it (`CORELOG-CLUSTER`).
+    Authenticate = 11,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -156,6 +160,7 @@ impl ApiKey {
         ApiKey::InitProducerId,
         ApiKey::DescribeShards,
         ApiKey::DescribeCluster,
+        ApiKey::Authenticate,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -200,6 +205,7 @@ impl ApiKey {
             8 => Some(ApiKey::InitProducerId),
             9 => Some(ApiKey::DescribeShards),
             10 => Some(ApiKey::DescribeCluster),
+            11 => Some(ApiKey::Authenticate),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -258,6 +264,7 @@ impl ApiKey {
             ApiKey::ReplicaQuery => "ReplicaQuery",
             ApiKey::ReplicaStream => "ReplicaStream",
             ApiKey::DescribeCluster => "DescribeCluster",
+            ApiKey::Authenticate => "Authenticate",
             ApiKey::PartitionReport => "PartitionReport",
         }
     }
@@ -299,6 +306,7 @@ impl ApiKey {
             | ApiKey::ReplicaQuery
             | ApiKey::ReplicaStream
             | ApiKey::DescribeCluster
+            | ApiKey::Authenticate
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
         }
     }
@@ -331,6 +339,7 @@ impl ApiKey {
             | ApiKey::InitProducerId
             | ApiKey::DescribeShards
             | ApiKey::DescribeCluster
+            | ApiKey::Authenticate
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -847,6 +856,7 @@ mod tests {
                 (8, "InitProducerId"),
                 (9, "DescribeShards"),
                 (10, "DescribeCluster"),
+                (11, "Authenticate"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -872,7 +882,7 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 10 || (20..=30).contains(&code) || (40..=48).contains(&code))
+                (code <= 11 || (20..=30).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
@@ -987,11 +997,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&11_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&12_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 11,
+                api_key: 12,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

@@ -14,6 +14,8 @@
 //! - [`message`]: API request and response bodies as validated rkyv archives,
 //!   with record batches in a raw section after the archive.
 //! - [`topic`]: the topic name rule, shared by the controller and clients.
+//! - [`sasl`]: authentication exchanges as pure state machines (the
+//!   cluster secret's proof between brokers).
 //! - [`rng`]: the workspace's seeded generator (SplitMix64), for jitter,
 //!   the simulator and the fault rig.
 //! - [`newtype!`]: how every crate declares its identities.
@@ -23,5 +25,6 @@ pub mod error;
 pub mod frame;
 pub mod message;
 pub mod rng;
+pub mod sasl;
 pub mod topic;
 pub mod types;

@@ -478,6 +478,7 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         ReplicaStream => replica_stream::ReplicaStreamResponse,
         DescribeCluster => describe_cluster::DescribeClusterResponse,
         PartitionReport => partition_report::PartitionReportResponse,
+        Authenticate => authenticate::AuthenticateResponse,
     )
 }
 

@@ -102,6 +102,8 @@ pub struct BrokerMetrics {
     replication_pushes_refused: Family<ShardLabel, Counter>,
     errors: Family<ShardCodeLabel, Counter>,
     connections_closed: Family<ShardReasonLabel, Counter>,
+    inter_broker_refused: Family<ShardApiLabel, Counter>,
+    authentications: Family<ShardReasonLabel, Counter>,
     connections: Family<ShardLabel, Gauge>,
     in_flight_requests: Family<ShardLabel, Gauge>,
     queue_depth: Family<ShardLabel, Gauge>,
@@ -195,6 +197,8 @@ impl BrokerMetrics {
             replication_pushes_refused: Family::default(),
             errors: Family::default(),
             connections_closed: Family::default(),
+            inter_broker_refused: Family::default(),
+            authentications: Family::default(),
             connections: Family::default(),
             in_flight_requests: Family::default(),
             queue_depth: Family::default(),
@@ -395,6 +399,16 @@ impl BrokerMetrics {
             "connections_closed",
             "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte)",
             metrics.connections_closed.clone(),
+        );
+        registry.register(
+            "inter_broker_refused",
+            "Inter-broker requests (Raft, registration, replication) refused because their connection had not proved the cluster secret, by API",
+            metrics.inter_broker_refused.clone(),
+        );
+        registry.register(
+            "authentications",
+            "Authenticate exchanges that ended, by reason: broker (a broker proved the cluster secret), failed (a wrong proof or a malformed message; the connection is closed), unsupported_mechanism, no_secret (this broker has no cluster secret to check against)",
+            metrics.authentications.clone(),
         );
         registry.register(
             "in_flight_requests",
@@ -626,6 +640,29 @@ impl ShardMetrics {
     pub fn connection_closed(&self, reason: &'static str) {
         self.all
             .connections_closed
+            .get_or_create(&ShardReasonLabel {
+                shard: self.shard,
+                reason,
+            })
+            .inc();
+    }
+
+    /// Counts an inter-broker request refused for want of the cluster
+    /// secret.
+    pub fn inter_broker_refused(&self, api: &'static str) {
+        self.all
+            .inter_broker_refused
+            .get_or_create(&ShardApiLabel {
+                shard: self.shard,
+                api,
+            })
+            .inc();
+    }
+
+    /// Counts an authentication exchange that ended, by `reason`.
+    pub fn authentication(&self, reason: &'static str) {
+        self.all
+            .authentications
             .get_or_create(&ShardReasonLabel {
                 shard: self.shard,
                 reason,

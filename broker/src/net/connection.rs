@@ -36,13 +36,18 @@ use corelog_wire::frame::{
     ApiKey, FrameError, FrameLimits, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader,
     decode_request_header,
 };
+use corelog_wire::message::authenticate::AuthenticateRequest;
+use corelog_wire::message::decode_request;
+use corelog_wire::sasl::cluster::NONCE_BYTES;
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use glommio::net::TcpStream;
 
 use super::handlers::{self, Origin};
 use super::request_body::RequestBody;
+use super::session::{Session, Step};
 use crate::api::Reply;
+use crate::api::refused;
 use crate::runtime::shard::Shard;
 
 /// Responses smaller than this are copied into one buffer and written with
@@ -143,6 +148,8 @@ enum CloseReason {
     IdleTimeout(Duration),
     #[error("a request frame was not whole {0:?} after its first byte")]
     FrameTimeout(Duration),
+    #[error("authentication failed")]
+    AuthenticationFailed,
 }
 
 impl CloseReason {
@@ -265,6 +272,7 @@ async fn read_requests(
     // Requests being handled: a connection waiting on them is not idle.
     let in_flight = Rc::new(Cell::new(0u32));
     let mut handshake_done = false;
+    let mut session = Session::default();
     loop {
         // Backpressure: no next frame until a request slot is free; a slot
         // is freed when its response has been written.
@@ -340,6 +348,52 @@ async fn read_requests(
             continue;
         }
         handshake_done = true;
+        if header.api_key == ApiKey::Authenticate {
+            let step = authenticate(shard, &mut session, &body, peer);
+            shard.metrics.request(header.api_key.name());
+            match step {
+                Ok(step) => {
+                    let close = step.close;
+                    let reply =
+                        Reply::encode(&step.response, Vec::new()).unwrap_or_else(Reply::error);
+                    send(&outgoing, permit, header.correlation_id, reply, close);
+                    if close {
+                        return Err(CloseReason::AuthenticationFailed);
+                    }
+                }
+                Err(code) => {
+                    shard.metrics.error(code);
+                    send(
+                        &outgoing,
+                        permit,
+                        header.correlation_id,
+                        Reply::error(code),
+                        false,
+                    );
+                }
+            }
+            continue;
+        }
+        if header.api_key.is_inter_broker() && !session.may_speak_inter_broker() {
+            // Only brokers of this cluster speak Raft and replication.
+            if session.note_refusal() {
+                tracing::warn!(
+                    api = header.api_key.name(),
+                    peer = ?peer,
+                    "refused an inter-broker request from a connection that has not proved the cluster secret (logged once per connection)"
+                );
+            }
+            shard.metrics.inter_broker_refused(header.api_key.name());
+            shard.metrics.error(ErrorCode::ClusterAuthorizationFailed);
+            send(
+                &outgoing,
+                permit,
+                header.correlation_id,
+                Reply::error(ErrorCode::ClusterAuthorizationFailed),
+                false,
+            );
+            continue;
+        }
         let request = shard.begin_request();
         let shard = shard.clone();
         let outgoing = outgoing.clone();
@@ -353,6 +407,35 @@ async fn read_requests(
         })
         .detach();
     }
+}
+
+/// One `Authenticate` step on this connection.
+fn authenticate(
+    shard: &Shard,
+    session: &mut Session,
+    body: &[u8],
+    peer: Option<std::net::SocketAddr>,
+) -> Result<Step, ErrorCode> {
+    let (request, _) = decode_request::<AuthenticateRequest>(body).map_err(refused)?;
+    let mut nonce = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut nonce).map_err(|error| {
+        tracing::error!(%error, "no randomness for an authentication nonce");
+        ErrorCode::UnknownServerError
+    })?;
+    let step = session.authenticate(shard.config.cluster_secret.as_ref(), request, nonce);
+    if let Some(outcome) = step.outcome {
+        shard.metrics.authentication(outcome);
+        match session.broker() {
+            Some(node) => tracing::debug!(node, peer = ?peer, "a broker proved the cluster secret"),
+            None => tracing::warn!(
+                peer = ?peer,
+                outcome,
+                reason = step.response.error_message.as_deref().unwrap_or(""),
+                "authentication failed; closing the connection"
+            ),
+        }
+    }
+    Ok(step)
 }
 
 async fn handle(

@@ -17,6 +17,7 @@ pub mod listener;
 pub mod loopback;
 pub mod port;
 pub mod request_body;
+pub mod session;
 pub mod shard_ports;
 
 pub use crate::api::Reply;

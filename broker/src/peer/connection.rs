@@ -6,10 +6,13 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use ahash::AHashMap;
+use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::{
     ApiKey, FrameLimits, RESPONSE_HEADER_BYTES, RequestHeader, decode_response_header,
 };
 use corelog_wire::message::api_versions::ApiVersionsRequest;
+use corelog_wire::message::authenticate::{AuthenticateRequest, AuthenticateResponse};
+use corelog_wire::sasl::cluster::{self, ClientExchange, ClusterSecret, NONCE_BYTES};
 use futures::channel::oneshot;
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt};
@@ -53,13 +56,17 @@ pub struct PeerConnection {
 
 impl PeerConnection {
     /// Connects from `source` (any local address when `None`), starts the
-    /// reader, and does the ApiVersions handshake.
+    /// reader, does the ApiVersions handshake, and proves the cluster
+    /// secret as broker `node_id` when it has one.
     ///
     /// # Errors
-    /// [`PeerError::Unreachable`] or [`PeerError::Timeout`].
+    /// [`PeerError::Unreachable`] or [`PeerError::Timeout`];
+    /// [`PeerError::Refused`] when the peer does not accept the proof (or
+    /// cannot prove the secret itself).
     pub async fn connect(
         addr: SocketAddr,
         source: Option<IpAddr>,
+        proof: Option<(u32, ClusterSecret)>,
         timeout: Duration,
     ) -> Result<Rc<PeerConnection>, PeerError> {
         let opened = match source {
@@ -106,7 +113,75 @@ impl PeerConnection {
         connection
             .call(ApiKey::ApiVersions, &[&handshake], timeout)
             .await?;
+        if let Some((node_id, secret)) = proof {
+            connection.prove(node_id, secret, timeout).await?;
+        }
         Ok(connection)
+    }
+
+    /// The `CORELOG-CLUSTER` exchange: both sides prove the shared secret.
+    async fn prove(
+        &self,
+        node_id: u32,
+        secret: ClusterSecret,
+        timeout: Duration,
+    ) -> Result<(), PeerError> {
+        let addr = self.addr;
+        let mut nonce = [0u8; NONCE_BYTES];
+        getrandom::fill(&mut nonce).map_err(|error| PeerError::Protocol {
+            addr,
+            reason: format!("no randomness for the cluster-secret nonce: {error}"),
+        })?;
+        let exchange = ClientExchange::new(secret, node_id, nonce);
+        let server_first = self.authenticate_step(exchange.first(), timeout).await?;
+        let client_final = exchange.answer(&server_first.payload).map_err(|error| {
+            tracing::warn!(%addr, %error, "a peer failed to prove the cluster secret");
+            PeerError::Refused {
+                addr,
+                code: ErrorCode::AuthenticationFailed.code(),
+            }
+        })?;
+        let last = self.authenticate_step(client_final, timeout).await?;
+        if !last.complete {
+            return Err(PeerError::Protocol {
+                addr,
+                reason: "the cluster-secret exchange did not complete".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn authenticate_step(
+        &self,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<AuthenticateResponse, PeerError> {
+        let addr = self.addr;
+        let request = AuthenticateRequest {
+            mechanism: cluster::MECHANISM.to_owned(),
+            payload,
+        };
+        let body = corelog_wire::message::encode_request(&request, &[]).map_err(|error| {
+            PeerError::Protocol {
+                addr,
+                reason: error.to_string(),
+            }
+        })?;
+        let response = self.call(ApiKey::Authenticate, &[&body], timeout).await?;
+        let answer = super::decode::<AuthenticateRequest>(addr, &response)?.message;
+        if answer.error_code != ErrorCode::None.code() {
+            tracing::warn!(
+                %addr,
+                code = answer.error_code,
+                reason = answer.error_message.as_deref().unwrap_or(""),
+                "a peer refused this broker's cluster-secret proof"
+            );
+            return Err(PeerError::Refused {
+                addr,
+                code: answer.error_code,
+            });
+        }
+        Ok(answer)
     }
 
     /// Whether the connection failed and must be replaced.

@@ -9,6 +9,10 @@
 //! tests' nftables rules, a production ACL) can tell one broker's traffic
 //! from another's and from clients' on a shared host.
 //!
+//! Each connection proves the cluster secret (`CORELOG-CLUSTER`) right
+//! after the handshake when the broker has one ([`prove_cluster_secret`]):
+//! a peer serves inter-broker APIs only on connections that did.
+//!
 //! A call addressed to this broker itself ([`Peers::call_node`] with its
 //! own node id: its controller, its replicas' election queries) is served
 //! in-process by the same handlers a network request reaches
@@ -25,6 +29,7 @@ use ahash::AHashMap;
 use bytes::Bytes;
 use corelog_wire::frame::ApiKey;
 use corelog_wire::message::{MessageError, Request};
+use corelog_wire::sasl::cluster::ClusterSecret;
 use futures::future::{Either, LocalBoxFuture, select};
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -40,6 +45,16 @@ thread_local! {
     static OUTBOUND_SOURCE: Cell<Option<IpAddr>> = const { Cell::new(None) };
     /// This executor's broker, for calls addressed to itself.
     static LOOPBACK: RefCell<Option<Loopback>> = const { RefCell::new(None) };
+    /// This executor's broker id and the cluster secret it proves on every
+    /// peer connection.
+    static CLUSTER_PROOF: RefCell<Option<(u32, ClusterSecret)>> = const { RefCell::new(None) };
+}
+
+/// Makes the peer connections opened on the calling (executor) thread
+/// prove `secret` as broker `node_id` before their first inter-broker
+/// request. Called once per shard at start-up, before any peer call.
+pub fn prove_cluster_secret(node_id: u32, secret: ClusterSecret) {
+    CLUSTER_PROOF.with(|cell| *cell.borrow_mut() = Some((node_id, secret)));
 }
 
 /// Serves a request addressed to this broker, in-process: the broker's own
@@ -281,7 +296,8 @@ impl Peers {
             return Ok(existing.clone());
         }
         let source = OUTBOUND_SOURCE.with(Cell::get);
-        let connection = PeerConnection::connect(addr, source, timeout).await?;
+        let proof = CLUSTER_PROOF.with(|cell| cell.borrow().clone());
+        let connection = PeerConnection::connect(addr, source, proof, timeout).await?;
         self.connections
             .borrow_mut()
             .insert(addr, connection.clone());

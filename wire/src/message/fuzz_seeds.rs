@@ -156,7 +156,7 @@ fn checked_in_fuzz_seeds_match_the_current_encoding() {
 
 fn write_all_seeds(dir: &Path) {
     use super::{
-        api_versions, audit, broker_heartbeat, broker_register, controller_operation,
+        api_versions, audit, authenticate, broker_heartbeat, broker_register, controller_operation,
         controller_raft, create_topics, delete_groups, delete_topics, describe_cluster,
         describe_groups, describe_shards, describe_topics, fetch, find_coordinator, group_records,
         heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
@@ -275,6 +275,7 @@ fn write_all_seeds(dir: &Path) {
         replica_query,
         partition_report,
         describe_cluster,
+        authenticate,
     );
     write_record_seeds(
         dir,

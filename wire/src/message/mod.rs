@@ -78,6 +78,7 @@ mod stored;
 
 pub mod api_versions;
 pub mod audit;
+pub mod authenticate;
 pub mod broker_heartbeat;
 pub mod broker_register;
 pub mod controller_operation;

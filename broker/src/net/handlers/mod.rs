@@ -97,6 +97,9 @@ pub async fn dispatch(
         ApiKey::ReplicaPush => replica::push(shard, body).await,
         ApiKey::ReplicaQuery => replica::query(shard, &body).await,
         ApiKey::ReplicaStream => replica::stream(shard, body).await,
+        // Changes the connection's own state: answered by the connection
+        // (`net::session`) before dispatch, and never sent in-process.
+        ApiKey::Authenticate => Err(ErrorCode::InvalidRequest),
     }
 }
 
