@@ -3,3 +3,4 @@
 //! caller draws nonces), so that each can be checked message by message.
 
 pub mod cluster;
+pub mod scram;
