@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # A local N-broker corelog cluster on 127.0.0.1 for development and tests:
 #
-#   scripts/cluster.sh up [N]      start N brokers (default 3), all controller
-#                                  voters, and wait until the cluster is ready
+#   scripts/cluster.sh up [N] [--tls]
+#                                  start N brokers (default 3), all controller
+#                                  voters, and wait until the cluster is ready;
+#                                  with --tls, every listener and every
+#                                  connection between brokers speaks TLS, with
+#                                  certificates scripts/dev-certs.sh makes in
+#                                  $CLUSTER_DIR/tls (clients: --tls-ca
+#                                  $CLUSTER_DIR/tls/ca.pem); `start` and
+#                                  `status` follow what `up` chose
 #   scripts/cluster.sh down        stop the brokers this script started
 #                                  (SIGTERM, then wait; SIGKILL after 30 s)
 #   scripts/cluster.sh status      which brokers run; the controller's view of
@@ -43,6 +50,12 @@ ready_timeout=${READY_TIMEOUT:-30}
 corelogd=${CORELOGD:-./target/release/corelogd}
 corelog=${CORELOG:-./target/release/corelog}
 read -r -a broker_args <<< "${BROKER_ARGS:-}"
+tls_dir="$cluster_dir/tls"
+# A cluster `up --tls` started: its brokers speak TLS, and so does every
+# corelog this script runs (the CLI reads CORELOG_TLS_CA).
+if [ -f "$cluster_dir/tls-on" ]; then
+    export CORELOG_TLS_CA="$tls_dir/ca.pem"
+fi
 
 voters() {
     local count=$1 list="" i
@@ -164,6 +177,11 @@ start_node() {
     if [ ! -s "$cluster_dir/cluster.secret" ]; then
         (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$cluster_dir/cluster.secret")
     fi
+    local tls_args=()
+    if [ -f "$cluster_dir/tls-on" ]; then
+        tls_args=(--tls-cert "$tls_dir/broker.pem" --tls-key "$tls_dir/broker.key"
+            --tls-client-ca "$tls_dir/ca.pem")
+    fi
     "$corelogd" --node-id "$i" --rack "rack-$i" --shards "$shards" \
         --cluster-id "$(cat "$cluster_dir/cluster-id")" \
         --cluster-secret-file "$cluster_dir/cluster.secret" \
@@ -173,7 +191,7 @@ start_node() {
         --controller-voters "$(voters "$count")" \
         --data-dir "$node_dir/data" \
         --disk-reserve-bytes $((256 << 20)) \
-        "${broker_args[@]}" \
+        "${tls_args[@]}" "${broker_args[@]}" \
         > "$node_dir/log" 2>&1 &
     local pid=$!
     echo "$pid" > "$node_dir/pid"
@@ -202,13 +220,28 @@ node_arg() {
 }
 
 up() {
-    local count=${1:-3}
+    local count=3 tls=""
+    for arg in "$@"; do
+        case "$arg" in
+            --tls) tls=1 ;;
+            *) count=$arg ;;
+        esac
+    done
     [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "up: N must be a positive number, not $count" >&2; exit 2; }
     if [ -z "${NO_BUILD:-}" ] && [ -z "${CORELOGD:-}${CORELOG:-}" ]; then
         cargo build --release -p corelog-broker -p corelog-client --bins
     fi
     mkdir -p "$cluster_dir"
     local i pid started=$SECONDS
+    if [ -n "$tls" ]; then
+        [ -s "$tls_dir/broker.pem" ] || ./scripts/dev-certs.sh "$tls_dir" >/dev/null
+        touch "$cluster_dir/tls-on"
+        export CORELOG_TLS_CA="$tls_dir/ca.pem"
+    elif [ -f "$cluster_dir/tls-on" ]; then
+        echo "up: the cluster in $cluster_dir was started with --tls; pass --tls again" \
+            "(or remove $cluster_dir for a new plaintext cluster)" >&2
+        exit 2
+    fi
     echo "$count" > "$cluster_dir/size"
     for i in $(seq 1 "$count"); do
         if pid=$(running_pid "$cluster_dir/node-$i"); then
@@ -219,7 +252,7 @@ up() {
     done
     wait_ready $(seq 1 "$count") || { echo "the cluster is not ready" >&2; return 1; }
     echo "cluster of $count ready in $((SECONDS - started)) s;" \
-        "bootstrap 127.0.0.1:$((base_port + 1))"
+        "bootstrap 127.0.0.1:$((base_port + 1))${tls:+ with --tls-ca $tls_dir/ca.pem}"
 }
 
 # SIGKILL, as a crash: the broker gets no chance to shut down.
@@ -298,10 +331,10 @@ status() {
 }
 
 case "${1:-}" in
-    up) up "${2:-3}" ;;
+    up) shift; up "$@" ;;
     down) down ;;
     status) status ;;
     kill) kill_node "${2:-}" ;;
     start) start "${2:-}" ;;
-    *) echo "usage: scripts/cluster.sh up [N] | down | status | kill I | start I" >&2; exit 2 ;;
+    *) echo "usage: scripts/cluster.sh up [N] [--tls] | down | status | kill I | start I" >&2; exit 2 ;;
 esac

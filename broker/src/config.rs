@@ -55,6 +55,8 @@ pub struct BrokerConfig {
     /// brokers; without it a broker refuses inter-broker APIs from the
     /// network altogether.
     pub cluster_secret: Option<ClusterSecret>,
+    /// TLS on the client listener and between brokers; `None`: plaintext.
+    pub tls: Option<TlsSettings>,
     /// How often a broker heartbeats to the controller leader.
     pub broker_heartbeat_interval_ms: u64,
     /// A broker silent this long is fenced by the controller.
@@ -132,6 +134,7 @@ impl Default for BrokerConfig {
             rack: None,
             cluster_id: None,
             cluster_secret: None,
+            tls: None,
             broker_heartbeat_interval_ms: 250,
             broker_session_timeout_ms: 2_000,
             replica_lag_max_ms: 10_000,
@@ -237,6 +240,50 @@ impl TryFrom<ShardPortsSetting> for ShardPorts {
     }
 }
 
+/// TLS on the listener (see [`crate::tls`]): the broker's certificate
+/// chain and key, and whether and how clients present certificates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM certificate chain, the broker's own certificate first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of that certificate.
+    pub key: PathBuf,
+    /// PEM CA certificates that client certificates must chain to. Brokers
+    /// of a cluster also verify each other's certificates against them.
+    pub client_ca: Option<PathBuf>,
+    /// Whether clients must present a certificate.
+    pub client_auth: ClientAuth,
+    /// The oldest TLS version accepted.
+    pub min_version: TlsVersion,
+}
+
+/// Whether TLS clients present a certificate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// Not asked for.
+    #[default]
+    None,
+    /// Asked for and verified if presented.
+    Optional,
+    /// A connection without a valid client certificate fails its handshake.
+    Required,
+}
+
+/// The oldest TLS version a listener accepts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+pub enum TlsVersion {
+    /// TLS 1.2 and 1.3, for clients that cannot speak 1.3.
+    #[serde(rename = "1.2")]
+    #[value(name = "1.2")]
+    Tls12,
+    /// TLS 1.3 only.
+    #[default]
+    #[serde(rename = "1.3")]
+    #[value(name = "1.3")]
+    Tls13,
+}
+
 /// Command-line flags; each overrides the file and the default.
 #[derive(Debug, Default, Parser)]
 #[command(name = "corelogd", version, about = "The corelog broker")]
@@ -292,6 +339,24 @@ pub struct Flags {
     /// --controller-voters naming other brokers].
     #[arg(long)]
     pub cluster_secret_file: Option<PathBuf>,
+    /// PEM certificate chain of this broker: turns TLS on for the client
+    /// listener and between brokers [default: none, plaintext].
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates that client certificates must chain to (and
+    /// that the brokers of a cluster verify each other against).
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Whether clients present a certificate [default: none; `optional`
+    /// and `required` need --tls-client-ca].
+    #[arg(long)]
+    pub tls_client_auth: Option<ClientAuth>,
+    /// Oldest TLS version accepted [default: 1.3].
+    #[arg(long)]
+    pub tls_min_version: Option<TlsVersion>,
     /// Heartbeat interval to the controller in ms [default: 250].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
@@ -388,6 +453,11 @@ struct FileSettings {
     rack: Option<String>,
     cluster_id: Option<String>,
     cluster_secret_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    tls_client_auth: Option<ClientAuth>,
+    tls_min_version: Option<TlsVersion>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
     replica_lag_max_ms: Option<u64>,
@@ -527,6 +597,7 @@ impl BrokerConfig {
         {
             config.cluster_secret = Some(read_cluster_secret(&path)?);
         }
+        config.tls = resolve_tls(flags, &file)?;
         let topic = &mut config.topic_defaults;
         if let Some(ms) = flags.retention_ms.or(file.retention_ms) {
             topic.retention_ms = (ms >= 0).then_some(ms);
@@ -673,6 +744,13 @@ impl BrokerConfig {
                  scripts/cluster.sh makes one for local clusters)",
             );
         }
+        if joins_others && self.tls.as_ref().is_some_and(|tls| tls.client_ca.is_none()) {
+            return invalid(
+                "tls_client_ca",
+                "with TLS on, the brokers of a cluster verify each other's certificates: pass \
+                 --tls-client-ca FILE naming the CA that signed every broker's certificate",
+            );
+        }
         Ok(())
     }
 }
@@ -706,6 +784,55 @@ pub struct ControllerVoter {
     pub id: u32,
     /// Where it listens.
     pub addr: SocketAddr,
+}
+
+/// The TLS settings of flags over file: none without a certificate; a
+/// certificate needs its key, and client certificates need a CA.
+fn resolve_tls(flags: &Flags, file: &FileSettings) -> Result<Option<TlsSettings>, ConfigError> {
+    let cert = flags.tls_cert.clone().or(file.tls_cert.clone());
+    let key = flags.tls_key.clone().or(file.tls_key.clone());
+    let client_ca = flags.tls_client_ca.clone().or(file.tls_client_ca.clone());
+    let client_auth = flags.tls_client_auth.or(file.tls_client_auth);
+    let min_version = flags.tls_min_version.or(file.tls_min_version);
+    let invalid = |name, message: &str| {
+        Err(ConfigError::Invalid {
+            name,
+            message: message.to_owned(),
+        })
+    };
+    let (cert, key) = match (cert, key) {
+        (Some(cert), Some(key)) => (cert, key),
+        (Some(_), None) => {
+            return invalid("tls_key", "--tls-cert needs --tls-key, its private key");
+        }
+        (None, Some(_)) => {
+            return invalid("tls_cert", "--tls-key needs --tls-cert, its certificate");
+        }
+        (None, None) => {
+            if client_ca.is_some() || client_auth.is_some() || min_version.is_some() {
+                return invalid(
+                    "tls_cert",
+                    "TLS settings need --tls-cert and --tls-key, which turn TLS on",
+                );
+            }
+            return Ok(None);
+        }
+    };
+    let client_auth = client_auth.unwrap_or_default();
+    if client_auth != ClientAuth::None && client_ca.is_none() {
+        return invalid(
+            "tls_client_ca",
+            "--tls-client-auth optional or required needs --tls-client-ca, the CA that client \
+             certificates chain to",
+        );
+    }
+    Ok(Some(TlsSettings {
+        cert,
+        key,
+        client_ca,
+        client_auth,
+        min_version: min_version.unwrap_or_default(),
+    }))
 }
 
 /// Reads the cluster secret file.
@@ -824,6 +951,79 @@ mod tests {
         assert!(two.to_string().contains("1, 3 or 5"), "{two}");
         let unnamed = resolve("1@127.0.0.1:7101", 0).unwrap_err();
         assert!(unnamed.to_string().contains("node_id"), "{unnamed}");
+    }
+
+    #[test]
+    fn tls_settings_come_from_flags_over_the_file_and_go_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corelogd.toml");
+        std::fs::write(
+            &file,
+            "tls_cert = \"file.pem\"\ntls_key = \"file.key\"\ntls_client_ca = \"ca.pem\"\n\
+             tls_client_auth = \"required\"\ntls_min_version = \"1.2\"\n",
+        )
+        .unwrap();
+        let from_file = BrokerConfig::resolve(&Flags {
+            config: Some(file.clone()),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert_eq!(
+            from_file.tls,
+            Some(TlsSettings {
+                cert: PathBuf::from("file.pem"),
+                key: PathBuf::from("file.key"),
+                client_ca: Some(PathBuf::from("ca.pem")),
+                client_auth: ClientAuth::Required,
+                min_version: TlsVersion::Tls12,
+            })
+        );
+        let flags_win = BrokerConfig::resolve(&Flags {
+            config: Some(file),
+            tls_cert: Some(PathBuf::from("flag.pem")),
+            tls_min_version: Some(TlsVersion::Tls13),
+            ..Flags::default()
+        })
+        .unwrap()
+        .tls
+        .unwrap();
+        assert_eq!(flags_win.cert, PathBuf::from("flag.pem"));
+        assert_eq!(flags_win.key, PathBuf::from("file.key"));
+        assert_eq!(flags_win.min_version, TlsVersion::Tls13);
+
+        let refused = |flags: Flags| BrokerConfig::resolve(&flags).unwrap_err().to_string();
+        let alone = refused(Flags {
+            tls_cert: Some(PathBuf::from("c.pem")),
+            ..Flags::default()
+        });
+        assert!(alone.contains("--tls-key"), "{alone}");
+        let no_ca = refused(Flags {
+            tls_cert: Some(PathBuf::from("c.pem")),
+            tls_key: Some(PathBuf::from("c.key")),
+            tls_client_auth: Some(ClientAuth::Optional),
+            ..Flags::default()
+        });
+        assert!(no_ca.contains("--tls-client-ca"), "{no_ca}");
+        let without_tls = refused(Flags {
+            tls_min_version: Some(TlsVersion::Tls12),
+            ..Flags::default()
+        });
+        assert!(without_tls.contains("--tls-cert"), "{without_tls}");
+        // A cluster's brokers verify each other: TLS there needs the CA.
+        let secret = dir.path().join("cluster.secret");
+        std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+        let cluster = refused(Flags {
+            node_id: Some(1),
+            controller_voters: Some(
+                "1@127.0.0.1:7101,2@127.0.0.1:7102,3@127.0.0.1:7103".to_owned(),
+            ),
+            cluster_secret_file: Some(secret),
+            tls_cert: Some(PathBuf::from("c.pem")),
+            tls_key: Some(PathBuf::from("c.key")),
+            ..Flags::default()
+        });
+        assert!(cluster.contains("verify each other"), "{cluster}");
+        assert_eq!(BrokerConfig::resolve(&Flags::default()).unwrap().tls, None);
     }
 
     #[test]

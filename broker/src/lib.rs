@@ -31,6 +31,7 @@
 //! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
 //! itself in-process), [`api`] (encoded replies), [`executor`] (the
 //! runtime seam the replica shell runs on, so the simulator can run it),
+//! [`tls`] (certificates and handshakes for the listener and peers),
 //! [`metrics`], [`config`] and [`clock`].
 
 pub mod api;
@@ -50,3 +51,4 @@ pub mod replica;
 pub mod runtime;
 pub mod server;
 pub mod storage;
+pub mod tls;

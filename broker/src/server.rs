@@ -42,6 +42,7 @@ use crate::storage::glommio_disk::GlommioDisk;
 use crate::storage::journal::{Journal, JournalConfig, ShardJournal};
 use crate::storage::log::replay_shard_journal;
 use crate::storage::{DiskSpace, ShardStorage, StorageError, TailCache};
+use crate::tls::BrokerTls;
 
 /// Why the broker could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,9 @@ pub enum RunError {
     /// identity cannot be read or recorded (see [`crate::identity`]).
     #[error("{0}")]
     Identity(String),
+    /// The TLS certificate, key or CA files cannot be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl RunError {
@@ -75,7 +79,7 @@ impl RunError {
     #[must_use]
     pub fn exit_code(&self) -> i32 {
         match self {
-            RunError::Identity(_) => 2,
+            RunError::Identity(_) | RunError::Tls(_) => 2,
             _ => 1,
         }
     }
@@ -148,7 +152,7 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
         data_dir = %broker.config.data_dir.display(),
         "corelogd ready"
     );
-    let signalled = wait_for_signal();
+    let signalled = wait_for_signal(broker.tls.as_deref());
     tracing::info!("stopping: finishing in-flight requests and closing partitions");
     broker.stop();
     signalled?;
@@ -161,6 +165,7 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
 /// (the request-handler fuzz target) start and stop one directly.
 pub struct RunningBroker {
     config: BrokerConfig,
+    tls: Option<Arc<BrokerTls>>,
     shard_ports: Arc<ShardPortTable>,
     senders: Vec<flume::Sender<ShardCommand>>,
     executors: Vec<glommio::ExecutorJoinHandle<()>>,
@@ -220,6 +225,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     .map_err(RunError::Identity)?;
     refuse_ports_in_use(&config)?;
     migration::check_configuration(&config).map_err(RunError::Configuration)?;
+    let tls = match &config.tls {
+        Some(settings) => {
+            let tls = BrokerTls::load(settings)?;
+            log_certificate("TLS on", &tls.certificate());
+            Some(Arc::new(tls))
+        }
+        None => None,
+    };
     let metrics = BrokerMetrics::new();
     let shard_count = config.shards;
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
@@ -245,6 +258,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let open_connections = open_connections.clone();
         let shard_ports = shard_ports.clone();
         let topic_deletions = topic_deletions.clone();
+        let tls = tls.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
@@ -262,6 +276,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                         shard_ports,
                         topic_deletions,
                         listening,
+                        tls,
                     },
                 )
                 .await
@@ -294,6 +309,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     }
     Ok(RunningBroker {
         config,
+        tls,
         shard_ports,
         senders,
         executors,
@@ -314,12 +330,55 @@ fn join_all(executors: Vec<glommio::ExecutorJoinHandle<()>>) {
     }
 }
 
-fn wait_for_signal() -> Result<(), RunError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(RunError::Signals)?;
-    if let Some(signal) = signals.forever().next() {
-        tracing::info!(signal, "signal received");
+/// Logs the certificate the listener presents, warning when it has
+/// expired or expires within two weeks.
+fn log_certificate(what: &str, certificate: &crate::tls::CertificateInfo) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        });
+    let days_left = certificate.days_left(now);
+    let subject = certificate.subject.as_str();
+    let not_after = certificate.not_after.as_str();
+    if days_left < 0 {
+        tracing::error!(
+            subject,
+            not_after,
+            "{what}; it has EXPIRED: clients refuse it; renew it and send SIGHUP"
+        );
+    } else if days_left < 14 {
+        tracing::warn!(
+            subject,
+            not_after,
+            days_left,
+            "{what}; it expires soon: renew it and send SIGHUP"
+        );
+    } else {
+        tracing::info!(subject, not_after, days_left, "{what}");
+    }
+}
+
+/// Waits for SIGTERM or SIGINT. SIGHUP reloads the TLS certificate and
+/// key, if TLS is on: new connections get them, open ones keep theirs.
+fn wait_for_signal(tls: Option<&BrokerTls>) -> Result<(), RunError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(RunError::Signals)?;
+    for signal in signals.forever() {
+        if signal != SIGHUP {
+            tracing::info!(signal, "signal received");
+            break;
+        }
+        match tls.map(BrokerTls::reload) {
+            None => tracing::info!("SIGHUP: TLS is off, nothing to reload"),
+            Some(Ok(certificate)) => {
+                log_certificate("SIGHUP: reloaded the TLS certificate and key", &certificate);
+            }
+            Some(Err(error)) => {
+                tracing::error!(%error, "SIGHUP: TLS reload failed; the previous certificate stays in use");
+            }
+        }
     }
     Ok(())
 }
@@ -351,6 +410,8 @@ struct Listeners {
     topic_deletions: Arc<TopicDeletions>,
     /// Told once the shard accepts connections.
     listening: mpsc::Sender<Result<u16, RunError>>,
+    /// TLS for the listeners and connections to peers, when on.
+    tls: Option<Arc<BrokerTls>>,
 }
 
 /// Brings one shard up: disk, storage resources, listeners, the cluster
@@ -369,6 +430,9 @@ async fn start_shard(
     crate::peer::bind_outbound_to(config.listen.ip());
     if let Some(secret) = &config.cluster_secret {
         crate::peer::prove_cluster_secret(config.node_id, secret.clone());
+    }
+    if let Some(connector) = listeners.tls.as_ref().and_then(|tls| tls.peer_connector()) {
+        crate::peer::connect_with_tls(connector);
     }
     let data_dir = config.data_dir.clone();
     let disk = GlommioDisk::for_shard(&data_dir)
@@ -453,7 +517,14 @@ async fn start_shard(
                 })
             })
             .collect::<Result<Vec<_>, _>>()
-            .map(|bound| serve_listeners(&listening_shard, bound, &listeners.open_connections))
+            .map(|bound| {
+                serve_listeners(
+                    &listening_shard,
+                    bound,
+                    &listeners.open_connections,
+                    listeners.tls.as_deref(),
+                );
+            })
             .map(|()| id.0)
             .map_err(|message| RunError::ShardStart { shard: id.0, message });
         let _reported = listeners.listening.send(report);
@@ -465,12 +536,18 @@ async fn start_shard(
     Ok(shard)
 }
 
-fn serve_listeners(shard: &Rc<Shard>, bound: Vec<TcpListener>, open_connections: &Arc<AtomicU32>) {
+fn serve_listeners(
+    shard: &Rc<Shard>,
+    bound: Vec<TcpListener>,
+    open_connections: &Arc<AtomicU32>,
+    tls: Option<&BrokerTls>,
+) {
     for listener in bound {
         glommio::spawn_local(listener::accept_loop(
             shard.clone(),
             listener,
             open_connections.clone(),
+            tls.map(BrokerTls::acceptor),
         ))
         .detach();
     }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::ClientError;
+use crate::tls::ClientTls;
 
 /// The broker address used when none is given: a local `corelogd` started
 /// with `make run`.
@@ -43,6 +44,8 @@ pub struct ClientConfig {
     /// per-shard ports is reached on its shared port either way. Default
     /// true.
     pub shard_aware: bool,
+    /// TLS to every broker, or plaintext when `None` (the default).
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for ClientConfig {
@@ -57,6 +60,7 @@ impl Default for ClientConfig {
             metadata_refresh_backoff: Duration::from_millis(100),
             reconnect_backoff: Duration::from_millis(100),
             shard_aware: true,
+            tls: None,
         }
     }
 }

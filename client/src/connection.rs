@@ -45,9 +45,8 @@ use corelog_wire::message::{
     BODY_ALIGNMENT, MessageError, Request, decode_response, encode_request_archive,
 };
 use rkyv::util::AlignedVec;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 
@@ -57,6 +56,11 @@ use crate::error::ClientError;
 /// Frames gathered into one write at most, which bounds the slice list
 /// (a frame is its head and its batches; a call writes up to IOV_MAX of them).
 const FRAMES_PER_WRITE_MAX: usize = 64;
+
+/// A connection's read side, plaintext or TLS.
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// A connection's write side, plaintext or TLS.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The pause before opening again a connection lost during its handshake.
 const HANDSHAKE_RETRY_BACKOFF: Duration = Duration::from_millis(50);
@@ -135,6 +139,9 @@ struct State {
     /// The first bytes of a response that was not a corelog frame, when
     /// that is what closed the connection.
     unframed: Option<Vec<u8>>,
+    /// Why the broker ended TLS on the connection, if it did: under TLS
+    /// 1.3 a refused client certificate shows on the first read.
+    tls_refused: Option<String>,
 }
 
 /// State shared by the handles and the reader and writer tasks.
@@ -293,7 +300,26 @@ impl Connection {
                 addr: addr.to_owned(),
                 source: Arc::new(source),
             })?;
-        let connection = Connection::start(addr, stream, config);
+        let (reader, writer): (Reader, Writer) = match &config.tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                (Box::new(reader), Box::new(writer))
+            }
+            Some(tls) => match tokio::time::timeout_at(deadline, tls.connect(addr, stream)).await {
+                Ok(Ok(secured)) => {
+                    let (reader, writer) = tokio::io::split(secured);
+                    (Box::new(reader), Box::new(writer))
+                }
+                Ok(Err(error)) => return Err(error),
+                Err(_) => {
+                    return Err(ClientError::HandshakeTimeout {
+                        addr: addr.to_owned(),
+                        timeout: config.connect_timeout,
+                    });
+                }
+            },
+        };
+        let connection = Connection::start(addr, reader, writer, config);
         // Bounded by the connect deadline rather than the request timeout:
         // a server of another protocol may wait silently for a request of
         // its own, and a corelog broker answers this at once.
@@ -310,8 +336,12 @@ impl Connection {
         }
     }
 
-    fn start(addr: &str, stream: TcpStream, config: &ClientConfig) -> Connection {
-        let (read_half, write_half) = stream.into_split();
+    fn start(
+        addr: &str,
+        read_half: Reader,
+        write_half: Writer,
+        config: &ClientConfig,
+    ) -> Connection {
         let slots = config.max_in_flight_per_connection;
         let (closed, _) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -320,6 +350,7 @@ impl Connection {
                 pending: HashMap::new(),
                 closed: None,
                 unframed: None,
+                tls_refused: None,
             }),
             slots: Arc::new(Semaphore::new(slots)),
             closed,
@@ -370,7 +401,16 @@ impl Connection {
     /// a corelog frame, or not an ApiVersions response, means another
     /// protocol's server listens at the address.
     fn handshake_error(&self, error: ClientError) -> ClientError {
-        let unframed = self.shared.lock().unframed.clone();
+        let (unframed, tls_refused) = {
+            let state = self.shared.lock();
+            (state.unframed.clone(), state.tls_refused.clone())
+        };
+        if let (ClientError::ConnectionLost { .. }, Some(detail)) = (&error, tls_refused) {
+            return ClientError::Tls {
+                addr: self.addr().to_owned(),
+                detail,
+            };
+        }
         match (error, unframed) {
             (ClientError::ConnectionLost { .. }, Some(answer)) => ClientError::NotABroker {
                 addr: self.addr().to_owned(),
@@ -564,12 +604,14 @@ impl<R: Request> PendingReply<R> {
     }
 }
 
-async fn read_loop(shared: Arc<Shared>, mut reader: OwnedReadHalf, limits: FrameLimits) {
+async fn read_loop(shared: Arc<Shared>, mut reader: Reader, limits: FrameLimits) {
     let mut closed = shared.closed.subscribe();
     tokio::select! {
         end = read_frames(&shared, &mut reader, limits) => {
-            if let ReadEnd::Unframed { head, .. } = &end {
-                shared.lock().unframed = Some(head.to_vec());
+            match &end {
+                ReadEnd::Unframed { head, .. } => shared.lock().unframed = Some(head.to_vec()),
+                ReadEnd::TlsRefused(detail) => shared.lock().tls_refused = Some(detail.clone()),
+                ReadEnd::Failed(_) => {}
             }
             shared.close(end.reason());
         }
@@ -581,6 +623,8 @@ async fn read_loop(shared: Arc<Shared>, mut reader: OwnedReadHalf, limits: Frame
 enum ReadEnd {
     /// The stream ended or failed, or a frame broke the protocol.
     Failed(String),
+    /// The broker ended TLS (an alert), for the reason given.
+    TlsRefused(String),
     /// A response did not even have a corelog frame header.
     Unframed {
         reason: String,
@@ -591,16 +635,21 @@ enum ReadEnd {
 impl ReadEnd {
     fn reason(&self) -> &str {
         match self {
-            ReadEnd::Failed(reason) | ReadEnd::Unframed { reason, .. } => reason,
+            ReadEnd::Failed(reason)
+            | ReadEnd::TlsRefused(reason)
+            | ReadEnd::Unframed { reason, .. } => reason,
         }
     }
 }
 
 /// Reads frames until something goes wrong, and says what.
-async fn read_frames(shared: &Shared, reader: &mut OwnedReadHalf, limits: FrameLimits) -> ReadEnd {
+async fn read_frames(shared: &Shared, reader: &mut Reader, limits: FrameLimits) -> ReadEnd {
     loop {
         let mut head = [0_u8; RESPONSE_HEADER_BYTES];
         if let Err(error) = reader.read_exact(&mut head).await {
+            if crate::tls::rustls_error(&error).is_some() {
+                return ReadEnd::TlsRefused(crate::tls::explain(&error, &"--tls-ca"));
+            }
             return ReadEnd::Failed(if error.kind() == std::io::ErrorKind::UnexpectedEof {
                 "the broker closed the connection".to_owned()
             } else {
@@ -667,11 +716,7 @@ async fn resolve(
     }
 }
 
-async fn write_loop(
-    shared: Arc<Shared>,
-    mut frames: mpsc::Receiver<Outgoing>,
-    mut writer: OwnedWriteHalf,
-) {
+async fn write_loop(shared: Arc<Shared>, mut frames: mpsc::Receiver<Outgoing>, mut writer: Writer) {
     let mut closed = shared.closed.subscribe();
     tokio::select! {
         result = write_frames(&mut frames, &mut writer) => {
@@ -691,7 +736,7 @@ async fn write_loop(
 /// queued goes out in one gathered write, record bytes uncopied.
 async fn write_frames(
     frames: &mut mpsc::Receiver<Outgoing>,
-    writer: &mut OwnedWriteHalf,
+    writer: &mut Writer,
 ) -> std::io::Result<()> {
     let mut queued = Vec::new();
     while let Some(frame) = frames.recv().await {
@@ -707,7 +752,10 @@ async fn write_frames(
     Ok(())
 }
 
-async fn write_gathered(writer: &mut OwnedWriteHalf, frames: &[Outgoing]) -> std::io::Result<()> {
+async fn write_gathered<W: AsyncWrite + Unpin + ?Sized>(
+    writer: &mut W,
+    frames: &[Outgoing],
+) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = frames
         .iter()
         .flat_map(|frame| {
@@ -724,7 +772,8 @@ async fn write_gathered(writer: &mut OwnedWriteHalf, frames: &[Outgoing]) -> std
         }
         IoSlice::advance_slices(&mut unwritten, written);
     }
-    Ok(())
+    // TLS holds the last record until flushed; a socket has nothing to do.
+    writer.flush().await
 }
 
 #[cfg(test)]
@@ -777,7 +826,8 @@ mod tests {
             received
         });
         let stream = TcpStream::connect(address).await.unwrap();
-        let (_read, mut write) = stream.into_split();
+        let (_read, write) = stream.into_split();
+        let mut write: super::Writer = Box::new(write);
         write_frames(&mut frames, &mut write).await.unwrap();
         drop(write);
         let received = reader.await.unwrap();

@@ -73,6 +73,16 @@ pub enum ClientError {
         /// What came back, as text if it is printable, else as hex.
         answer: String,
     },
+    /// TLS could not be set up with the broker: its certificate is not
+    /// trusted, it refused this client's, or one side speaks TLS and the
+    /// other does not.
+    #[error("cannot connect to {addr} with TLS: {detail}")]
+    Tls {
+        /// The address tried.
+        addr: String,
+        /// Why, and what to do.
+        detail: String,
+    },
     /// An open connection broke. Requests in flight on it may or may not
     /// have been processed; the producer resends them with the same
     /// sequence, so retries never duplicate.
@@ -342,6 +352,7 @@ impl ClientError {
                 | ClientError::ConnectTimeout { .. }
                 | ClientError::HandshakeTimeout { .. }
                 | ClientError::NotABroker { .. }
+                | ClientError::Tls { .. }
         )
     }
 

@@ -72,6 +72,7 @@ pub mod error;
 pub mod group;
 mod metadata;
 pub mod producer;
+mod tls;
 pub mod verify;
 
 pub use corelog_wire::batch::{Compression, Header, SchemaVersion};
@@ -95,3 +96,4 @@ pub use self::metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, Top
 pub use self::producer::{
     Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, partition_for_key,
 };
+pub use self::tls::ClientTls;

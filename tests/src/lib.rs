@@ -27,6 +27,7 @@ pub mod power_loss;
 pub mod process;
 pub mod proxy;
 pub mod small_fs;
+pub mod tls;
 pub mod wire_client;
 
 pub use process::{Broker, binary, free_port, has_fault_hooks, start_cluster, test_broker_binary};

@@ -272,7 +272,7 @@ impl Broker {
                 return Some(Err(status));
             }
             if let Ok(mut client) = Client::connect(self.addr)
-                && client.handshake().is_ok()
+                && client.handshake_answered()
             {
                 return Some(Ok(()));
             }
@@ -339,7 +339,11 @@ impl Broker {
         self.child.as_ref().map(Child::id)
     }
 
-    fn signal(&self, signal: rustix::process::Signal) {
+    /// Sends `signal` to the running process (SIGHUP to reload TLS, say).
+    ///
+    /// # Panics
+    /// If the broker is not running.
+    pub fn signal(&self, signal: rustix::process::Signal) {
         let child = self.child.as_ref().expect("the broker process is running");
         rustix::process::kill_process(rustix::process::Pid::from_child(child), signal).unwrap();
     }
@@ -561,7 +565,9 @@ pub fn member_args(
     args
 }
 
-fn as_strs(args: &[String]) -> Vec<&str> {
+/// Borrowed views of owned arguments.
+#[must_use]
+pub fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 

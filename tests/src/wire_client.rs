@@ -51,6 +51,30 @@ impl Client {
             .map_err(|error| error.to_string())
     }
 
+    /// Whether a broker answers the handshake as one: with ApiVersions,
+    /// or, on a TLS listener, with `TLS_REQUIRED` (this client speaks
+    /// plaintext).
+    pub fn handshake_answered(&mut self) -> bool {
+        match self.handshake_code() {
+            Ok(code) => code == ErrorCode::None || code == ErrorCode::TlsRequired,
+            Err(_) => false,
+        }
+    }
+
+    fn handshake_code(&mut self) -> Result<ErrorCode, String> {
+        let request = message::api_versions::ApiVersionsRequest {
+            client_name: "broker-tests".to_owned(),
+            client_version: "0".to_owned(),
+        };
+        let body = self
+            .call(&request, &[])
+            .map_err(|error| error.to_string())?;
+        match message::decode_response::<message::api_versions::ApiVersionsResponse>(&body.bytes) {
+            Ok(_) => Ok(ErrorCode::None),
+            Err(error) => Ok(error.error_code()),
+        }
+    }
+
     /// Sends a raw frame and returns its correlation id.
     pub fn send_frame(&mut self, api_key: ApiKey, body: &[u8]) -> std::io::Result<u32> {
         let correlation_id = self.next_correlation;

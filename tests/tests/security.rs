@@ -6,17 +6,26 @@
 //! `CLUSTER_AUTHORIZATION_FAILED`, counted in `/metrics`, and keeps its
 //! connection for client APIs. A wrong secret or a replayed proof is cut
 //! off; a cluster broker without a secret does not start.
+//!
+//! Item 1, TLS: a TLS listener serves TLS clients and tells plaintext ones
+//! so; a TLS client of a plaintext broker is told why it failed; every
+//! kind of untrusted certificate is named; SIGHUP swaps the certificate
+//! without dropping open connections; client certificates when required;
+//! a cluster whose brokers verify each other.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-use corelog_tests::cli::{corelog, text};
+use corelog_tests::cli::{self, corelog, text};
 use corelog_tests::cluster_client::serial;
-use corelog_tests::process::{free_port, test_cluster_secret_file};
+use corelog_tests::process::{as_strs, free_port, test_cluster_secret_file};
+use corelog_tests::tls::{Issued, TestCa, Validity, broker_tls_args};
 use corelog_tests::wire_client::{Body, Client};
-use corelog_tests::{Broker, start_cluster};
+use corelog_tests::{Broker, binary, start_cluster};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 use corelog_wire::message;
@@ -211,4 +220,371 @@ fn a_cluster_broker_without_a_cluster_secret_does_not_start() {
         !temp.path().join("data").exists(),
         "it touched its data directory"
     );
+}
+
+// ---- Item 1: TLS -------------------------------------------------------
+
+/// `corelog` against `broker` with `tls` flags before `args`.
+fn corelog_tls(broker: &Broker, tls: &[&str], args: &[&str], stdin: Option<&str>) -> Output {
+    let all: Vec<&str> = tls.iter().chain(args).copied().collect();
+    corelog(&broker.addr.to_string(), &all, stdin)
+}
+
+fn path(file: &Path) -> String {
+    file.display().to_string()
+}
+
+/// Creates `topic` over the connection `tls` opens.
+fn create_topic(broker: &Broker, tls: &[&str], topic: &str) {
+    let created = corelog_tls(
+        broker,
+        tls,
+        &["topic", "create", topic, "--partitions", "1"],
+        None,
+    );
+    assert!(created.status.success(), "{}", text(&created.stderr));
+}
+
+/// Produces one record and reads it back over the connection `tls` opens.
+fn round_trip(broker: &Broker, tls: &[&str], topic: &str, value: &str) {
+    let produced = corelog_tls(broker, tls, &["produce", "--topic", topic], Some(value));
+    assert!(produced.status.success(), "{}", text(&produced.stderr));
+    let consumed = corelog_tls(broker, tls, &["consume", "--topic", topic], None);
+    assert!(consumed.status.success(), "{}", text(&consumed.stderr));
+    assert!(
+        text(&consumed.stdout).contains(value),
+        "{}",
+        text(&consumed.stdout)
+    );
+}
+
+/// A failure within the connect timeout (10 s), with what stderr says.
+fn fails_fast(broker: &Broker, tls: &[&str]) -> String {
+    let started = Instant::now();
+    let output = corelog_tls(broker, tls, &["topic", "list"], None);
+    assert!(!output.status.success(), "{}", text(&output.stdout));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    text(&output.stderr)
+}
+
+#[test]
+fn tls_clients_are_served_and_a_plaintext_client_is_told_tls_is_required() {
+    let ca = TestCa::new("corelog test CA");
+    let broker_cert = ca.issue("broker", &["127.0.0.1", "localhost"], Validity::Now);
+    let broker = Broker::start(&as_strs(&broker_tls_args(&broker_cert)));
+    let ca_file = path(&ca.ca_file());
+    create_topic(&broker, &["--tls-ca", &ca_file], "secured");
+    round_trip(&broker, &["--tls-ca", &ca_file], "secured", "over tls");
+
+    let said = fails_fast(&broker, &[]);
+    assert!(
+        said.contains("TLS_REQUIRED") && said.contains("--tls-ca"),
+        "{said}"
+    );
+    let metrics = broker.metrics();
+    assert!(
+        metrics
+            .contains("corelog_connections_closed_total{shard=\"0\",reason=\"plaintext_on_tls\"}"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_tls_client_of_a_plaintext_broker_is_told_it_answered_in_plaintext() {
+    let ca = TestCa::new("corelog test CA");
+    let broker = Broker::start(&[]);
+    let said = fails_fast(&broker, &["--tls-ca", &path(&ca.ca_file())]);
+    assert!(
+        said.contains("answered in plaintext") && said.contains("does not speak TLS"),
+        "{said}"
+    );
+}
+
+/// Every way a broker's certificate can fail the client's checks is named
+/// as such; the broker's certificate is swapped with SIGHUP between them,
+/// while a consumer that opened its connection before keeps reading.
+#[test]
+fn untrusted_broker_certificates_are_refused_with_the_reason_and_sighup_reloads() {
+    let ca = TestCa::new("corelog test CA");
+    let other_ca = TestCa::new("another CA");
+    let good = ca.issue("good", &["127.0.0.1"], Validity::Now);
+    let serving = Issued {
+        cert: ca.dir().join("serving.pem"),
+        key: ca.dir().join("serving.key"),
+    };
+    let install = |issued: &Issued| {
+        std::fs::copy(&issued.cert, &serving.cert).unwrap();
+        std::fs::copy(&issued.key, &serving.key).unwrap();
+    };
+    install(&good);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("broker.log");
+    let mut broker = Broker::unstarted(
+        SocketAddr::from(([127, 0, 0, 1], free_port())),
+        &temp.path().join("data"),
+        &as_strs(&broker_tls_args(&serving)),
+    );
+    broker.try_spawn_logged(&log).unwrap();
+    let ca_file = path(&ca.ca_file());
+    let tls = ["--tls-ca", ca_file.as_str()];
+    create_topic(&broker, &tls, "rotated");
+    round_trip(&broker, &tls, "rotated", "before any reload");
+    // A consumer that connects now, and is seen reading before any reload.
+    let mut follower = cli::spawn(
+        &broker.addr.to_string(),
+        &[
+            "--tls-ca", &ca_file, "consume", "--topic", "rotated", "--follow",
+        ],
+    );
+    let printed = lines_of(follower.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let produced = corelog_tls(
+            &broker,
+            &tls,
+            &["produce", "--topic", "rotated"],
+            Some("ping"),
+        );
+        assert!(produced.status.success(), "{}", text(&produced.stderr));
+        if printed.recv_timeout(Duration::from_millis(500)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the follower printed nothing");
+    }
+
+    let cases = [
+        (
+            ca.issue("expired", &["127.0.0.1"], Validity::Expired),
+            "has expired",
+        ),
+        (
+            ca.issue("early", &["127.0.0.1"], Validity::NotYetValid),
+            "not valid yet",
+        ),
+        (
+            ca.issue("elsewhere", &["other.example"], Validity::Now),
+            "does not name the host",
+        ),
+        (
+            other_ca.issue("foreign", &["127.0.0.1"], Validity::Now),
+            "not signed by the CA",
+        ),
+    ];
+    for (reloads, (issued, expected)) in (1..).zip(&cases) {
+        install(issued);
+        reload(&broker, &log, reloads);
+        let said = fails_fast(&broker, &tls);
+        assert!(said.contains(expected), "{expected:?}: {said}");
+    }
+    // The broker said so when it loaded the expired one.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("it has EXPIRED"), "{logged}");
+    install(&good);
+    reload(&broker, &log, cases.len() + 1);
+    round_trip(&broker, &tls, "rotated", "after the reloads");
+
+    // The consumer connected before every reload and still reads.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let line = printed
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the follower prints the record produced after the reloads");
+        if line.contains("after the reloads") {
+            break;
+        }
+    }
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
+
+/// The lines a child prints, as they come.
+fn lines_of(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    let (lines, printed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    printed
+}
+
+/// Sends SIGHUP and waits for the broker to log its `count`th reload.
+fn reload(broker: &Broker, log: &Path, count: usize) {
+    broker.signal(rustix::process::Signal::HUP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = std::fs::read_to_string(log).unwrap();
+        if said.matches("reloaded the TLS certificate").count() >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no reload logged:\n{said}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn with_client_auth_required_only_a_client_certificate_of_the_ca_is_served() {
+    let ca = TestCa::new("corelog test CA");
+    let other_ca = TestCa::new("another CA");
+    let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
+    let client = ca.issue("client", &["reader.example"], Validity::Now);
+    let stranger = other_ca.issue("stranger", &["reader.example"], Validity::Now);
+    let mut args = broker_tls_args(&broker_cert);
+    args.extend([
+        "--tls-client-ca".to_owned(),
+        path(&ca.ca_file()),
+        "--tls-client-auth".to_owned(),
+        "required".to_owned(),
+    ]);
+    let broker = Broker::start(&as_strs(&args));
+    let ca_file = path(&ca.ca_file());
+
+    let said = fails_fast(&broker, &["--tls-ca", &ca_file]);
+    assert!(said.contains("client certificates"), "{said}");
+    let (cert, key) = (path(&stranger.cert), path(&stranger.key));
+    let said = fails_fast(
+        &broker,
+        &["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key],
+    );
+    assert!(said.contains("refused the TLS handshake"), "{said}");
+    let (cert, key) = (path(&client.cert), path(&client.key));
+    let tls = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];
+    create_topic(&broker, &tls, "mutual");
+    round_trip(&broker, &tls, "mutual", "with a client certificate");
+}
+
+/// Brokers of a TLS cluster verify each other against the cluster's CA:
+/// registration, Raft and replication all run over TLS.
+#[test]
+fn a_tls_cluster_replicates_over_tls() {
+    let _serial = serial();
+    let ca = TestCa::new("corelog test CA");
+    let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
+    let mut args = broker_tls_args(&broker_cert);
+    args.extend(["--tls-client-ca".to_owned(), path(&ca.ca_file())]);
+    let brokers = start_cluster(3, &as_strs(&args));
+    let ca_file = path(&ca.ca_file());
+    let tls = ["--tls-ca", ca_file.as_str()];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let created = corelog_tls(
+            &brokers[0],
+            &tls,
+            &[
+                "topic",
+                "create",
+                "replicated",
+                "--partitions",
+                "1",
+                "--replication-factor",
+                "3",
+            ],
+            None,
+        );
+        if created.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", text(&created.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    round_trip(&brokers[1], &tls, "replicated", "on three brokers");
+    // Every replica caught up over TLS: the leader reports all three in sync.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = corelog_tls(
+            &brokers[2],
+            &tls,
+            &["--json", "topic", "describe", "replicated"],
+            None,
+        );
+        let topics: serde_json::Value =
+            serde_json::from_slice(&described.stdout).unwrap_or(serde_json::Value::Null);
+        let in_sync = topics[0]["partition_details"][0]["in_sync"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if in_sync == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} {}",
+            text(&described.stdout),
+            text(&described.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A base port for `scripts/cluster.sh` whose brokers' ports (base + 1..3)
+/// and metrics ports (base + 101..103) are all free.
+fn free_base_port() -> u16 {
+    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+    (0..200)
+        .map(|_| free_port().saturating_sub(200))
+        .find(|base| {
+            *base > 1024 && (1..=3).all(|i| free(base + i)) && (101..=103).all(|i| free(base + i))
+        })
+        .expect("a free range of ports")
+}
+
+/// `scripts/cluster.sh up 3 --tls` makes a CA and certificates with
+/// `scripts/dev-certs.sh` and starts a cluster that only TLS clients
+/// reach; `status` and `down` follow it.
+#[test]
+fn cluster_sh_up_tls_starts_a_cluster_only_tls_clients_reach() {
+    let _serial = serial();
+    let temp = tempfile::tempdir().unwrap();
+    let cluster_dir = temp.path().join("cluster");
+    let base = free_base_port();
+    let script = |args: &[&str]| {
+        std::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scripts/cluster.sh"
+        ))
+        .args(args)
+        .env("BASE_PORT", base.to_string())
+        .env("CLUSTER_DIR", &cluster_dir)
+        .env("CORELOGD", binary("corelogd"))
+        .env("CORELOG", binary("corelog"))
+        .env_remove("CORELOG_TLS_CA")
+        .output()
+        .unwrap()
+    };
+    let up = script(&["up", "3", "--tls"]);
+    let said = format!("{}{}", text(&up.stdout), text(&up.stderr));
+    if !up.status.success() {
+        script(&["down"]);
+        panic!("{said}");
+    }
+    assert!(said.contains("with --tls-ca"), "{said}");
+    let ca_file = path(&cluster_dir.join("tls/ca.pem"));
+    let bootstrap = format!("127.0.0.1:{}", base + 1);
+    let plain = corelog(&bootstrap, &["topic", "list"], None);
+    let tls_list = corelog(&bootstrap, &["--tls-ca", &ca_file, "topic", "list"], None);
+    let status = script(&["status"]);
+    let down = script(&["down"]);
+    assert!(!plain.status.success());
+    assert!(
+        text(&plain.stderr).contains("TLS_REQUIRED"),
+        "{}",
+        text(&plain.stderr)
+    );
+    assert!(tls_list.status.success(), "{}", text(&tls_list.stderr));
+    assert!(
+        text(&status.stdout)
+            .lines()
+            .filter(|line| line.contains("  alive  "))
+            .count()
+            == 3,
+        "{}",
+        text(&status.stdout)
+    );
+    assert!(down.status.success(), "{}", text(&down.stderr));
 }

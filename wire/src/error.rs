@@ -197,6 +197,8 @@ error_codes! {
         "The credentials were not accepted; check them (for brokers: every broker of a cluster needs the same --cluster-secret-file).";
     ClusterAuthorizationFailed = 82, "CLUSTER_AUTHORIZATION_FAILED", retriable: false,
         "This API is spoken only between the brokers of a cluster, on a connection that proved the cluster secret; clients never send it.";
+    TlsRequired = 83, "TLS_REQUIRED", retriable: false,
+        "This broker's listener speaks TLS only; connect with TLS (the CLI's --tls-ca FILE, naming the CA that signed the broker's certificate).";
 }
 
 impl ErrorCode {
@@ -301,6 +303,7 @@ mod tests {
         (80, "UNSUPPORTED_SASL_MECHANISM", false),
         (81, "AUTHENTICATION_FAILED", false),
         (82, "CLUSTER_AUTHORIZATION_FAILED", false),
+        (83, "TLS_REQUIRED", false),
     ];
 
     #[test]

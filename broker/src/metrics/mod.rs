@@ -397,7 +397,7 @@ impl BrokerMetrics {
         );
         registry.register(
             "connections_closed",
-            "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte)",
+            "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte), plaintext_on_tls (a plaintext client on a TLS listener, answered TLS_REQUIRED), tls_handshake_failed (a TLS handshake failed or did not finish within frame_read_timeout_ms)",
             metrics.connections_closed.clone(),
         );
         registry.register(

@@ -26,6 +26,7 @@
 //! matched to requests by correlation id.
 
 use std::cell::Cell;
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -41,7 +42,6 @@ use corelog_wire::message::decode_request;
 use corelog_wire::sasl::cluster::NONCE_BYTES;
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
-use glommio::net::TcpStream;
 
 use super::handlers::{self, Origin};
 use super::request_body::RequestBody;
@@ -49,6 +49,7 @@ use super::session::{Session, Step};
 use crate::api::Reply;
 use crate::api::refused;
 use crate::runtime::shard::Shard;
+use crate::tls::Stream;
 
 /// Responses smaller than this are copied into one buffer and written with
 /// one call; larger ones are written piece by piece, record bytes uncopied.
@@ -71,8 +72,7 @@ type RequestSlot = async_lock::SemaphoreGuardArc;
 
 /// Serves one connection until the client closes it, it breaks the
 /// protocol beyond recovery, or the shard stops.
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
-    let peer = stream.peer_addr().ok();
+pub async fn serve(shard: Rc<Shard>, stream: Stream, peer: Option<SocketAddr>) {
     let (reader, writer) = stream.split();
     let (outgoing, responses) = flume::unbounded::<Outgoing>();
     let writer_task = glommio::spawn_local(write_responses(writer, responses));
@@ -87,7 +87,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     writer_task.await;
 }
 
-async fn write_responses(mut writer: WriteHalf<TcpStream>, responses: flume::Receiver<Outgoing>) {
+async fn write_responses(mut writer: WriteHalf<Stream>, responses: flume::Receiver<Outgoing>) {
     while let Ok(outgoing) = responses.recv_async().await {
         let close = outgoing.then_close;
         if let Err(error) = write_response(&mut writer, outgoing).await {
@@ -103,10 +103,7 @@ async fn write_responses(mut writer: WriteHalf<TcpStream>, responses: flume::Rec
     }
 }
 
-async fn write_response(
-    writer: &mut WriteHalf<TcpStream>,
-    outgoing: Outgoing,
-) -> std::io::Result<()> {
+async fn write_response(writer: &mut WriteHalf<Stream>, outgoing: Outgoing) -> std::io::Result<()> {
     let body_len = outgoing.reply.len();
     let header = ResponseHeader {
         correlation_id: outgoing.correlation_id,
@@ -185,7 +182,7 @@ struct Deadlines {
 /// Returns the frame's deadline, which its body must meet too.
 async fn read_header(
     shard: &Shard,
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<Stream>,
     header: &mut [u8; REQUEST_HEADER_BYTES],
     deadlines: Deadlines,
     in_flight: &Cell<u32>,
@@ -232,7 +229,7 @@ async fn read_header(
 
 /// Fills `buf` by `deadline`; `frame` is the timeout it stands for.
 async fn read_exact_by(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<Stream>,
     buf: &mut [u8],
     deadline: Instant,
     frame: Duration,
@@ -254,7 +251,7 @@ async fn read_exact_by(
 
 async fn read_requests(
     shard: &Rc<Shard>,
-    mut reader: ReadHalf<TcpStream>,
+    mut reader: ReadHalf<Stream>,
     outgoing: flume::Sender<Outgoing>,
     peer: Option<std::net::SocketAddr>,
 ) -> Result<(), CloseReason> {
@@ -478,7 +475,7 @@ fn send(
 /// Reads and drops `len` bytes by `deadline`, in small pieces (no
 /// allocation of `len`).
 async fn discard(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<Stream>,
     len: usize,
     deadline: Instant,
     frame: Duration,

@@ -2,17 +2,25 @@
 //! (glommio sets SO_REUSEPORT) and the kernel spreads connections. The
 //! broker-wide connection limit is a shared counter: a connection over it
 //! is answered `TOO_MANY_CONNECTIONS` on its first request, then closed.
+//!
+//! With TLS on, a connection's first byte decides: a TLS handshake record
+//! starts the handshake (which must finish within `frame_read_timeout_ms`),
+//! anything else is a plaintext client, answered `TLS_REQUIRED` on its
+//! first request and closed, so that it learns what the listener expects.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::{AsyncReadExt, AsyncWriteExt};
+use futures_rustls::TlsAcceptor;
 use glommio::net::{TcpListener, TcpStream};
 
 use super::connection;
 use crate::runtime::shard::Shard;
+use crate::tls::{self, Stream};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::{REQUEST_HEADER_BYTES, ResponseHeader};
 use corelog_wire::message;
@@ -25,6 +33,7 @@ pub async fn accept_loop(
     shard: Rc<Shard>,
     listener: TcpListener,
     open_connections: Arc<AtomicU32>,
+    tls: Option<TlsAcceptor>,
 ) {
     // Connections wait in the kernel's backlog until the shard knows its topics.
     shard.wait_ready().await;
@@ -50,16 +59,20 @@ pub async fn accept_loop(
         let counter = open_connections.clone();
         let over_limit = open > shard.config.max_connections;
         let shard = shard.clone();
+        let tls = tls.clone();
         glommio::spawn_local(async move {
             if over_limit {
-                refuse(stream).await;
+                refuse(stream, ErrorCode::TooManyConnections).await;
             } else {
+                let peer = stream.peer_addr().ok();
                 shard.connections.set(shard.connections.get() + 1);
                 shard
                     .metrics
                     .connections
                     .set(i64::from(shard.connections.get()));
-                connection::serve(shard.clone(), stream).await;
+                if let Some(stream) = secured(&shard, stream, tls, peer).await {
+                    connection::serve(shard.clone(), stream, peer).await;
+                }
                 shard.connections.set(shard.connections.get() - 1);
                 shard
                     .metrics
@@ -72,9 +85,61 @@ pub async fn accept_loop(
     }
 }
 
-/// Answers the first request of a connection over the limit with
-/// `TOO_MANY_CONNECTIONS`, then closes it.
-async fn refuse(mut stream: TcpStream) {
+/// The connection's stream as it is served: TLS once its handshake is
+/// done when the listener has TLS, else as it came. `None` when the
+/// connection was refused or its handshake failed (counted, logged at
+/// debug: a scanner or a misconfigured client must not flood the log).
+async fn secured(
+    shard: &Shard,
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    peer: Option<SocketAddr>,
+) -> Option<Stream> {
+    let Some(acceptor) = tls else {
+        return Some(Box::new(stream));
+    };
+    let deadline = Duration::from_millis(shard.config.frame_read_timeout_ms);
+    let mut first = [0u8; 1];
+    let peeked = within(deadline, stream.peek(&mut first)).await;
+    match peeked {
+        Some(Ok(1..)) if tls::is_tls_hello(first[0]) => {}
+        Some(Ok(1..)) => {
+            tracing::debug!(
+                ?peer,
+                "a plaintext client on a TLS listener: answered TLS_REQUIRED"
+            );
+            shard.metrics.connection_closed("plaintext_on_tls");
+            refuse(stream, ErrorCode::TlsRequired).await;
+            return None;
+        }
+        _ => return None,
+    }
+    match within(deadline, acceptor.accept(stream)).await {
+        Some(Ok(secured)) => Some(Box::new(secured)),
+        Some(Err(error)) => {
+            tracing::debug!(?peer, %error, "TLS handshake failed");
+            shard.metrics.connection_closed("tls_handshake_failed");
+            None
+        }
+        None => {
+            shard.metrics.connection_closed("tls_handshake_failed");
+            None
+        }
+    }
+}
+
+/// `work`'s output, or `None` if it takes longer than `deadline`.
+async fn within<T>(deadline: Duration, work: impl std::future::Future<Output = T>) -> Option<T> {
+    let timer = glommio::timer::sleep(deadline);
+    match futures::future::select(Box::pin(work), Box::pin(timer)).await {
+        futures::future::Either::Left((output, _)) => Some(output),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+/// Answers the first request of a connection with `code` (a connection
+/// over the limit, a plaintext client on a TLS listener), then closes it.
+async fn refuse(mut stream: TcpStream, code: ErrorCode) {
     if let Err(error) = stream.set_read_timeout(Some(REFUSAL_READ_TIMEOUT)) {
         tracing::debug!(%error, "cannot set a read timeout");
     }
@@ -83,7 +148,7 @@ async fn refuse(mut stream: TcpStream) {
         return;
     }
     let correlation_id = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-    let body = message::encode_error_response(ErrorCode::TooManyConnections);
+    let body = message::encode_error_response(code);
     let Ok(frame_header) = (ResponseHeader { correlation_id }).encode(body.len()) else {
         return;
     };

@@ -20,6 +20,7 @@ use glommio::net::TcpStream;
 use rkyv::util::AlignedVec;
 
 use super::PeerError;
+use crate::tls::{PeerConnector, Stream};
 
 /// Largest response accepted from a peer: metadata states and pushes of
 /// several batches, well below this.
@@ -37,10 +38,17 @@ const FRAME_BUFFER_KEPT_MAX: usize = 8 << 20;
 /// so the parts are copied once into it; it is kept from request to
 /// request, since a fresh multi-megabyte allocation per frame costs page
 /// faults and zeroing on top of the copy.
-#[derive(Debug)]
 struct Writer {
-    socket: WriteHalf<TcpStream>,
+    socket: WriteHalf<Stream>,
     frame: Vec<u8>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("frame_capacity", &self.frame.capacity())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A connection with requests in flight, matched to responses by
@@ -55,9 +63,10 @@ pub struct PeerConnection {
 }
 
 impl PeerConnection {
-    /// Connects from `source` (any local address when `None`), starts the
-    /// reader, does the ApiVersions handshake, and proves the cluster
-    /// secret as broker `node_id` when it has one.
+    /// Connects from `source` (any local address when `None`), over TLS
+    /// when given a connector, starts the reader, does the ApiVersions
+    /// handshake, and proves the cluster secret as broker `node_id` when it
+    /// has one.
     ///
     /// # Errors
     /// [`PeerError::Unreachable`] or [`PeerError::Timeout`];
@@ -66,6 +75,7 @@ impl PeerConnection {
     pub async fn connect(
         addr: SocketAddr,
         source: Option<IpAddr>,
+        tls: Option<PeerConnector>,
         proof: Option<(u32, ClusterSecret)>,
         timeout: Duration,
     ) -> Result<Rc<PeerConnection>, PeerError> {
@@ -79,6 +89,28 @@ impl PeerConnection {
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY on a peer connection");
         }
+        let stream: Stream = match tls {
+            None => Box::new(stream),
+            Some(connector) => {
+                let handshake = connector.connect(addr, stream);
+                let timer = glommio::timer::sleep(timeout);
+                match futures::future::select(Box::pin(handshake), Box::pin(timer)).await {
+                    futures::future::Either::Left((Ok(secured), _)) => Box::new(secured),
+                    futures::future::Either::Left((Err(error), _)) => {
+                        return Err(PeerError::Unreachable {
+                            addr,
+                            reason: format!("TLS handshake failed: {error}"),
+                        });
+                    }
+                    futures::future::Either::Right(_) => {
+                        return Err(PeerError::Unreachable {
+                            addr,
+                            reason: format!("TLS handshake not done within {timeout:?}"),
+                        });
+                    }
+                }
+            }
+        };
         let (reader, writer) = stream.split();
         let pending: Rc<RefCell<Pending>> = Rc::new(RefCell::new(AHashMap::new()));
         let broken = Rc::new(Cell::new(false));
@@ -323,7 +355,7 @@ async fn connect_from(
 
 async fn read_responses(
     addr: SocketAddr,
-    mut reader: ReadHalf<TcpStream>,
+    mut reader: ReadHalf<Stream>,
     pending: Rc<RefCell<Pending>>,
     broken: Rc<Cell<bool>>,
 ) {

@@ -37,6 +37,7 @@ use rkyv::util::AlignedVec;
 pub use connection::PeerConnection;
 
 use crate::api::Reply;
+use crate::tls::PeerConnector;
 
 thread_local! {
     /// The source address of this executor's peer connections. Per thread
@@ -48,6 +49,15 @@ thread_local! {
     /// This executor's broker id and the cluster secret it proves on every
     /// peer connection.
     static CLUSTER_PROOF: RefCell<Option<(u32, ClusterSecret)>> = const { RefCell::new(None) };
+    /// TLS for this executor's peer connections, when the cluster has it.
+    static PEER_TLS: RefCell<Option<PeerConnector>> = const { RefCell::new(None) };
+}
+
+/// Makes the peer connections opened on the calling (executor) thread
+/// speak TLS, verifying each peer's certificate against the cluster's CA.
+/// Called once per shard at start-up, before any peer call.
+pub fn connect_with_tls(connector: PeerConnector) {
+    PEER_TLS.with(|cell| *cell.borrow_mut() = Some(connector));
 }
 
 /// Makes the peer connections opened on the calling (executor) thread
@@ -297,7 +307,8 @@ impl Peers {
         }
         let source = OUTBOUND_SOURCE.with(Cell::get);
         let proof = CLUSTER_PROOF.with(|cell| cell.borrow().clone());
-        let connection = PeerConnection::connect(addr, source, proof, timeout).await?;
+        let tls = PEER_TLS.with(|cell| cell.borrow().clone());
+        let connection = PeerConnection::connect(addr, source, tls, proof, timeout).await?;
         self.connections
             .borrow_mut()
             .insert(addr, connection.clone());

@@ -1,7 +1,7 @@
 //! `corelog`: the command-line client.
 //!
 //! ```text
-//! corelog [--bootstrap HOST:PORT] [--json] topic create NAME --partitions N [--config k=v ...]
+//! corelog [--bootstrap HOST:PORT] [--json] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] topic create NAME --partitions N [--config k=v ...]
 //! corelog topic list | topic describe NAME... | topic delete NAME
 //! corelog cluster info | cluster health
 //! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]
@@ -33,10 +33,11 @@ mod time;
 mod topic;
 mod verify;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use corelog_client::{ClientConfig, ClientError, DEFAULT_BOOTSTRAP, ErrorCode};
+use corelog_client::{ClientConfig, ClientError, ClientTls, DEFAULT_BOOTSTRAP, ErrorCode};
 
 /// The corelog command-line client: manage topics, produce and consume
 /// records.
@@ -49,6 +50,17 @@ struct Cli {
     /// Print JSON for scripts instead of tables and text.
     #[arg(long, global = true)]
     json: bool,
+    /// Connect with TLS, trusting the CA certificates of this PEM file
+    /// (the CA that signed the brokers' certificates).
+    #[arg(long, global = true, value_name = "FILE", env = "CORELOG_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// PEM certificate chain to present to brokers that ask for one
+    /// (needs --tls-ca and --tls-key).
+    #[arg(long, global = true, value_name = "FILE", env = "CORELOG_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", env = "CORELOG_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -105,9 +117,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let tls = match client_tls(&cli) {
+        Ok(tls) => tls,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let global = Global {
         client: ClientConfig {
             client_name: "corelog-cli".to_owned(),
+            tls,
             ..ClientConfig::new(cli.bootstrap)
         },
         json: cli.json,
@@ -144,6 +164,27 @@ fn main() -> ExitCode {
             report(&error);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// TLS as the flags (or their environment variables) ask: none without
+/// `--tls-ca`; a client certificate needs its key and a CA.
+fn client_tls(cli: &Cli) -> Result<Option<ClientTls>, String> {
+    let identity = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+        (None, None) => None,
+        (Some(_), None) => return Err("--tls-cert needs --tls-key, its private key".to_owned()),
+        (None, Some(_)) => return Err("--tls-key needs --tls-cert, its certificate".to_owned()),
+    };
+    match (&cli.tls_ca, identity) {
+        (Some(ca), identity) => ClientTls::from_files(ca, identity)
+            .map(Some)
+            .map_err(|error| error.to_string()),
+        (None, Some(_)) => Err(
+            "--tls-cert and --tls-key need --tls-ca, the CA that signed the brokers' certificates"
+                .to_owned(),
+        ),
+        (None, None) => Ok(None),
     }
 }
 

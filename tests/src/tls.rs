@@ -1,0 +1,130 @@
+//! Certificates for the TLS tests, made with rcgen: a CA, certificates it
+//! signs for brokers and clients (valid, expired, not yet valid, or for
+//! another host), each written as PEM files in a temporary directory.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, date_time_ymd,
+};
+
+/// When a certificate is valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validity {
+    /// From 1975 to 4096 (rcgen's default): valid now.
+    Now,
+    /// All of 2020: expired.
+    Expired,
+    /// From 2090: not valid yet.
+    NotYetValid,
+}
+
+/// A certificate and its key, as PEM files.
+#[derive(Clone, Debug)]
+pub struct Issued {
+    /// The certificate chain (the leaf alone: its CA is the trust anchor).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
+/// A test certificate authority, with its files in a temporary directory.
+pub struct TestCa {
+    dir: tempfile::TempDir,
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl std::fmt::Debug for TestCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCa")
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestCa {
+    /// A new CA named `name`.
+    ///
+    /// # Panics
+    /// If rcgen cannot make it or the files cannot be written.
+    #[must_use]
+    pub fn new(name: &str) -> TestCa {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), cert.pem()).unwrap();
+        TestCa { dir, cert, key }
+    }
+
+    /// The CA's certificate file, what clients and brokers trust.
+    #[must_use]
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// Issues a certificate named `file_stem` for the host names and IP
+    /// addresses `names`, valid as `validity` says.
+    ///
+    /// # Panics
+    /// If rcgen cannot make it or the files cannot be written.
+    #[must_use]
+    pub fn issue(&self, file_stem: &str, names: &[&str], validity: Validity) -> Issued {
+        let mut params = CertificateParams::new(
+            names
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        params.distinguished_name.push(
+            DnType::CommonName,
+            names.first().copied().unwrap_or(file_stem),
+        );
+        match validity {
+            Validity::Now => {}
+            Validity::Expired => {
+                params.not_before = date_time_ymd(2020, 1, 1);
+                params.not_after = date_time_ymd(2021, 1, 1);
+            }
+            Validity::NotYetValid => {
+                params.not_before = date_time_ymd(2090, 1, 1);
+                params.not_after = date_time_ymd(2091, 1, 1);
+            }
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let issued = Issued {
+            cert: self.dir.path().join(format!("{file_stem}.pem")),
+            key: self.dir.path().join(format!("{file_stem}.key")),
+        };
+        std::fs::write(&issued.cert, cert.pem()).unwrap();
+        std::fs::write(&issued.key, key.serialize_pem()).unwrap();
+        issued
+    }
+
+    /// The directory the files are in.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The broker flags that turn TLS on with `issued`.
+#[must_use]
+pub fn broker_tls_args(issued: &Issued) -> Vec<String> {
+    vec![
+        "--tls-cert".to_owned(),
+        issued.cert.display().to_string(),
+        "--tls-key".to_owned(),
+        issued.key.display().to_string(),
+    ]
+}
