@@ -21,8 +21,11 @@
 
 use std::collections::BTreeMap;
 
+use corelog_wire::sasl::scram::StoredCredential;
+
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
+use crate::users::{USERNAME_BYTES_MAX, read_credentials, write_credentials};
 
 /// Longest broker host name.
 pub const HOST_BYTES_MAX: usize = 255;
@@ -63,6 +66,8 @@ const TAG_SET_LEADER: u8 = 6;
 const TAG_ALLOCATE_PRODUCER_IDS: u8 = 7;
 const TAG_IMPORT_TOPICS: u8 = 8;
 const TAG_RESIGN_LEADER: u8 = 9;
+const TAG_PUT_USER: u8 = 10;
+const TAG_DELETE_USER: u8 = 11;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,6 +175,19 @@ pub enum Command {
         /// Producer ids below this may have been handed out.
         producer_id_block_end: i64,
     },
+    /// Creates a user, or replaces its credentials (a new password).
+    PutUser {
+        /// Its name (see [`crate::users::check_user_name`]).
+        name: String,
+        /// Its salted keys, one per mechanism (see
+        /// [`crate::users::check_credentials`]).
+        credentials: Vec<StoredCredential>,
+    },
+    /// Removes a user: its open connections are closed.
+    DeleteUser {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// One topic of an [`Command::ImportTopics`].
@@ -255,6 +273,13 @@ pub enum Outcome {
         /// Topics added.
         imported: u32,
     },
+    /// The user has the new credentials.
+    UserPut {
+        /// Whether it is new (else its password changed).
+        created: bool,
+    },
+    /// The user is gone.
+    UserDeleted,
 }
 
 impl Command {
@@ -366,6 +391,15 @@ impl Command {
                 }
                 writer.u64(*next_topic_id);
                 writer.i64(*producer_id_block_end);
+            }
+            Command::PutUser { name, credentials } => {
+                writer.u8(TAG_PUT_USER);
+                writer.str(name);
+                write_credentials(writer, credentials);
+            }
+            Command::DeleteUser { name } => {
+                writer.u8(TAG_DELETE_USER);
+                writer.str(name);
             }
         }
     }
@@ -494,6 +528,13 @@ impl Command {
                     producer_id_block_end: reader.i64("producer id block end")?,
                 }
             }
+            TAG_PUT_USER => Command::PutUser {
+                name: reader.str("user name", USERNAME_BYTES_MAX)?,
+                credentials: read_credentials(reader)?,
+            },
+            TAG_DELETE_USER => Command::DeleteUser {
+                name: reader.str("user name", USERNAME_BYTES_MAX)?,
+            },
             tag => {
                 return Err(reader.invalid_at("command tag", at, format!("unknown tag {tag}")));
             }

@@ -9,6 +9,8 @@
 //!   producer-id block end, the version = last applied Raft index), the
 //!   commands that change it, and its sealed, CRC'd encoding. Pure and
 //!   deterministic: same commands in the same order, same bytes.
+//! - [`users`]: users and their SCRAM credentials (salted keys only),
+//!   which brokers check logins against.
 //! - [`topic_config`]: the per-topic settings and their rules, which the
 //!   state machine enforces (topic names follow `corelog_wire::topic`).
 //! - [`placement`]: where a new topic's replicas and owner shards go. The
@@ -165,6 +167,7 @@ pub mod state;
 mod storage;
 pub mod topic_config;
 pub mod types;
+pub mod users;
 
 #[cfg(test)]
 mod testing;

@@ -12,8 +12,14 @@
 //!                              · partitions: count u32 · (leader u64 (0 = none)
 //!                                · leader epoch u32 · replicas: count u32
 //!                                · (node u64 · shard u16)*)*)*
+//!      · users (version 2 only): count u32 · (name str · changed at u64
+//!                              · credentials, see [`crate::users`])*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
+//!
+//! A state without users is written as version 1, which brokers of the
+//! release before users read, so that a rolling upgrade works until the
+//! first user is created.
 //!
 //! Brokers, topics and config keys are written in increasing order and the
 //! decoder insists on it, so a state has exactly one encoding: the cluster
@@ -30,9 +36,13 @@ use crate::command::{
 };
 use crate::state::{BrokerRecord, MetadataState, PartitionRecord, TopicRecord};
 use crate::types::{LeaderEpoch, NodeId, TopicId};
+use crate::users::{
+    USERNAME_BYTES_MAX, USERS_MAX, UserRecord, read_credentials, write_credentials,
+};
 
 const MAGIC: [u8; 4] = *b"CLMS";
-const VERSION: u8 = 1;
+/// Version 1: no users; version 2: users after the topics.
+const VERSION: u8 = 2;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -72,6 +82,15 @@ impl MetadataState {
                 write_replicas(&mut writer, &partition.replicas);
             }
         }
+        if self.users.is_empty() {
+            return seal(MAGIC, 1, &writer.bytes);
+        }
+        writer.len(self.users.len());
+        for user in self.users.values() {
+            writer.str(&user.name);
+            writer.u64(user.changed_at);
+            write_credentials(&mut writer, &user.credentials);
+        }
         seal(MAGIC, VERSION, &writer.bytes)
     }
 
@@ -82,7 +101,7 @@ impl MetadataState {
     /// not canonical, or describe a state that breaks an invariant. Never
     /// panics, and allocates no more than the input can describe.
     pub fn decode(bytes: &[u8]) -> Result<MetadataState, DecodeError> {
-        let (_version, body) = unseal(bytes, MAGIC, VERSION, WHAT)?;
+        let (version, body) = unseal(bytes, MAGIC, VERSION, WHAT)?;
         let mut reader = Reader::new(body, crate::codec::SEAL_HEADER_BYTES);
         let mut state = MetadataState {
             version: reader.u64("metadata version")?,
@@ -118,6 +137,33 @@ impl MetadataState {
                 return Err(reader.invalid_at("topic", at, "duplicate topic name".to_owned()));
             }
             state.topics.insert(topic.id, topic);
+        }
+        if version >= 2 {
+            // Name, changed-at, a credential count: at least 16 bytes.
+            let count = reader.len("users", USERS_MAX, 16)?;
+            if count == 0 {
+                return Err(reader.invalid_at(
+                    "users",
+                    reader.position(),
+                    "a state without users is written as version 1".to_owned(),
+                ));
+            }
+            for _ in 0..count {
+                let at = reader.position();
+                let user = UserRecord {
+                    name: reader.str("user name", USERNAME_BYTES_MAX)?,
+                    changed_at: reader.u64("changed at")?,
+                    credentials: read_credentials(&mut reader)?,
+                };
+                if state
+                    .users
+                    .last_key_value()
+                    .is_some_and(|(name, _)| *name >= user.name)
+                {
+                    return Err(reader.invalid_at("user", at, "users out of order".to_owned()));
+                }
+                state.users.insert(user.name.clone(), user);
+            }
         }
         reader.finish()?;
         state

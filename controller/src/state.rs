@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use corelog_wire::sasl::scram::StoredCredential;
 use corelog_wire::topic::{InvalidTopicName, check_topic_name};
 
 use crate::command::{
@@ -25,6 +26,7 @@ use crate::command::{
 };
 use crate::topic_config::TopicConfig;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
+use crate::users::{USERS_MAX, UserRecord, check_credentials, check_user_name};
 
 /// The leader epoch of an imported topic's partitions: a standalone
 /// broker stamped every batch with epoch 0, so its replicas lead the first
@@ -225,6 +227,21 @@ pub enum CommandError {
     /// The producer id space is used up.
     #[error("producer ids are exhausted")]
     ProducerIdsExhausted,
+    /// The user name or credentials are unusable.
+    #[error("invalid user: {0}")]
+    InvalidUser(String),
+    /// No user has the name.
+    #[error("user {0:?} does not exist")]
+    UnknownUser(String),
+    /// The cluster holds [`USERS_MAX`] users already.
+    #[error("the cluster holds {USERS_MAX} users already; delete some first")]
+    TooManyUsers,
+}
+
+/// Checks a user's name and credentials.
+fn check_user(name: &str, credentials: &[StoredCredential]) -> Result<(), CommandError> {
+    check_user_name(name).map_err(CommandError::InvalidUser)?;
+    check_credentials(credentials).map_err(CommandError::InvalidUser)
 }
 
 /// The whole cluster metadata. See the module docs.
@@ -237,6 +254,7 @@ pub struct MetadataState {
     pub(crate) names: BTreeMap<String, TopicId>,
     pub(crate) next_topic_id: u64,
     pub(crate) producer_id_block_end: i64,
+    pub(crate) users: BTreeMap<String, UserRecord>,
 }
 
 impl MetadataState {
@@ -251,6 +269,12 @@ impl MetadataState {
     #[must_use]
     pub fn brokers(&self) -> &BTreeMap<NodeId, BrokerRecord> {
         &self.brokers
+    }
+
+    /// Users by name.
+    #[must_use]
+    pub fn users(&self) -> &BTreeMap<String, UserRecord> {
+        &self.users
     }
 
     /// Topics by id.
@@ -410,6 +434,25 @@ impl MetadataState {
                     .ok_or(CommandError::ProducerIdsExhausted)?;
                 self.producer_id_block_end = end;
                 Ok(Outcome::ProducerIdsAllocated { start, end })
+            }
+            Command::PutUser { name, credentials } => {
+                check_user(name, credentials)?;
+                if !self.users.contains_key(name) && self.users.len() >= USERS_MAX {
+                    return Err(CommandError::TooManyUsers);
+                }
+                let record = UserRecord {
+                    name: name.clone(),
+                    credentials: credentials.clone(),
+                    changed_at: self.version,
+                };
+                let created = self.users.insert(name.clone(), record).is_none();
+                Ok(Outcome::UserPut { created })
+            }
+            Command::DeleteUser { name } => {
+                self.users
+                    .remove(name)
+                    .ok_or_else(|| CommandError::UnknownUser(name.clone()))?;
+                Ok(Outcome::UserDeleted)
             }
         }
     }
@@ -701,6 +744,14 @@ impl MetadataState {
                 next_topic_id,
                 producer_id_block_end,
             } => self.check_import(topics, *next_topic_id, *producer_id_block_end),
+            Command::PutUser { name, credentials } => check_user(name, credentials),
+            Command::DeleteUser { name } => {
+                if self.users.contains_key(name) {
+                    Ok(())
+                } else {
+                    Err(CommandError::UnknownUser(name.clone()))
+                }
+            }
             _ => Ok(()),
         }
     }
@@ -803,6 +854,18 @@ impl MetadataState {
         }
         if self.producer_id_block_end < 0 {
             return Err("the producer id block end is negative".to_owned());
+        }
+        if self.users.len() > USERS_MAX {
+            return Err(format!("{} users, over {USERS_MAX}", self.users.len()));
+        }
+        for (name, user) in &self.users {
+            if *name != user.name {
+                return Err(format!("user {name:?} is keyed under another name"));
+            }
+            check_user(name, &user.credentials).map_err(|error| error.to_string())?;
+            if user.changed_at > self.version {
+                return Err(format!("user {name:?} changed after the metadata version"));
+            }
         }
         for (id, topic) in &self.topics {
             if *id != topic.id || self.names.get(&topic.name) != Some(id) {

@@ -559,3 +559,99 @@ fn a_resigning_leader_leaves_its_partition_leaderless_only_in_its_epoch() {
     assert_eq!(partition.leader_epoch, LeaderEpoch(0));
     state.check_invariants().unwrap();
 }
+
+mod users {
+    use corelog_wire::sasl::scram::ScramMechanism;
+
+    use super::*;
+    use crate::testing::credential;
+
+    fn put(name: &str, fill: u8) -> Command {
+        Command::PutUser {
+            name: name.to_owned(),
+            credentials: vec![credential(ScramMechanism::Sha256, fill)],
+        }
+    }
+
+    #[test]
+    fn a_user_is_created_its_password_replaced_and_deleted() {
+        let mut state = MetadataState::default();
+        assert_eq!(
+            state.apply(1, &put("alice", 1)),
+            Ok(Outcome::UserPut { created: true })
+        );
+        assert_eq!(state.users()["alice"].changed_at, 1);
+        assert_eq!(
+            state.apply(2, &put("alice", 2)),
+            Ok(Outcome::UserPut { created: false })
+        );
+        let alice = &state.users()["alice"];
+        assert_eq!(
+            alice.changed_at, 2,
+            "a new password is a change brokers see"
+        );
+        assert_eq!(
+            alice.credential(ScramMechanism::Sha256),
+            Some(&credential(ScramMechanism::Sha256, 2))
+        );
+        assert_eq!(alice.credential(ScramMechanism::Sha512), None);
+        state.check_invariants().unwrap();
+        let delete = Command::DeleteUser {
+            name: "alice".to_owned(),
+        };
+        assert_eq!(state.check(&delete), Ok(()));
+        assert_eq!(state.apply(3, &delete), Ok(Outcome::UserDeleted));
+        assert!(state.users().is_empty());
+        assert_eq!(
+            state.apply(4, &delete),
+            Err(CommandError::UnknownUser("alice".to_owned()))
+        );
+        assert_eq!(
+            state.check(&delete),
+            Err(CommandError::UnknownUser("alice".to_owned()))
+        );
+    }
+
+    #[test]
+    fn bad_names_and_credentials_are_refused_and_change_nothing() {
+        let mut state = MetadataState::default();
+        let before = state.clone();
+        let weak = Command::PutUser {
+            name: "bob".to_owned(),
+            credentials: vec![StoredCredential {
+                iterations: 1000,
+                ..credential(ScramMechanism::Sha256, 1)
+            }],
+        };
+        for command in [put("a,b", 1), put("", 1), weak] {
+            assert!(matches!(
+                state.check(&command),
+                Err(CommandError::InvalidUser(_))
+            ));
+            assert!(matches!(
+                state.apply(state.version() + 1, &command),
+                Err(CommandError::InvalidUser(_))
+            ));
+        }
+        assert_eq!(state.users(), before.users());
+    }
+
+    #[test]
+    fn a_state_without_users_keeps_the_first_snapshot_version() {
+        let mut state = MetadataState::default();
+        state.apply(1, &put("alice", 1)).unwrap();
+        assert_eq!(state.encode()[4], 2);
+        let decoded = MetadataState::decode(&state.encode()).unwrap();
+        assert_eq!(decoded, state);
+        state
+            .apply(
+                2,
+                &Command::DeleteUser {
+                    name: "alice".to_owned(),
+                },
+            )
+            .unwrap();
+        assert_eq!(state.encode()[4], 1, "readable by brokers before users");
+        assert_eq!(MetadataState::decode(&state.encode()), Ok(state));
+    }
+}

@@ -7,6 +7,34 @@ use proptest::prelude::*;
 use crate::command::{Command, ImportedTopic};
 use crate::state::MetadataState;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
+use corelog_wire::sasl::scram::{ITERATIONS_MIN, ScramMechanism, StoredCredential};
+
+/// A credential whose keys have the mechanism's length, filled with
+/// `fill` (no PBKDF2: strategies make thousands).
+pub(crate) fn credential(mechanism: ScramMechanism, fill: u8) -> StoredCredential {
+    let key_bytes = match mechanism {
+        ScramMechanism::Sha256 => 32,
+        ScramMechanism::Sha512 => 64,
+    };
+    StoredCredential {
+        mechanism,
+        salt: vec![fill; 16],
+        iterations: ITERATIONS_MIN,
+        stored_key: vec![fill; key_bytes],
+        server_key: vec![fill.wrapping_add(1); key_bytes],
+    }
+}
+
+fn arb_credentials() -> impl Strategy<Value = Vec<StoredCredential>> {
+    (any::<u8>(), 0u8..3).prop_map(|(fill, which)| match which {
+        0 => vec![credential(ScramMechanism::Sha256, fill)],
+        1 => vec![credential(ScramMechanism::Sha512, fill)],
+        _ => vec![
+            credential(ScramMechanism::Sha256, fill),
+            credential(ScramMechanism::Sha512, fill),
+        ],
+    })
+}
 
 fn arb_name() -> impl Strategy<Value = String> {
     "[a-z0-9._-]{1,40}"
@@ -123,6 +151,9 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
                     producer_id_block_end,
                 }
             }),
+        ("[a-zA-Z0-9._@-]{1,255}", arb_credentials())
+            .prop_map(|(name, credentials)| Command::PutUser { name, credentials }),
+        "[a-zA-Z0-9._@-]{1,255}".prop_map(|name| Command::DeleteUser { name }),
     ]
 }
 
@@ -179,6 +210,15 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
             }
         ),
         (0u32..3000).prop_map(|count| Command::AllocateProducerIds { count }),
+        (prop_oneof![Just("alice"), Just("bob")], arb_credentials()).prop_map(
+            |(name, credentials)| Command::PutUser {
+                name: name.to_owned(),
+                credentials,
+            }
+        ),
+        prop_oneof![Just("alice"), Just("bob")].prop_map(|name| Command::DeleteUser {
+            name: name.to_owned()
+        }),
     ]
 }
 
@@ -265,5 +305,15 @@ pub(crate) fn sample_state() -> MetadataState {
         },
     );
     apply(&mut state, Command::AllocateProducerIds { count: 1024 });
+    apply(
+        &mut state,
+        Command::PutUser {
+            name: "alice".to_owned(),
+            credentials: vec![
+                credential(ScramMechanism::Sha256, 7),
+                credential(ScramMechanism::Sha512, 7),
+            ],
+        },
+    );
     state
 }
