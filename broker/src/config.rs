@@ -57,6 +57,9 @@ pub struct BrokerConfig {
     pub cluster_secret: Option<ClusterSecret>,
     /// TLS on the client listener and between brokers; `None`: plaintext.
     pub tls: Option<TlsSettings>,
+    /// Whether client connections must authenticate before any API but
+    /// `ApiVersions` and `Authenticate`.
+    pub authentication: Authentication,
     /// How often a broker heartbeats to the controller leader.
     pub broker_heartbeat_interval_ms: u64,
     /// A broker silent this long is fenced by the controller.
@@ -135,6 +138,7 @@ impl Default for BrokerConfig {
             cluster_id: None,
             cluster_secret: None,
             tls: None,
+            authentication: Authentication::None,
             broker_heartbeat_interval_ms: 250,
             broker_session_timeout_ms: 2_000,
             replica_lag_max_ms: 10_000,
@@ -257,6 +261,20 @@ pub struct TlsSettings {
     pub min_version: TlsVersion,
 }
 
+/// Whether connections must prove a user (or, for brokers, the cluster
+/// secret) before they are served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Authentication {
+    /// Anyone who reaches the port is served; a connection may still
+    /// authenticate.
+    #[default]
+    None,
+    /// Every API but `ApiVersions` and `Authenticate` before a successful
+    /// exchange closes the connection with `AUTHENTICATION_REQUIRED`.
+    Required,
+}
+
 /// Whether TLS clients present a certificate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -357,6 +375,10 @@ pub struct Flags {
     /// Oldest TLS version accepted [default: 1.3].
     #[arg(long)]
     pub tls_min_version: Option<TlsVersion>,
+    /// `required`: serve only connections that authenticated (SCRAM, or
+    /// the cluster secret between brokers) [default: none].
+    #[arg(long)]
+    pub authentication: Option<Authentication>,
     /// Heartbeat interval to the controller in ms [default: 250].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
@@ -458,6 +480,7 @@ struct FileSettings {
     tls_client_ca: Option<PathBuf>,
     tls_client_auth: Option<ClientAuth>,
     tls_min_version: Option<TlsVersion>,
+    authentication: Option<Authentication>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
     replica_lag_max_ms: Option<u64>,
@@ -547,6 +570,7 @@ impl BrokerConfig {
             io_memory_bytes,
             node_id,
             advertised_host,
+            authentication,
             broker_heartbeat_interval_ms,
             broker_session_timeout_ms,
             replica_lag_max_ms,

@@ -183,7 +183,7 @@ mod tests {
     fn credentials_are_one_per_mechanism_in_order_with_enough_iterations() {
         let sha256 = credential(ScramMechanism::Sha256, "pw");
         let sha512 = credential(ScramMechanism::Sha512, "pw");
-        assert!(check_credentials(&[sha256.clone()]).is_ok());
+        assert!(check_credentials(std::slice::from_ref(&sha256)).is_ok());
         assert!(check_credentials(&[sha256.clone(), sha512.clone()]).is_ok());
         assert!(check_credentials(&[]).is_err());
         assert!(check_credentials(&[sha512.clone(), sha256.clone()]).is_err());

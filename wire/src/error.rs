@@ -199,6 +199,10 @@ error_codes! {
         "This API is spoken only between the brokers of a cluster, on a connection that proved the cluster secret; clients never send it.";
     TlsRequired = 83, "TLS_REQUIRED", retriable: false,
         "This broker's listener speaks TLS only; connect with TLS (the CLI's --tls-ca FILE, naming the CA that signed the broker's certificate).";
+    AuthenticationRequired = 84, "AUTHENTICATION_REQUIRED", retriable: false,
+        "This broker serves only authenticated connections: log in with --sasl-user and --sasl-password-file.";
+    UserNotFound = 85, "USER_NOT_FOUND", retriable: false,
+        "No user has this name; list them with `corelog user list`.";
 }
 
 impl ErrorCode {
@@ -304,6 +308,8 @@ mod tests {
         (81, "AUTHENTICATION_FAILED", false),
         (82, "CLUSTER_AUTHORIZATION_FAILED", false),
         (83, "TLS_REQUIRED", false),
+        (84, "AUTHENTICATION_REQUIRED", false),
+        (85, "USER_NOT_FOUND", false),
     ];
 
     #[test]

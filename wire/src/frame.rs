@@ -98,6 +98,10 @@ pub enum ApiKey {
     /// speaks for; right after `ApiVersions`. Brokers prove a shared cluster
     /// secret with it (`CORELOG-CLUSTER`).
     Authenticate = 11,
+    /// The users a cluster knows and their credentials' mechanisms.
+    DescribeUsers = 12,
+    /// Create a user, change its password, or delete it.
+    AlterUsers = 13,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -161,6 +165,8 @@ impl ApiKey {
         ApiKey::DescribeShards,
         ApiKey::DescribeCluster,
         ApiKey::Authenticate,
+        ApiKey::DescribeUsers,
+        ApiKey::AlterUsers,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -206,6 +212,8 @@ impl ApiKey {
             9 => Some(ApiKey::DescribeShards),
             10 => Some(ApiKey::DescribeCluster),
             11 => Some(ApiKey::Authenticate),
+            12 => Some(ApiKey::DescribeUsers),
+            13 => Some(ApiKey::AlterUsers),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -265,6 +273,8 @@ impl ApiKey {
             ApiKey::ReplicaStream => "ReplicaStream",
             ApiKey::DescribeCluster => "DescribeCluster",
             ApiKey::Authenticate => "Authenticate",
+            ApiKey::DescribeUsers => "DescribeUsers",
+            ApiKey::AlterUsers => "AlterUsers",
             ApiKey::PartitionReport => "PartitionReport",
         }
     }
@@ -307,6 +317,8 @@ impl ApiKey {
             | ApiKey::ReplicaStream
             | ApiKey::DescribeCluster
             | ApiKey::Authenticate
+            | ApiKey::DescribeUsers
+            | ApiKey::AlterUsers
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
         }
     }
@@ -340,6 +352,8 @@ impl ApiKey {
             | ApiKey::DescribeShards
             | ApiKey::DescribeCluster
             | ApiKey::Authenticate
+            | ApiKey::DescribeUsers
+            | ApiKey::AlterUsers
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -857,6 +871,8 @@ mod tests {
                 (9, "DescribeShards"),
                 (10, "DescribeCluster"),
                 (11, "Authenticate"),
+                (12, "DescribeUsers"),
+                (13, "AlterUsers"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -882,7 +898,7 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 11 || (20..=30).contains(&code) || (40..=48).contains(&code))
+                (code <= 13 || (20..=30).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
@@ -997,11 +1013,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&12_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&14_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 12,
+                api_key: 14,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

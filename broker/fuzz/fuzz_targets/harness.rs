@@ -479,6 +479,8 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         DescribeCluster => describe_cluster::DescribeClusterResponse,
         PartitionReport => partition_report::PartitionReportResponse,
         Authenticate => authenticate::AuthenticateResponse,
+        DescribeUsers => describe_users::DescribeUsersResponse,
+        AlterUsers => alter_users::AlterUsersResponse,
     )
 }
 

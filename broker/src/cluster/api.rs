@@ -331,6 +331,13 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                 })
                 .await
                 .map(i64::from),
+            ControllerOp::PutUser { name, credentials } => {
+                match super::credentials::stored(credentials) {
+                    Ok(credentials) => controller.put_user(name, credentials).await.map(i64::from),
+                    Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
+                }
+            }
+            ControllerOp::DeleteUser { name } => controller.delete_user(name).await.map(|()| 0),
         },
         Err(error) => Err(error),
     };

@@ -32,6 +32,7 @@ use corelog_replication::QueryAnswer;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
 use corelog_wire::message::partition_report::LedPartition;
+use corelog_wire::sasl::scram::StoredCredential;
 use corelog_wire::types::LeaderEpoch;
 use event_listener::Event;
 use futures::channel::oneshot;
@@ -75,7 +76,7 @@ pub enum ControllerRequestError {
 }
 
 impl ControllerRequestError {
-    fn refused(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn refused(code: ErrorCode, message: impl Into<String>) -> Self {
         ControllerRequestError::Refused {
             code,
             message: message.into(),
@@ -543,6 +544,46 @@ impl ControllerService {
         Ok(())
     }
 
+    /// Creates a user or replaces its credentials (leader only); returns
+    /// whether the user is new.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; the state machine's refusal of
+    /// a bad name or credential.
+    pub async fn put_user(
+        &self,
+        name: String,
+        credentials: Vec<StoredCredential>,
+    ) -> Result<bool, ControllerRequestError> {
+        let command = Command::PutUser { name, credentials };
+        self.node
+            .borrow()
+            .state()
+            .check(&command)
+            .map_err(|error| refused(&error))?;
+        match self.propose(command).await? {
+            Outcome::UserPut { created } => Ok(created),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes a user (leader only).
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `USER_NOT_FOUND`.
+    pub async fn delete_user(&self, name: String) -> Result<(), ControllerRequestError> {
+        let command = Command::DeleteUser { name };
+        self.node
+            .borrow()
+            .state()
+            .check(&command)
+            .map_err(|error| refused(&error))?;
+        match self.propose(command).await? {
+            Outcome::UserDeleted => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Applies a leader's resignation (leader only); returns whether the
     /// partition became leaderless.
     ///
@@ -981,6 +1022,7 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
         CommandError::InternalTopic(_) => ErrorCode::InternalTopic,
         CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
         CommandError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
+        CommandError::UnknownUser(_) => ErrorCode::UserNotFound,
         _ => ErrorCode::InvalidRequest,
     }
 }

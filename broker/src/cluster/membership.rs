@@ -641,6 +641,58 @@ impl ClusterMember {
         outcomes
     }
 
+    /// Creates a user or replaces its credentials (`PutUser`), or deletes
+    /// it (`DeleteUser`), through the controller, and waits until this
+    /// broker's metadata shows the change. Returns whether a put created
+    /// the user.
+    ///
+    /// # Errors
+    /// The controller's refusal (`USER_NOT_FOUND`, `INVALID_REQUEST`), or
+    /// `REQUEST_TIMED_OUT` if the change does not show in time.
+    pub async fn alter_user(&self, op: ControllerOp) -> Result<bool, PartitionError> {
+        let (name, wanted) = match &op {
+            ControllerOp::PutUser { name, credentials } => (
+                name.clone(),
+                Some(
+                    crate::cluster::credentials::stored(credentials.clone())
+                        .map_err(|(code, reason)| PartitionError::new(code, reason))?,
+                ),
+            ),
+            ControllerOp::DeleteUser { name } => (name.clone(), None),
+            _ => {
+                return Err(PartitionError::new(
+                    ErrorCode::InvalidRequest,
+                    "not a user change",
+                ));
+            }
+        };
+        let created = self
+            .call(&ControllerOperationRequest { op })
+            .await?
+            .message
+            .value
+            == 1;
+        let shown = self
+            .wait_for(|state| {
+                let found = state.users().get(&name);
+                match &wanted {
+                    Some(credentials) => found.is_some_and(|user| user.credentials == *credentials),
+                    None => found.is_none(),
+                }
+            })
+            .await;
+        if shown {
+            Ok(created)
+        } else {
+            Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "user {name:?} was changed but this broker does not show it yet; it will shortly"
+                ),
+            ))
+        }
+    }
+
     /// Tells the controller that this broker can no longer lead partition
     /// `partition` of topic `topic_id` in `epoch` (its log was fenced and
     /// reopened): the partition is elected again under a new epoch.

@@ -34,6 +34,7 @@
 
 pub mod api;
 pub mod controller_service;
+pub mod credentials;
 pub mod election;
 pub mod in_sync;
 pub mod membership;

@@ -397,7 +397,7 @@ impl BrokerMetrics {
         );
         registry.register(
             "connections_closed",
-            "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte), plaintext_on_tls (a plaintext client on a TLS listener, answered TLS_REQUIRED), tls_handshake_failed (a TLS handshake failed or did not finish within frame_read_timeout_ms)",
+            "Connections the broker closed, by reason: idle_timeout (nothing sent or in flight for connection_idle_timeout_ms), frame_timeout (a request frame not whole within frame_read_timeout_ms of its first byte), plaintext_on_tls (a plaintext client on a TLS listener, answered TLS_REQUIRED), tls_handshake_failed (a TLS handshake failed or did not finish within frame_read_timeout_ms), authentication_required (a request before a login, which the broker requires), credential_revoked (its user was deleted or given a new password)",
             metrics.connections_closed.clone(),
         );
         registry.register(
@@ -407,7 +407,7 @@ impl BrokerMetrics {
         );
         registry.register(
             "authentications",
-            "Authenticate exchanges that ended, by reason: broker (a broker proved the cluster secret), failed (a wrong proof or a malformed message; the connection is closed), unsupported_mechanism, no_secret (this broker has no cluster secret to check against)",
+            "Authenticate exchanges that ended, by reason: broker (a broker proved the cluster secret), user (a user logged in with SCRAM), failed (a wrong proof or a malformed message; the connection is closed), unsupported_mechanism, no_secret (this broker has no cluster secret to check against)",
             metrics.authentications.clone(),
         );
         registry.register(

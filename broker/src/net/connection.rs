@@ -39,21 +39,26 @@ use corelog_wire::frame::{
 };
 use corelog_wire::message::authenticate::AuthenticateRequest;
 use corelog_wire::message::decode_request;
-use corelog_wire::sasl::cluster::NONCE_BYTES;
+use corelog_wire::sasl::cluster::{ClusterSecret, NONCE_BYTES};
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 
 use super::handlers::{self, Origin};
 use super::request_body::RequestBody;
-use super::session::{Session, Step};
+use super::session::{Credentials, FailureLog, Principal, Session, Step};
 use crate::api::Reply;
 use crate::api::refused;
+use crate::config::Authentication;
 use crate::runtime::shard::Shard;
 use crate::tls::Stream;
 
 /// Responses smaller than this are copied into one buffer and written with
 /// one call; larger ones are written piece by piece, record bytes uncopied.
 const COALESCE_BYTES_MAX: usize = 64 << 10;
+
+/// How long a connection whose user was deleted or re-keyed may still
+/// write responses already under way before it is closed.
+const REVOKED_GRACE: Duration = Duration::from_millis(500);
 
 /// A response on its way to the writer.
 struct Outgoing {
@@ -82,6 +87,20 @@ pub async fn serve(shard: Rc<Shard>, stream: Stream, peer: Option<SocketAddr>) {
             shard.metrics.connection_closed(counted);
         }
         tracing::debug!(?peer, %reason, "closing connection");
+        if let CloseReason::CredentialRevoked(user) = &reason {
+            // Responses already under way (the user's own password change,
+            // say) get a moment to go out; a long-polling fetch does not
+            // hold the connection open past it: dropping the writer task
+            // cancels it and closes the socket.
+            let grace = glommio::timer::sleep(REVOKED_GRACE);
+            let _drained = futures::future::select(writer_task, Box::pin(grace)).await;
+            tracing::info!(
+                ?peer,
+                user,
+                "closed a connection of a user deleted or given a new password"
+            );
+            return;
+        }
     }
     // The writer ends once every in-flight handler has dropped its sender.
     writer_task.await;
@@ -147,6 +166,10 @@ enum CloseReason {
     FrameTimeout(Duration),
     #[error("authentication failed")]
     AuthenticationFailed,
+    #[error("a request before authentication, which this broker requires")]
+    AuthenticationRequired,
+    #[error("user {0:?} was deleted or given a new password")]
+    CredentialRevoked(String),
 }
 
 impl CloseReason {
@@ -156,6 +179,8 @@ impl CloseReason {
         match self {
             CloseReason::IdleTimeout(_) => Some("idle_timeout"),
             CloseReason::FrameTimeout(_) => Some("frame_timeout"),
+            CloseReason::AuthenticationRequired => Some("authentication_required"),
+            CloseReason::CredentialRevoked(_) => Some("credential_revoked"),
             _ => None,
         }
     }
@@ -186,6 +211,7 @@ async fn read_header(
     header: &mut [u8; REQUEST_HEADER_BYTES],
     deadlines: Deadlines,
     in_flight: &Cell<u32>,
+    user: Option<&(String, u64)>,
 ) -> Result<Instant, CloseReason> {
     let stopping = shard.stopping.listen();
     if shard.is_stopping() {
@@ -209,6 +235,9 @@ async fn read_header(
                 futures::select_biased! {
                     read = read => break read.map_err(read_error)?,
                     () = stopping => return Err(CloseReason::Stopping),
+                    name = revoked(shard, user).fuse() => {
+                        return Err(CloseReason::CredentialRevoked(name));
+                    }
                     () = idle.fuse() => {
                         // A long-polling fetch or a slow append is activity.
                         if in_flight.get() == 0 {
@@ -225,6 +254,29 @@ async fn read_header(
     let deadline = Instant::now() + deadlines.frame;
     read_exact_by(reader, &mut header[filled..], deadline, deadlines.frame).await?;
     Ok(deadline)
+}
+
+/// Completes, with the user's name, once the metadata no longer holds the
+/// credential `user` (name, changed-at) authenticated with: the user was
+/// deleted or given a new password. Never completes without a user.
+async fn revoked(shard: &Shard, user: Option<&(String, u64)>) -> String {
+    let Some((name, changed_at)) = user else {
+        return futures::future::pending().await;
+    };
+    loop {
+        let applied = shard.metadata_applied.listen();
+        let stands = shard
+            .snapshot()
+            .cluster
+            .state
+            .users()
+            .get(name)
+            .is_some_and(|record| record.changed_at == *changed_at);
+        if !stands {
+            return name.clone();
+        }
+        applied.await;
+    }
 }
 
 /// Fills `buf` by `deadline`; `frame` is the timeout it stands for.
@@ -275,8 +327,19 @@ async fn read_requests(
         // is freed when its response has been written.
         let permit = permits.acquire_arc().await;
         let mut header_bytes = [0u8; REQUEST_HEADER_BYTES];
-        let frame_deadline =
-            read_header(shard, &mut reader, &mut header_bytes, deadlines, &in_flight).await?;
+        let user = match session.principal() {
+            Some(Principal::User { name, changed_at }) => Some((name.clone(), *changed_at)),
+            _ => None,
+        };
+        let frame_deadline = read_header(
+            shard,
+            &mut reader,
+            &mut header_bytes,
+            deadlines,
+            &in_flight,
+            user.as_ref(),
+        )
+        .await?;
         let received = Instant::now();
         let head = match decode_request_header(&header_bytes, &limits) {
             Ok(head) => head,
@@ -346,7 +409,7 @@ async fn read_requests(
         }
         handshake_done = true;
         if header.api_key == ApiKey::Authenticate {
-            let step = authenticate(shard, &mut session, &body, peer);
+            let step = authenticate(shard, &mut session, &body, peer).await;
             shard.metrics.request(header.api_key.name());
             match step {
                 Ok(step) => {
@@ -370,6 +433,21 @@ async fn read_requests(
                 }
             }
             continue;
+        }
+        if shard.config.authentication == Authentication::Required
+            && session.principal().is_none()
+            && header.api_key != ApiKey::ApiVersions
+        {
+            // Nothing but the handshake and the exchange before a login.
+            shard.metrics.error(ErrorCode::AuthenticationRequired);
+            send(
+                &outgoing,
+                permit,
+                header.correlation_id,
+                Reply::error(ErrorCode::AuthenticationRequired),
+                true,
+            );
+            return Err(CloseReason::AuthenticationRequired);
         }
         if header.api_key.is_inter_broker() && !session.may_speak_inter_broker() {
             // Only brokers of this cluster speak Raft and replication.
@@ -406,8 +484,10 @@ async fn read_requests(
     }
 }
 
-/// One `Authenticate` step on this connection.
-fn authenticate(
+/// One `Authenticate` step on this connection. A wrong credential is
+/// answered after the delay its source address has earned
+/// ([`FailureLog`]).
+async fn authenticate(
     shard: &Shard,
     session: &mut Session,
     body: &[u8],
@@ -419,11 +499,25 @@ fn authenticate(
         tracing::error!(%error, "no randomness for an authentication nonce");
         ErrorCode::UnknownServerError
     })?;
-    let step = session.authenticate(shard.config.cluster_secret.as_ref(), request, nonce);
+    let snapshot = shard.snapshot();
+    let users = snapshot.cluster.state.users();
+    let lookup = |name: &str| users.get(name).cloned();
+    let decoy_key = decoy_key(shard.config.cluster_secret.as_ref())?;
+    let credentials = Credentials {
+        cluster_secret: shard.config.cluster_secret.as_ref(),
+        user: &lookup,
+        decoy_key: &decoy_key,
+    };
+    let step = session.authenticate(&credentials, request, nonce);
     if let Some(outcome) = step.outcome {
         shard.metrics.authentication(outcome);
-        match session.broker() {
-            Some(node) => tracing::debug!(node, peer = ?peer, "a broker proved the cluster secret"),
+        match session.principal() {
+            Some(Principal::Broker(node)) => {
+                tracing::debug!(node, peer = ?peer, "a broker proved the cluster secret");
+            }
+            Some(Principal::User { name, .. }) => {
+                tracing::debug!(user = name, peer = ?peer, "a user authenticated");
+            }
             None => tracing::warn!(
                 peer = ?peer,
                 outcome,
@@ -432,7 +526,37 @@ fn authenticate(
             ),
         }
     }
+    if step.is_failed_proof()
+        && let Some(address) = peer
+    {
+        let delay = FAILURES.with(|log| log.borrow_mut().failed(address.ip(), Instant::now()));
+        glommio::timer::sleep(delay).await;
+    }
     Ok(step)
+}
+
+thread_local! {
+    /// This shard's failed logins by source address.
+    static FAILURES: std::cell::RefCell<FailureLog> = std::cell::RefCell::new(FailureLog::default());
+}
+
+/// The key of unknown users' decoy credentials: derived from the cluster
+/// secret, so that every broker of a cluster gives an unknown user the
+/// same salt; without one, random for this process.
+fn decoy_key(secret: Option<&ClusterSecret>) -> Result<Vec<u8>, ErrorCode> {
+    static PROCESS_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    if let Some(secret) = secret {
+        return Ok(secret.derive(b"corelog scram decoy"));
+    }
+    if let Some(key) = PROCESS_KEY.get() {
+        return Ok(key.to_vec());
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|error| {
+        tracing::error!(%error, "no randomness for the decoy key");
+        ErrorCode::UnknownServerError
+    })?;
+    Ok(PROCESS_KEY.get_or_init(|| key).to_vec())
 }
 
 async fn handle(

@@ -1,31 +1,92 @@
 //! What a connection has proved about whom it speaks for.
 //!
-//! Today one thing: that it is a broker of this cluster, by the
-//! `CORELOG-CLUSTER` exchange over the shared secret
-//! ([`corelog_wire::sasl::cluster`]). Only such a connection may speak the
-//! inter-broker APIs (controller Raft, registration, metadata, replication):
-//! otherwise anyone who reaches a broker's port could vote in its controller
-//! or push records into its followers. A broker without a secret (a single
-//! node) refuses them from the network altogether: it serves its own calls
-//! in-process.
+//! Two ways, both through `Authenticate` right after `ApiVersions`:
 //!
-//! Pure: the connection loop hands in the request and a fresh nonce and
-//! sends what comes back.
+//! - A broker of this cluster proves the shared secret by the
+//!   `CORELOG-CLUSTER` exchange ([`corelog_wire::sasl::cluster`]). Only such
+//!   a connection may speak the inter-broker APIs (controller Raft,
+//!   registration, metadata, replication): otherwise anyone who reaches a
+//!   broker's port could vote in its controller or push records into its
+//!   followers. A broker without a secret (a single node) refuses them from
+//!   the network altogether: it serves its own calls in-process.
+//! - A user proves its password by SCRAM-SHA-256 or SCRAM-SHA-512
+//!   ([`corelog_wire::sasl::scram`]) against the salted keys in cluster
+//!   metadata. An unknown user gets a decoy credential, so that the exchange
+//!   looks the same until its proof fails with the same message as a wrong
+//!   password.
+//!
+//! Pure: the connection loop hands in the request, the users and a fresh
+//! nonce, and sends what comes back (after the delay a failure earns, see
+//! [`FailureLog`]).
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use corelog_controller::users::UserRecord;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::authenticate::{ArchivedAuthenticateRequest, AuthenticateResponse};
 use corelog_wire::sasl::cluster::{self, ClusterSecret, NONCE_BYTES, ServerExchange};
+use corelog_wire::sasl::scram::{ClientFirst, ScramMechanism, ScramServer, StoredCredential};
+
+/// Whom a connection speaks for, once proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// A broker of this cluster, by node id.
+    Broker(u32),
+    /// A user, with the metadata version of the credential it proved: a
+    /// later change of password (or deletion) ends the connection.
+    User {
+        /// Its name.
+        name: String,
+        /// [`UserRecord::changed_at`] of the credential it proved.
+        changed_at: u64,
+    },
+}
 
 /// One connection's authentication state.
 #[derive(Debug, Default)]
 pub struct Session {
-    /// The broker this connection proved to be.
-    broker: Option<u32>,
+    /// Whom this connection proved to be.
+    principal: Option<Principal>,
     /// An exchange waiting for its client-final message.
-    exchange: Option<ServerExchange>,
+    exchange: Option<Exchange>,
     /// Whether a refused inter-broker request was logged already (once per
     /// connection, so that a hostile client cannot flood the log).
     refusal_logged: bool,
+}
+
+#[derive(Debug)]
+enum Exchange {
+    Cluster(ServerExchange),
+    Scram {
+        mechanism: ScramMechanism,
+        server: ScramServer,
+        user: String,
+        /// `None` for a decoy: no proof can succeed.
+        changed_at: Option<u64>,
+    },
+}
+
+/// What an `Authenticate` step is checked against.
+#[derive(Clone, Copy)]
+pub struct Credentials<'a> {
+    /// The cluster's shared secret, if this broker has one.
+    pub cluster_secret: Option<&'a ClusterSecret>,
+    /// Looks a user up in the current metadata.
+    pub user: &'a dyn Fn(&str) -> Option<UserRecord>,
+    /// Key of the decoy credentials of unknown users: the same on every
+    /// broker of a cluster (derived from its secret), so that no broker
+    /// answers differently for a user that does not exist.
+    pub decoy_key: &'a [u8],
+}
+
+impl std::fmt::Debug for Credentials<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("cluster_secret", &self.cluster_secret)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The answer to one `Authenticate` step.
@@ -53,6 +114,19 @@ impl Step {
         }
     }
 
+    fn done(payload: Vec<u8>, outcome: &'static str) -> Step {
+        Step {
+            response: AuthenticateResponse {
+                error_code: ErrorCode::None.code(),
+                error_message: None,
+                payload,
+                complete: true,
+            },
+            close: false,
+            outcome: Some(outcome),
+        }
+    }
+
     fn failed(code: ErrorCode, message: String, outcome: &'static str) -> Step {
         Step {
             response: AuthenticateResponse {
@@ -65,19 +139,34 @@ impl Step {
             outcome: Some(outcome),
         }
     }
+
+    /// Whether a wrong credential ended the exchange (what earns a delay).
+    #[must_use]
+    pub fn is_failed_proof(&self) -> bool {
+        self.outcome == Some("failed")
+    }
 }
 
 impl Session {
+    /// Whom this connection proved to be, if anyone.
+    #[must_use]
+    pub fn principal(&self) -> Option<&Principal> {
+        self.principal.as_ref()
+    }
+
     /// The broker this connection proved to be, if any.
     #[must_use]
     pub fn broker(&self) -> Option<u32> {
-        self.broker
+        match self.principal {
+            Some(Principal::Broker(node)) => Some(node),
+            _ => None,
+        }
     }
 
     /// Whether an inter-broker request may be served on this connection.
     #[must_use]
     pub fn may_speak_inter_broker(&self) -> bool {
-        self.broker.is_some()
+        self.broker().is_some()
     }
 
     /// Notes a refused inter-broker request: whether to log it (the first
@@ -86,67 +175,213 @@ impl Session {
         !std::mem::replace(&mut self.refusal_logged, true)
     }
 
-    /// One `Authenticate` step against this broker's `secret`, with a fresh
-    /// random `nonce` for a first step.
+    /// One `Authenticate` step against `credentials`, with a fresh random
+    /// `nonce` for a first step.
     pub fn authenticate(
         &mut self,
-        secret: Option<&ClusterSecret>,
+        credentials: &Credentials<'_>,
         request: &ArchivedAuthenticateRequest,
         nonce: [u8; NONCE_BYTES],
     ) -> Step {
-        if request.mechanism.as_str() != cluster::MECHANISM {
-            return Step::failed(
-                ErrorCode::UnsupportedSaslMechanism,
-                format!(
-                    "mechanism {:?} is not offered; this broker offers {}",
-                    request.mechanism.as_str(),
-                    cluster::MECHANISM
-                ),
-                "unsupported_mechanism",
-            );
-        }
-        let Some(secret) = secret else {
+        let mechanism = request.mechanism.as_str();
+        let payload: &[u8] = request.payload.as_slice();
+        if self.principal.is_some() {
             return Step::failed(
                 ErrorCode::AuthenticationFailed,
-                "this broker has no cluster secret: start every broker of the cluster with the same --cluster-secret-file".to_owned(),
-                "no_secret",
+                "this connection has already authenticated".to_owned(),
+                "failed",
             );
-        };
-        let payload: &[u8] = request.payload.as_slice();
+        }
         match self.exchange.take() {
-            None if self.broker.is_none() => match ServerExchange::start(secret, payload, nonce) {
+            None => self.start(credentials, mechanism, payload, nonce),
+            Some(Exchange::Cluster(exchange)) => {
+                let Some(secret) = credentials.cluster_secret else {
+                    return no_secret();
+                };
+                if mechanism != cluster::MECHANISM {
+                    return mechanism_changed();
+                }
+                match exchange.finish(secret, payload) {
+                    Ok(node_id) => {
+                        self.principal = Some(Principal::Broker(node_id));
+                        Step::done(Vec::new(), "broker")
+                    }
+                    Err(error) => {
+                        Step::failed(ErrorCode::AuthenticationFailed, error.to_string(), "failed")
+                    }
+                }
+            }
+            Some(Exchange::Scram {
+                mechanism: started,
+                server,
+                user,
+                changed_at,
+            }) => {
+                if mechanism != started.name() {
+                    return mechanism_changed();
+                }
+                match (server.finish(payload), changed_at) {
+                    (Ok(server_final), Some(changed_at)) => {
+                        self.principal = Some(Principal::User {
+                            name: user,
+                            changed_at,
+                        });
+                        Step::done(server_final, "user")
+                    }
+                    // A decoy's proof cannot match; should it, by a fluke of
+                    // the keys, the user still does not exist.
+                    (Ok(_), None) => failed_proof(),
+                    (Err(error), _) => Step::failed(
+                        ErrorCode::AuthenticationFailed,
+                        error.client_message(),
+                        "failed",
+                    ),
+                }
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        credentials: &Credentials<'_>,
+        mechanism: &str,
+        payload: &[u8],
+        nonce: [u8; NONCE_BYTES],
+    ) -> Step {
+        if mechanism == cluster::MECHANISM {
+            let Some(secret) = credentials.cluster_secret else {
+                return no_secret();
+            };
+            return match ServerExchange::start(secret, payload, nonce) {
                 Ok((exchange, server_first)) => {
-                    self.exchange = Some(exchange);
+                    self.exchange = Some(Exchange::Cluster(exchange));
                     Step::going_on(server_first)
                 }
                 Err(error) => {
                     Step::failed(ErrorCode::AuthenticationFailed, error.to_string(), "failed")
                 }
-            },
-            None => Step::failed(
-                ErrorCode::AuthenticationFailed,
-                "this connection has already authenticated".to_owned(),
-                "failed",
-            ),
-            Some(exchange) => match exchange.finish(secret, payload) {
-                Ok(node_id) => {
-                    self.broker = Some(node_id);
-                    Step {
-                        response: AuthenticateResponse {
-                            error_code: ErrorCode::None.code(),
-                            error_message: None,
-                            payload: Vec::new(),
-                            complete: true,
-                        },
-                        close: false,
-                        outcome: Some("broker"),
-                    }
-                }
-                Err(error) => {
-                    Step::failed(ErrorCode::AuthenticationFailed, error.to_string(), "failed")
-                }
-            },
+            };
         }
+        let Some(scram) = ScramMechanism::from_name(mechanism) else {
+            return Step::failed(
+                ErrorCode::UnsupportedSaslMechanism,
+                format!(
+                    "mechanism {mechanism:?} is not offered; this broker offers {}, {} and {}",
+                    ScramMechanism::Sha256.name(),
+                    ScramMechanism::Sha512.name(),
+                    cluster::MECHANISM
+                ),
+                "unsupported_mechanism",
+            );
+        };
+        let client_first = match ClientFirst::parse(payload) {
+            Ok(client_first) => client_first,
+            Err(error) => {
+                return Step::failed(ErrorCode::AuthenticationFailed, error.to_string(), "failed");
+            }
+        };
+        let record = (credentials.user)(&client_first.username);
+        let (credential, changed_at) = match record
+            .as_ref()
+            .and_then(|user| user.credential(scram).map(|found| (found, user.changed_at)))
+        {
+            Some((credential, changed_at)) => (credential.clone(), Some(changed_at)),
+            None => (
+                StoredCredential::decoy(scram, &client_first.username, credentials.decoy_key),
+                None,
+            ),
+        };
+        // 32 random bytes as hex: printable, no ','.
+        let server_nonce: String = nonce.iter().map(|byte| format!("{byte:02x}")).collect();
+        match ScramServer::start(&client_first, credential, &server_nonce) {
+            Ok((server, server_first)) => {
+                self.exchange = Some(Exchange::Scram {
+                    mechanism: scram,
+                    server,
+                    user: client_first.username,
+                    changed_at,
+                });
+                Step::going_on(server_first)
+            }
+            Err(error) => {
+                Step::failed(ErrorCode::AuthenticationFailed, error.to_string(), "failed")
+            }
+        }
+    }
+}
+
+fn no_secret() -> Step {
+    Step::failed(
+        ErrorCode::AuthenticationFailed,
+        "this broker has no cluster secret: start every broker of the cluster with the same --cluster-secret-file".to_owned(),
+        "no_secret",
+    )
+}
+
+fn mechanism_changed() -> Step {
+    Step::failed(
+        ErrorCode::AuthenticationFailed,
+        "the mechanism changed in the middle of an exchange".to_owned(),
+        "failed",
+    )
+}
+
+fn failed_proof() -> Step {
+    Step::failed(
+        ErrorCode::AuthenticationFailed,
+        "authentication failed: wrong user name or password".to_owned(),
+        "failed",
+    )
+}
+
+/// Failed logins by source address, on one shard: each failure from an
+/// address doubles the delay before its next failure is answered (from
+/// [`FailureLog::DELAY_MIN`] to [`FailureLog::DELAY_MAX`]), so that a
+/// password cannot be guessed quickly; an address quiet for
+/// [`FailureLog::FORGET_AFTER`] starts over. At most
+/// [`FailureLog::ADDRESSES_MAX`] addresses are remembered (the oldest are
+/// forgotten first), so the log's memory is bounded.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    addresses: HashMap<IpAddr, (u32, Instant)>,
+}
+
+impl FailureLog {
+    /// The delay of a first failure.
+    pub const DELAY_MIN: Duration = Duration::from_millis(200);
+    /// The longest delay.
+    pub const DELAY_MAX: Duration = Duration::from_secs(5);
+    /// Quiet time after which an address's failures are forgotten.
+    pub const FORGET_AFTER: Duration = Duration::from_secs(600);
+    /// Addresses remembered at most.
+    pub const ADDRESSES_MAX: usize = 10_000;
+
+    /// Records a failure from `address` at `now`; returns how long to wait
+    /// before answering it.
+    pub fn failed(&mut self, address: IpAddr, now: Instant) -> Duration {
+        if self.addresses.len() >= Self::ADDRESSES_MAX && !self.addresses.contains_key(&address) {
+            self.addresses
+                .retain(|_, (_, last)| now.saturating_duration_since(*last) < Self::FORGET_AFTER);
+            if self.addresses.len() >= Self::ADDRESSES_MAX
+                && let Some(oldest) = self
+                    .addresses
+                    .iter()
+                    .min_by_key(|(_, (_, last))| *last)
+                    .map(|(address, _)| *address)
+            {
+                self.addresses.remove(&oldest);
+            }
+        }
+        let entry = self.addresses.entry(address).or_insert((0, now));
+        if now.saturating_duration_since(entry.1) >= Self::FORGET_AFTER {
+            entry.0 = 0;
+        }
+        entry.0 = entry.0.saturating_add(1);
+        entry.1 = now;
+        let doublings = entry.0.saturating_sub(1).min(16);
+        Self::DELAY_MIN
+            .saturating_mul(1 << doublings)
+            .min(Self::DELAY_MAX)
     }
 }
 
@@ -156,6 +391,7 @@ mod tests {
 
     use corelog_wire::message::authenticate::AuthenticateRequest;
     use corelog_wire::sasl::cluster::ClientExchange;
+    use corelog_wire::sasl::scram::{ITERATIONS_MIN, ScramClient};
     use rkyv::rancor;
 
     use super::*;
@@ -166,13 +402,201 @@ mod tests {
         mechanism: &str,
         payload: Vec<u8>,
     ) -> Step {
+        step_with_users(session, secret, &|_| None, mechanism, payload)
+    }
+
+    fn step_with_users(
+        session: &mut Session,
+        secret: Option<&ClusterSecret>,
+        user: &dyn Fn(&str) -> Option<UserRecord>,
+        mechanism: &str,
+        payload: Vec<u8>,
+    ) -> Step {
         let request = AuthenticateRequest {
             mechanism: mechanism.to_owned(),
             payload,
         };
         let bytes = rkyv::to_bytes::<rancor::Error>(&request).unwrap();
         let archived = rkyv::access::<ArchivedAuthenticateRequest, rancor::Error>(&bytes).unwrap();
-        session.authenticate(secret, archived, [9; NONCE_BYTES])
+        let credentials = Credentials {
+            cluster_secret: secret,
+            user,
+            decoy_key: b"decoy key of the test cluster",
+        };
+        session.authenticate(&credentials, archived, [9; NONCE_BYTES])
+    }
+
+    /// The users of these tests: alice (password "wonderland"), changed at
+    /// metadata version 7.
+    fn alice(name: &str) -> Option<UserRecord> {
+        (name == "alice").then(|| UserRecord {
+            name: "alice".to_owned(),
+            credentials: vec![
+                StoredCredential::derive(
+                    ScramMechanism::Sha256,
+                    "wonderland",
+                    b"salt of alice 16",
+                    ITERATIONS_MIN,
+                )
+                .unwrap(),
+            ],
+            changed_at: 7,
+        })
+    }
+
+    const SHA256: &str = "SCRAM-SHA-256";
+
+    /// Runs a SCRAM exchange as `user` with `password` on a new session;
+    /// the session, the server-first and the last step.
+    fn scram_login(user: &str, password: &str) -> (Session, Vec<u8>, Step, Vec<u8>) {
+        let mut session = Session::default();
+        let mut client =
+            ScramClient::new(ScramMechanism::Sha256, user, password, "client-nonce-1").unwrap();
+        let first = step_with_users(&mut session, None, &alice, SHA256, client.first());
+        assert!(!first.close, "{first:?}");
+        let client_final = client.answer(&first.response.payload).unwrap();
+        let last = step_with_users(&mut session, None, &alice, SHA256, client_final.clone());
+        (session, first.response.payload, last, client_final)
+    }
+
+    #[test]
+    fn a_user_with_the_right_password_is_its_principal() {
+        let (session, _, last, _) = scram_login("alice", "wonderland");
+        assert!(
+            last.response.complete && last.outcome == Some("user"),
+            "{last:?}"
+        );
+        assert_eq!(
+            session.principal(),
+            Some(&Principal::User {
+                name: "alice".to_owned(),
+                changed_at: 7
+            })
+        );
+        assert!(!session.may_speak_inter_broker(), "a user is not a broker");
+    }
+
+    #[test]
+    fn a_wrong_password_and_an_unknown_user_fail_alike() {
+        let (session, _, wrong, _) = scram_login("alice", "looking-glass");
+        let (_, unknown_first, unknown, _) = scram_login("mallory", "anything");
+        for failed in [&wrong, &unknown] {
+            assert!(failed.close && failed.is_failed_proof(), "{failed:?}");
+            assert_eq!(
+                failed.response.error_code,
+                ErrorCode::AuthenticationFailed.code()
+            );
+        }
+        assert_eq!(wrong.response.error_message, unknown.response.error_message);
+        assert!(session.principal().is_none());
+        // The decoy's server-first has a real one's shape: nonce, salt,
+        // the minimum iterations.
+        let text = String::from_utf8(unknown_first).unwrap();
+        assert!(
+            text.starts_with("r=client-nonce-1") && text.ends_with(",i=4096"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_replayed_client_final_fails_on_another_exchange() {
+        let (_, _, ok, recorded) = scram_login("alice", "wonderland");
+        assert!(ok.response.complete);
+        // Another exchange: the same client-first, another server nonce.
+        let client =
+            ScramClient::new(ScramMechanism::Sha256, "alice", "x", "client-nonce-1").unwrap();
+        let mut session = Session::default();
+        let credentials = Credentials {
+            cluster_secret: None,
+            user: &alice,
+            decoy_key: b"k",
+        };
+        let request = |payload: Vec<u8>| {
+            rkyv::to_bytes::<rancor::Error>(&AuthenticateRequest {
+                mechanism: SHA256.to_owned(),
+                payload,
+            })
+            .unwrap()
+        };
+        let first = request(client.first());
+        let first = rkyv::access::<ArchivedAuthenticateRequest, rancor::Error>(&first).unwrap();
+        let started = session.authenticate(&credentials, first, [3; NONCE_BYTES]);
+        assert!(!started.close, "{started:?}");
+        let replay = request(recorded);
+        let replay = rkyv::access::<ArchivedAuthenticateRequest, rancor::Error>(&replay).unwrap();
+        let replayed = session.authenticate(&credentials, replay, [4; NONCE_BYTES]);
+        assert!(
+            replayed.close && !replayed.response.complete,
+            "{replayed:?}"
+        );
+        assert!(session.principal().is_none());
+    }
+
+    #[test]
+    fn malformed_truncated_and_over_long_exchanges_fail_and_close() {
+        let mut session = Session::default();
+        let truncated = step_with_users(&mut session, None, &alice, SHA256, b"n,,n=ali".to_vec());
+        assert!(
+            truncated.close && session.principal().is_none(),
+            "{truncated:?}"
+        );
+
+        // Written by hand: the client refuses to send such a name.
+        let long_first = format!("n,,n={},r=nonce", "a".repeat(300)).into_bytes();
+        let mut session = Session::default();
+        let long = step_with_users(&mut session, None, &alice, SHA256, long_first);
+        assert!(long.close, "{long:?}");
+
+        // A client-final cut short.
+        let mut session = Session::default();
+        let mut client =
+            ScramClient::new(ScramMechanism::Sha256, "alice", "wonderland", "nonce").unwrap();
+        let first = step_with_users(&mut session, None, &alice, SHA256, client.first());
+        let mut client_final = client.answer(&first.response.payload).unwrap();
+        client_final.truncate(client_final.len() / 2);
+        let cut = step_with_users(&mut session, None, &alice, SHA256, client_final);
+        assert!(cut.close && session.principal().is_none(), "{cut:?}");
+
+        // A mechanism switched in the middle.
+        let mut session = Session::default();
+        let client =
+            ScramClient::new(ScramMechanism::Sha256, "alice", "wonderland", "nonce").unwrap();
+        step_with_users(&mut session, None, &alice, SHA256, client.first());
+        let switched = step_with_users(&mut session, None, &alice, "SCRAM-SHA-512", Vec::new());
+        assert!(switched.close, "{switched:?}");
+    }
+
+    #[test]
+    fn failures_from_an_address_wait_longer_each_time_up_to_a_bound() {
+        let mut log = FailureLog::default();
+        let address: IpAddr = "10.0.0.1".parse().unwrap();
+        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        let now = Instant::now();
+        let delays: Vec<Duration> = (0..8).map(|_| log.failed(address, now)).collect();
+        assert_eq!(delays[0], FailureLog::DELAY_MIN);
+        assert_eq!(delays[1], FailureLog::DELAY_MIN * 2);
+        assert!(
+            delays.windows(2).all(|pair| pair[0] <= pair[1]),
+            "{delays:?}"
+        );
+        assert_eq!(delays[7], FailureLog::DELAY_MAX);
+        assert_eq!(log.failed(other, now), FailureLog::DELAY_MIN, "per address");
+        let later = now + FailureLog::FORGET_AFTER;
+        assert_eq!(
+            log.failed(address, later),
+            FailureLog::DELAY_MIN,
+            "forgotten"
+        );
+    }
+
+    #[test]
+    fn the_failure_log_remembers_a_bounded_number_of_addresses() {
+        let mut log = FailureLog::default();
+        let now = Instant::now();
+        for n in 0..=FailureLog::ADDRESSES_MAX as u32 {
+            log.failed(IpAddr::from(n.to_be_bytes()), now);
+        }
+        assert!(log.addresses.len() <= FailureLog::ADDRESSES_MAX);
     }
 
     fn secret(text: &str) -> ClusterSecret {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::controller_operation::ControllerOp;
 use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::message::produce::Acks;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
@@ -105,6 +106,13 @@ pub enum ShardCommand {
         names: Vec<String>,
         /// Where to answer.
         reply: oneshot::Sender<Vec<TopicOutcome>>,
+    },
+    /// To shard 0: create, re-key or delete a user.
+    AlterUser {
+        /// `PutUser` or `DeleteUser`.
+        op: ControllerOp,
+        /// Where to answer: whether a put created the user.
+        reply: oneshot::Sender<Result<bool, PartitionError>>,
     },
     /// To shard 0: allocate a producer id (or bump an existing one's epoch).
     InitProducerId {

@@ -88,6 +88,9 @@ pub struct Shard {
     drained: Event,
     /// Notified once when shutdown begins; connections stop reading.
     pub stopping: Event,
+    /// Notified after every metadata snapshot this shard applies:
+    /// connections of a user check that their credential still stands.
+    pub metadata_applied: Event,
     is_stopping: Cell<bool>,
     /// Notified when the shard starts serving: until then it accepts no
     /// connections, so no client meets a broker that cannot serve yet.
@@ -177,6 +180,7 @@ impl Shard {
             in_flight: Cell::new(0),
             drained: Event::new(),
             stopping: Event::new(),
+            metadata_applied: Event::new(),
             is_stopping: Cell::new(false),
             ready: Event::new(),
             // A cluster member accepts connections at once: its peers
@@ -322,6 +326,9 @@ impl Shard {
             }
             ShardCommand::DeleteTopics { names, reply } => {
                 let _answered = reply.send(self.delete_topics(names).await);
+            }
+            ShardCommand::AlterUser { op, reply } => {
+                let _answered = reply.send(self.alter_user(op).await);
             }
             ShardCommand::InitProducerId {
                 producer_id,

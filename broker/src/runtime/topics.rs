@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::controller_operation::ControllerOp;
 use corelog_wire::message::partition_report::LedPartition;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
@@ -59,6 +60,26 @@ impl Shard {
             reply,
         };
         self.forward_admin(command, answer, names).await
+    }
+
+    /// Creates, re-keys or deletes a user through the controller (see
+    /// [`crate::cluster::membership`]'s `alter_user`); whether a put
+    /// created the user.
+    ///
+    /// # Errors
+    /// The controller's refusal, or a timeout.
+    pub async fn alter_user(&self, op: ControllerOp) -> Result<bool, PartitionError> {
+        if let Some(role) = self.cluster() {
+            return role.member.alter_user(op).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        self.send_now(ShardId(0), ShardCommand::AlterUser { op, reply })?;
+        answer.await.unwrap_or_else(|_| {
+            Err(PartitionError::new(
+                ErrorCode::LeaderNotAvailable,
+                "shard 0 stopped",
+            ))
+        })
     }
 
     async fn forward_admin(
@@ -197,6 +218,7 @@ impl Shard {
             .partitions
             .set(self.replicas.borrow().len() as i64);
         *self.snapshot.borrow_mut() = snapshot;
+        self.metadata_applied.notify(usize::MAX);
         let deadline = Instant::now() + ROLE_CHANGES_TIMEOUT;
         if !wait_until(&role_changes.done, deadline, || role_changes.all_done()).await {
             tracing::warn!(

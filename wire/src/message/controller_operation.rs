@@ -13,6 +13,7 @@
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+use super::alter_users::ScramCredentialEntry;
 use super::common::ConfigEntry;
 use super::{api, no_raw_section};
 use crate::frame::ApiKey;
@@ -61,6 +62,18 @@ pub enum ControllerOp {
         /// The epoch it led.
         epoch: u32,
     } = 3,
+    /// Create a user or replace its credentials (`AlterUsers`).
+    PutUser {
+        /// The user.
+        name: String,
+        /// Its salted keys, one per mechanism.
+        credentials: Vec<ScramCredentialEntry>,
+    } = 4,
+    /// Delete a user (`AlterUsers`).
+    DeleteUser {
+        /// The user.
+        name: String,
+    } = 5,
 }
 
 /// Forwards one change to the controller leader.
@@ -88,7 +101,8 @@ pub struct ControllerOperationResponse {
     /// With `NONE`: for `AllocateProducerIds`, the first id of the allocated
     /// block (the block is `value..value + count`); for `CreateTopic`, the
     /// new topic's id (-1 when only validated); for `DeleteTopic`, 0; for
-    /// `ResignLeadership`, 1 if the partition became leaderless, else 0.
+    /// `ResignLeadership`, 1 if the partition became leaderless, else 0;
+    /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0.
     /// `-1` on error.
     pub value: i64,
 }
@@ -142,6 +156,12 @@ pub(crate) mod tests {
                     epoch,
                 }
             ),
+            (
+                name(),
+                few(crate::message::alter_users::tests::credential())
+            )
+                .prop_map(|(name, credentials)| ControllerOp::PutUser { name, credentials }),
+            name().prop_map(|name| ControllerOp::DeleteUser { name }),
         ]
     }
 
@@ -190,6 +210,15 @@ pub(crate) mod tests {
         assert_eq!(archived_tag(&delete), 1);
         assert_eq!(archived_tag(&allocate), 2);
         assert_eq!(archived_tag(&resign), 3);
+        let put = ControllerOp::PutUser {
+            name: "u".to_owned(),
+            credentials: Vec::new(),
+        };
+        assert_eq!(archived_tag(&put), 4);
+        let delete_user = ControllerOp::DeleteUser {
+            name: "u".to_owned(),
+        };
+        assert_eq!(archived_tag(&delete_user), 5);
     }
 
     proptest! {

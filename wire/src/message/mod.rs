@@ -76,6 +76,7 @@ mod body;
 mod common;
 mod stored;
 
+pub mod alter_users;
 pub mod api_versions;
 pub mod audit;
 pub mod authenticate;
@@ -90,6 +91,7 @@ pub mod describe_cluster;
 pub mod describe_groups;
 pub mod describe_shards;
 pub mod describe_topics;
+pub mod describe_users;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod group_records;

@@ -91,6 +91,16 @@ impl ClusterSecret {
         Ok(ClusterSecret(trimmed.to_vec()))
     }
 
+    /// A key for another purpose, derived from the secret (HMAC-SHA256 of
+    /// `label`): the secret itself stays out of other uses.
+    #[must_use]
+    pub fn derive(&self, label: &[u8]) -> Vec<u8> {
+        self.mac(label, 0, &[], &[])
+            .finalize()
+            .into_bytes()
+            .to_vec()
+    }
+
     fn mac(&self, label: &[u8], node_id: u32, client: &[u8], server: &[u8]) -> HmacSha256 {
         // HMAC takes a key of any length; this cannot fail.
         let mut mac = match HmacSha256::new_from_slice(&self.0) {

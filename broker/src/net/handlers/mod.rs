@@ -10,6 +10,7 @@ mod offsets;
 mod produce;
 mod replica;
 mod topics;
+mod users;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -85,6 +86,8 @@ pub async fn dispatch(
         ApiKey::DeleteGroups => groups::delete(shard, &body).await,
         ApiKey::ResetOffsets => groups::reset(shard, &body).await,
         ApiKey::WriteAudit => groups::write_audit(shard, &body).await,
+        ApiKey::DescribeUsers => users::describe(shard, &body),
+        ApiKey::AlterUsers => users::alter(shard, &body).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft
         | ApiKey::BrokerRegister

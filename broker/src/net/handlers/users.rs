@@ -1,0 +1,98 @@
+//! DescribeUsers and AlterUsers: the users of the cluster, whose salted
+//! keys live in controller metadata. Describing reads this broker's
+//! metadata and shows names, mechanisms and iteration counts, never a key
+//! or a salt; altering checks the request here, then goes to the
+//! controller through shard 0 and answers once this broker's metadata
+//! shows the change.
+
+use std::rc::Rc;
+
+use corelog_controller::users::check_user_name;
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::alter_users::{AlterUsersRequest, AlterUsersResponse, UserChange};
+use corelog_wire::message::controller_operation::ControllerOp;
+use corelog_wire::message::decode_request;
+use corelog_wire::message::describe_users::{
+    DescribeUsersRequest, DescribeUsersResponse, UserDescription,
+};
+
+use crate::api::{Reply, refused};
+use crate::cluster::credentials;
+use crate::runtime::shard::Shard;
+
+pub(super) fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let (request, _) = decode_request::<DescribeUsersRequest>(body).map_err(refused)?;
+    let wanted: Option<Vec<String>> = request
+        .names
+        .as_ref()
+        .map(|names| names.iter().map(|name| name.as_str().to_owned()).collect());
+    let snapshot = shard.snapshot();
+    let users = snapshot
+        .cluster
+        .state
+        .users()
+        .values()
+        .filter(|user| {
+            wanted
+                .as_ref()
+                .is_none_or(|names| names.contains(&user.name))
+        })
+        .map(|user| UserDescription {
+            name: user.name.clone(),
+            mechanisms: user
+                .credentials
+                .iter()
+                .map(|credential| credential.mechanism.name().to_owned())
+                .collect(),
+            iterations: user
+                .credentials
+                .iter()
+                .map(|credential| credential.iterations)
+                .collect(),
+        })
+        .collect();
+    Reply::encode(
+        &DescribeUsersResponse {
+            error_code: ErrorCode::None.code(),
+            users,
+        },
+        Vec::new(),
+    )
+}
+
+pub(super) async fn alter(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let (request, _) = decode_request::<AlterUsersRequest>(body).map_err(refused)?;
+    let request: AlterUsersRequest =
+        rkyv::deserialize::<AlterUsersRequest, rkyv::rancor::Error>(request)
+            .map_err(|_| ErrorCode::InvalidRequest)?;
+    let answer = |error_code: ErrorCode, error_message: Option<String>, created: bool| {
+        Reply::encode(
+            &AlterUsersResponse {
+                error_code: error_code.code(),
+                error_message,
+                created,
+            },
+            Vec::new(),
+        )
+    };
+    if let Err(reason) = check_user_name(&request.name) {
+        return answer(ErrorCode::InvalidRequest, Some(reason), false);
+    }
+    let op = match request.change {
+        UserChange::Put { credentials } => {
+            // Checked here so that a bad request costs no controller trip.
+            if let Err((code, reason)) = credentials::stored(credentials.clone()) {
+                return answer(code, Some(reason), false);
+            }
+            ControllerOp::PutUser {
+                name: request.name,
+                credentials,
+            }
+        }
+        UserChange::Delete => ControllerOp::DeleteUser { name: request.name },
+    };
+    match shard.alter_user(op).await {
+        Ok(created) => answer(ErrorCode::None, None, created),
+        Err(error) => answer(error.code, Some(error.message), false),
+    }
+}
