@@ -32,6 +32,7 @@
 
 mod cluster_status;
 mod groups;
+mod users;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +59,7 @@ pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
     PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
 };
+pub use self::users::{DEFAULT_ITERATIONS, UserListing};
 
 /// How long the broker may take to commit a topic creation or deletion
 /// before answering `REQUEST_TIMED_OUT` (sent in the request).

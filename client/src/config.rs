@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::ClientError;
+use crate::sasl::SaslCredentials;
 use crate::tls::ClientTls;
 
 /// The broker address used when none is given: a local `corelogd` started
@@ -46,6 +47,11 @@ pub struct ClientConfig {
     pub shard_aware: bool,
     /// TLS to every broker, or plaintext when `None` (the default).
     pub tls: Option<ClientTls>,
+    /// Log in on every connection as this user (SCRAM), or not at all when
+    /// `None` (the default). Use it with TLS: without, the user name and
+    /// the traffic cross the network in the clear (the password never
+    /// does).
+    pub sasl: Option<SaslCredentials>,
 }
 
 impl Default for ClientConfig {
@@ -61,6 +67,7 @@ impl Default for ClientConfig {
             reconnect_backoff: Duration::from_millis(100),
             shard_aware: true,
             tls: None,
+            sasl: None,
         }
     }
 }

@@ -323,7 +323,14 @@ impl Connection {
         // Bounded by the connect deadline rather than the request timeout:
         // a server of another protocol may wait silently for a request of
         // its own, and a corelog broker answers this at once.
-        match tokio::time::timeout_at(deadline, connection.handshake(&config.client_name)).await {
+        let opened = async {
+            connection.handshake(&config.client_name).await?;
+            if let Some(credentials) = &config.sasl {
+                crate::sasl::login(&connection, credentials).await?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout_at(deadline, opened).await {
             Ok(Ok(())) => Ok(connection),
             Ok(Err(error)) => Err(connection.handshake_error(error)),
             Err(_) => {

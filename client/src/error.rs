@@ -83,6 +83,18 @@ pub enum ClientError {
         /// Why, and what to do.
         detail: String,
     },
+    /// The login could not be completed: the broker did not prove that it
+    /// holds the user's credential (it may not be the cluster's), or the
+    /// exchange broke off.
+    #[error("cannot log in to {addr} as {user}: {detail}")]
+    Authentication {
+        /// The broker.
+        addr: String,
+        /// The user.
+        user: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// An open connection broke. Requests in flight on it may or may not
     /// have been processed; the producer resends them with the same
     /// sequence, so retries never duplicate.

@@ -72,6 +72,7 @@ pub mod error;
 pub mod group;
 mod metadata;
 pub mod producer;
+mod sasl;
 mod tls;
 pub mod verify;
 
@@ -96,4 +97,5 @@ pub use self::metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, Top
 pub use self::producer::{
     Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, partition_for_key,
 };
+pub use self::sasl::{SaslCredentials, ScramMechanism};
 pub use self::tls::ClientTls;

@@ -588,3 +588,247 @@ fn cluster_sh_up_tls_starts_a_cluster_only_tls_clients_reach() {
     );
     assert!(down.status.success(), "{}", text(&down.stderr));
 }
+
+// ---- Item 2: users and SCRAM ------------------------------------------
+
+/// A file holding `password`, for `--sasl-password-file`.
+fn password_file(dir: &Path, user: &str, password: &str) -> String {
+    let file = dir.join(format!("{user}.password"));
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    path(&file)
+}
+
+/// The login flags of `user` with the password in `file`.
+fn login<'a>(user: &'a str, file: &'a str) -> [&'a str; 4] {
+    ["--sasl-user", user, "--sasl-password-file", file]
+}
+
+/// A counter of the broker's `/metrics`, summed over its label sets that
+/// contain `labels`; 0 when absent.
+fn counter(broker: &Broker, name: &str, labels: &str) -> u64 {
+    broker
+        .metrics()
+        .lines()
+        .filter(|line| line.starts_with(name) && line.contains(labels))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Users are made with `user create` while authentication is off, then a
+/// broker that requires it serves only their logins: nothing before a
+/// login, a wrong password and an unknown user alike refused (each later
+/// than the one before), every API before the exchange closed with
+/// AUTHENTICATION_REQUIRED, a deleted user's and a re-keyed user's open
+/// connections closed at once.
+#[test]
+fn a_broker_requiring_authentication_serves_only_its_users_logins() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start(&[]);
+    let addr = broker.addr.to_string();
+    for (user, password) in [("alice", "wonderland"), ("bob", "builder")] {
+        let created = corelog(
+            &addr,
+            &["user", "create", user, "--password-stdin"],
+            Some(password),
+        );
+        assert!(created.status.success(), "{}", text(&created.stderr));
+        assert!(
+            text(&created.stdout).contains("created user"),
+            "{}",
+            text(&created.stdout)
+        );
+    }
+    let listed = text(&corelog(&addr, &["user", "list"], None).stdout);
+    assert!(
+        listed.contains("alice") && listed.contains("SCRAM-SHA-256 (8192), SCRAM-SHA-512 (8192)"),
+        "{listed}"
+    );
+    assert!(!listed.contains("wonderland"));
+
+    broker.terminate();
+    broker
+        .extra_args
+        .extend(["--authentication".to_owned(), "required".to_owned()]);
+    broker.spawn();
+    let alice_file = password_file(temp.path(), "alice", "wonderland");
+    let alice = login("alice", &alice_file);
+    let wrong_file = password_file(temp.path(), "wrong", "looking-glass");
+
+    // Nothing before a login.
+    let anonymous = corelog(&addr, &["topic", "list"], None);
+    assert!(!anonymous.status.success());
+    assert!(
+        text(&anonymous.stderr).contains("AUTHENTICATION_REQUIRED"),
+        "{}",
+        text(&anonymous.stderr)
+    );
+
+    // A wrong password and an unknown user: the same refusal, each answered
+    // later than the one before from this address.
+    let mut said = Vec::new();
+    let mut took = Vec::new();
+    for user in ["alice", "mallory", "alice"] {
+        let started = Instant::now();
+        let refused = corelog(
+            &addr,
+            &[&login(user, &wrong_file)[..], &["topic", "list"]].concat(),
+            None,
+        );
+        took.push(started.elapsed());
+        assert!(!refused.status.success());
+        let stderr = text(&refused.stderr);
+        assert!(stderr.contains("AUTHENTICATION_FAILED"), "{stderr}");
+        said.push(stderr.replace("mallory", "alice"));
+    }
+    assert_eq!(
+        said[0], said[1],
+        "an unknown user is told what a wrong password is"
+    );
+    assert!(took[1] >= Duration::from_millis(400), "{took:?}");
+    assert!(took[2] >= Duration::from_millis(800), "{took:?}");
+
+    // The right password is served.
+    let tls_free: Vec<&str> = alice.to_vec();
+    create_topic(&broker, &tls_free, "guarded");
+    round_trip(&broker, &tls_free, "guarded", "for alice");
+
+    // A deleted user's open connection is closed at once, in-flight fetch
+    // or not.
+    let before = counter(
+        &broker,
+        "corelog_connections_closed_total",
+        "credential_revoked",
+    );
+    let mut follower = cli::spawn(
+        &addr,
+        &[&alice[..], &["consume", "--topic", "guarded", "--follow"]].concat(),
+    );
+    let printed = lines_of(follower.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let produced = corelog_tls(
+            &broker,
+            &alice,
+            &["produce", "--topic", "guarded"],
+            Some("ping"),
+        );
+        assert!(produced.status.success(), "{}", text(&produced.stderr));
+        if printed.recv_timeout(Duration::from_millis(500)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the follower printed nothing");
+    }
+    let bob_file = password_file(temp.path(), "bob", "builder");
+    let deleted = corelog(
+        &addr,
+        &[&login("bob", &bob_file)[..], &["user", "delete", "alice"]].concat(),
+        None,
+    );
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let closed_by = Instant::now() + Duration::from_secs(1);
+    while counter(
+        &broker,
+        "corelog_connections_closed_total",
+        "credential_revoked",
+    ) <= before
+    {
+        assert!(
+            Instant::now() < closed_by,
+            "alice's connection still open a second after"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let exited = follower.wait_with_output().unwrap();
+    assert!(!exited.status.success(), "the follower cannot log in again");
+    let gone = corelog(&addr, &[&alice[..], &["topic", "list"]].concat(), None);
+    assert!(
+        text(&gone.stderr).contains("AUTHENTICATION_FAILED"),
+        "{}",
+        text(&gone.stderr)
+    );
+
+    // A new password closes the old one's connections too.
+    let before = counter(
+        &broker,
+        "corelog_connections_closed_total",
+        "credential_revoked",
+    );
+    let mut bobs = cli::spawn(
+        &addr,
+        &[
+            &login("bob", &bob_file)[..],
+            &["consume", "--topic", "guarded", "--follow"],
+        ]
+        .concat(),
+    );
+    let bob_printed = lines_of(bobs.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while bob_printed
+        .recv_timeout(Duration::from_millis(200))
+        .is_err()
+    {
+        let produced = corelog_tls(
+            &broker,
+            &login("bob", &bob_file),
+            &["produce", "--topic", "guarded"],
+            Some("pong"),
+        );
+        assert!(produced.status.success(), "{}", text(&produced.stderr));
+        assert!(Instant::now() < deadline, "bob's follower printed nothing");
+    }
+    let changed = corelog(
+        &addr,
+        &[
+            &login("bob", &bob_file)[..],
+            &["user", "create", "bob", "--password-stdin"],
+        ]
+        .concat(),
+        Some("rebuilt"),
+    );
+    assert!(
+        text(&changed.stdout).contains("changed the password"),
+        "{}",
+        text(&changed.stdout)
+    );
+    let closed_by = Instant::now() + Duration::from_secs(1);
+    while counter(
+        &broker,
+        "corelog_connections_closed_total",
+        "credential_revoked",
+    ) <= before
+    {
+        assert!(
+            Instant::now() < closed_by,
+            "bob's old connection still open a second after"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bobs.kill().unwrap();
+    bobs.wait().unwrap();
+}
+
+/// With authentication required, every API but ApiVersions and
+/// Authenticate, sent before a login, is answered AUTHENTICATION_REQUIRED
+/// and its connection closed.
+#[test]
+fn every_api_before_authentication_is_refused_and_the_connection_closed() {
+    let broker = Broker::start(&["--authentication", "required"]);
+    for api_key in ApiKey::ALL.iter().copied() {
+        if matches!(api_key, ApiKey::ApiVersions | ApiKey::Authenticate) {
+            continue;
+        }
+        let mut client = Client::connect(broker.addr).unwrap();
+        client.handshake().unwrap();
+        client.send_frame(api_key, &[0; 16]).unwrap();
+        let (_, body) = client.read_response().unwrap();
+        assert_eq!(
+            top_level_code(&body),
+            ErrorCode::AuthenticationRequired.code(),
+            "{api_key:?}"
+        );
+        assert!(
+            client.read_response().is_err(),
+            "{api_key:?}: the connection stays open"
+        );
+    }
+}

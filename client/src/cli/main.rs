@@ -12,6 +12,7 @@
 //! corelog group reset-offsets GROUP --topic T [--partition P ...]
 //!     (--to-earliest | --to-latest | --to-offset N | --to-time T | --by-duration D | --shift-by N
 //!      | --to-group OTHER) --reason TEXT [--dry-run]
+//! corelog user create NAME --password-stdin [--mechanism M ...] | user delete NAME | user list
 //! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!
@@ -31,13 +32,16 @@ mod produce;
 mod reset;
 mod time;
 mod topic;
+mod user;
 mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use corelog_client::{ClientConfig, ClientError, ClientTls, DEFAULT_BOOTSTRAP, ErrorCode};
+use corelog_client::{
+    ClientConfig, ClientError, ClientTls, DEFAULT_BOOTSTRAP, ErrorCode, SaslCredentials,
+};
 
 /// The corelog command-line client: manage topics, produce and consume
 /// records.
@@ -61,6 +65,26 @@ struct Cli {
     /// PEM private key of --tls-cert.
     #[arg(long, global = true, value_name = "FILE", env = "CORELOG_TLS_KEY")]
     tls_key: Option<PathBuf>,
+    /// Log in as this user (SCRAM; needs --sasl-password-file).
+    #[arg(long, global = true, value_name = "USER", env = "CORELOG_SASL_USER")]
+    sasl_user: Option<String>,
+    /// File whose first line is the password of --sasl-user.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "CORELOG_SASL_PASSWORD_FILE"
+    )]
+    sasl_password_file: Option<PathBuf>,
+    /// SCRAM mechanism of the login.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "SCRAM-SHA-256",
+        env = "CORELOG_SASL_MECHANISM"
+    )]
+    sasl_mechanism: user::Mechanism,
     #[command(subcommand)]
     command: Command,
 }
@@ -86,6 +110,9 @@ enum Command {
     /// The brokers and the controller, and whether anything is wrong.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Create, delete and list users (SCRAM credentials).
+    #[command(subcommand)]
+    User(user::UserCommand),
 }
 
 /// Exit code of `verify` when the checker found violations.
@@ -117,8 +144,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let tls = match client_tls(&cli) {
-        Ok(tls) => tls,
+    let (tls, sasl) = match client_tls(&cli).and_then(|tls| Ok((tls, client_sasl(&cli)?))) {
+        Ok(security) => security,
         Err(message) => {
             eprintln!("error: {message}");
             return ExitCode::from(2);
@@ -128,6 +155,7 @@ fn main() -> ExitCode {
         client: ClientConfig {
             client_name: "corelog-cli".to_owned(),
             tls,
+            sasl,
             ..ClientConfig::new(cli.bootstrap)
         },
         json: cli.json,
@@ -148,6 +176,7 @@ fn main() -> ExitCode {
                 }
                 Ok(())
             }
+            Command::User(command) => user::run(&global, command).await,
             Command::Verify(args) => match verify::run(&global, args).await? {
                 verify::Verdict::Clean => Ok(()),
                 verify::Verdict::Violations(count) => {
@@ -184,6 +213,24 @@ fn client_tls(cli: &Cli) -> Result<Option<ClientTls>, String> {
             "--tls-cert and --tls-key need --tls-ca, the CA that signed the brokers' certificates"
                 .to_owned(),
         ),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The login the flags (or their environment variables) ask for: none
+/// without `--sasl-user`, which needs a password file.
+fn client_sasl(cli: &Cli) -> Result<Option<SaslCredentials>, String> {
+    match (&cli.sasl_user, &cli.sasl_password_file) {
+        (Some(user), Some(file)) => {
+            SaslCredentials::scram_from_file(cli.sasl_mechanism.into(), user, file)
+                .map(Some)
+                .map_err(|error| error.to_string())
+        }
+        (Some(_), None) => Err(
+            "--sasl-user needs --sasl-password-file, a file whose first line is the password"
+                .to_owned(),
+        ),
+        (None, Some(_)) => Err("--sasl-password-file needs --sasl-user".to_owned()),
         (None, None) => Ok(None),
     }
 }
