@@ -95,13 +95,15 @@ fn cluster_health_and_topic_describe_follow_brokers_going_down() {
         &brokers[0],
         &["cluster", "health"],
         "a healthy cluster",
-        |output| output.status.success() && !text(&output.stdout).contains("not reported yet"),
+        |output| {
+            // The topic's 3 partitions, __groups' 8 and __audit's 1.
+            let stdout = text(&output.stdout);
+            output.status.success()
+                && stdout.contains("healthy: 3 brokers alive, 12 partitions led")
+                && !stdout.contains("not reported yet")
+        },
     );
     let healthy_text = text(&healthy.stdout);
-    assert!(
-        healthy_text.contains("healthy: 3 brokers alive, 3 partitions led"),
-        "{healthy_text}"
-    );
     println!("cluster health, healthy:\n{healthy_text}");
     let describe = corelog(&brokers[1], &["--json", "topic", "describe", "orders"]);
     for partition in described_partitions(&describe) {
@@ -137,7 +139,8 @@ fn cluster_health_and_topic_describe_follow_brokers_going_down() {
             let stdout = text(&output.stdout);
             !output.status.success()
                 && stdout.contains("broker 3 is fenced")
-                && stdout.matches("is under-replicated").count() == 3
+                && stdout.matches("is under-replicated").count() == 12
+                && stdout.contains("__groups/0 is under-replicated")
         },
     );
     assert_eq!(sick.status.code(), Some(1));
@@ -160,11 +163,13 @@ fn cluster_health_and_topic_describe_follow_brokers_going_down() {
     let describe_text = text(&corelog(&brokers[0], &["topic", "describe", "orders"]).stdout);
     println!("topic describe, broker 3 killed:\n{describe_text}");
     let list = text(&corelog(&brokers[0], &["topic", "list"]).stdout);
-    assert!(
-        list.lines()
-            .any(|line| line.starts_with("orders") && line.contains("under-replicated")),
-        "{list}"
-    );
+    for topic in ["orders", "__groups", "__audit"] {
+        assert!(
+            list.lines()
+                .any(|line| line.starts_with(topic) && line.contains("under-replicated")),
+            "{topic}: {list}"
+        );
+    }
     let info_text = text(&corelog(&brokers[0], &["cluster", "info"]).stdout);
     let row = info_text
         .lines()

@@ -190,10 +190,12 @@ fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
         .collect();
     let names: Vec<String> = match request.topics {
         Some(names) => names,
+        // Every topic, the internal ones included: a group coordinator's
+        // `__groups` partition offline or short of replicas is trouble
+        // `cluster health` must name.
         None => state
             .topics()
             .values()
-            .filter(|topic| !topic.internal)
             .map(|topic| topic.name.clone())
             .collect(),
     };
