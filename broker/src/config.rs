@@ -259,6 +259,20 @@ pub struct TlsSettings {
     pub client_auth: ClientAuth,
     /// The oldest TLS version accepted.
     pub min_version: TlsVersion,
+    /// Which name of a client certificate is the connection's principal.
+    pub principal_from: PrincipalFrom,
+}
+
+/// Which name of a verified client certificate a connection acts as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrincipalFrom {
+    /// The subject's common name (CN).
+    #[default]
+    Cn,
+    /// The first DNS name, else the first e-mail address, among the
+    /// subject alternative names.
+    San,
 }
 
 /// Whether connections must prove a user (or, for brokers, the cluster
@@ -375,6 +389,10 @@ pub struct Flags {
     /// Oldest TLS version accepted [default: 1.3].
     #[arg(long)]
     pub tls_min_version: Option<TlsVersion>,
+    /// Which name of a client certificate is the connection's principal:
+    /// `cn` or `san` [default: cn].
+    #[arg(long)]
+    pub tls_principal_from: Option<PrincipalFrom>,
     /// `required`: serve only connections that authenticated (SCRAM, or
     /// the cluster secret between brokers) [default: none].
     #[arg(long)]
@@ -480,6 +498,7 @@ struct FileSettings {
     tls_client_ca: Option<PathBuf>,
     tls_client_auth: Option<ClientAuth>,
     tls_min_version: Option<TlsVersion>,
+    tls_principal_from: Option<PrincipalFrom>,
     authentication: Option<Authentication>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
@@ -818,6 +837,7 @@ fn resolve_tls(flags: &Flags, file: &FileSettings) -> Result<Option<TlsSettings>
     let client_ca = flags.tls_client_ca.clone().or(file.tls_client_ca.clone());
     let client_auth = flags.tls_client_auth.or(file.tls_client_auth);
     let min_version = flags.tls_min_version.or(file.tls_min_version);
+    let principal_from = flags.tls_principal_from.or(file.tls_principal_from);
     let invalid = |name, message: &str| {
         Err(ConfigError::Invalid {
             name,
@@ -833,7 +853,11 @@ fn resolve_tls(flags: &Flags, file: &FileSettings) -> Result<Option<TlsSettings>
             return invalid("tls_cert", "--tls-key needs --tls-cert, its certificate");
         }
         (None, None) => {
-            if client_ca.is_some() || client_auth.is_some() || min_version.is_some() {
+            if client_ca.is_some()
+                || client_auth.is_some()
+                || min_version.is_some()
+                || principal_from.is_some()
+            {
                 return invalid(
                     "tls_cert",
                     "TLS settings need --tls-cert and --tls-key, which turn TLS on",
@@ -856,6 +880,7 @@ fn resolve_tls(flags: &Flags, file: &FileSettings) -> Result<Option<TlsSettings>
         client_ca,
         client_auth,
         min_version: min_version.unwrap_or_default(),
+        principal_from: principal_from.unwrap_or_default(),
     }))
 }
 
@@ -1000,6 +1025,7 @@ mod tests {
                 client_ca: Some(PathBuf::from("ca.pem")),
                 client_auth: ClientAuth::Required,
                 min_version: TlsVersion::Tls12,
+                principal_from: PrincipalFrom::Cn,
             })
         );
         let flags_win = BrokerConfig::resolve(&Flags {

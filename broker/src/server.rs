@@ -547,7 +547,7 @@ fn serve_listeners(
             shard.clone(),
             listener,
             open_connections.clone(),
-            tls.map(BrokerTls::acceptor),
+            tls.map(BrokerTls::listener),
         ))
         .detach();
     }

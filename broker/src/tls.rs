@@ -26,7 +26,7 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, SignatureScheme};
 
-use crate::config::{ClientAuth, TlsSettings, TlsVersion};
+use crate::config::{ClientAuth, PrincipalFrom, TlsSettings, TlsVersion};
 
 /// A connection's byte stream, plaintext or TLS.
 pub trait Duplex: AsyncRead + AsyncWrite + Unpin {}
@@ -75,6 +75,7 @@ pub struct BrokerTls {
     store: Arc<CertificateStore>,
     server: Arc<rustls::ServerConfig>,
     peer: Option<Arc<rustls::ClientConfig>>,
+    principal_from: PrincipalFrom,
 }
 
 impl fmt::Debug for BrokerTls {
@@ -134,13 +135,17 @@ impl BrokerTls {
             store,
             server: Arc::new(server),
             peer,
+            principal_from: settings.principal_from,
         })
     }
 
     /// Accepts TLS on connections of the listener.
     #[must_use]
-    pub fn acceptor(&self) -> futures_rustls::TlsAcceptor {
-        futures_rustls::TlsAcceptor::from(self.server.clone())
+    pub fn listener(&self) -> ListenerTls {
+        ListenerTls {
+            acceptor: futures_rustls::TlsAcceptor::from(self.server.clone()),
+            principal_from: self.principal_from,
+        }
     }
 
     /// Opens TLS on connections to other brokers, verifying them against
@@ -198,6 +203,79 @@ impl CertificateInfo {
             not_after: not_after.to_string(),
             not_after_unix: not_after.timestamp(),
         })
+    }
+}
+
+/// The principal a verified client certificate (DER) names, by `rule`:
+/// its subject's common name, or its first DNS name (else e-mail address)
+/// among the subject alternative names. `None` when it names none, or
+/// does not parse.
+#[must_use]
+pub fn principal_of(certificate: &[u8], rule: PrincipalFrom) -> Option<String> {
+    use x509_parser::extensions::GeneralName;
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate).ok()?;
+    let name = match rule {
+        PrincipalFrom::Cn => parsed
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map(str::to_owned),
+        PrincipalFrom::San => {
+            let names = parsed.subject_alternative_name().ok().flatten()?;
+            let names = &names.value.general_names;
+            names
+                .iter()
+                .find_map(|name| match name {
+                    GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                    _ => None,
+                })
+                .or_else(|| {
+                    names.iter().find_map(|name| match name {
+                        GeneralName::RFC822Name(email) => Some((*email).to_owned()),
+                        _ => None,
+                    })
+                })
+        }
+    };
+    name.filter(|name| !name.is_empty())
+}
+
+/// TLS as a listener speaks it: the handshake, and the principal a
+/// verified client certificate names.
+#[derive(Clone)]
+pub struct ListenerTls {
+    acceptor: futures_rustls::TlsAcceptor,
+    principal_from: PrincipalFrom,
+}
+
+impl fmt::Debug for ListenerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenerTls")
+            .field("principal_from", &self.principal_from)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ListenerTls {
+    /// Runs the server side of a handshake on `stream`; the TLS stream,
+    /// and the principal of the client's certificate if it presented one
+    /// (it was verified against `--tls-client-ca` by then).
+    ///
+    /// # Errors
+    /// The handshake's failure.
+    pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        stream: S,
+    ) -> io::Result<(futures_rustls::server::TlsStream<S>, Option<String>)> {
+        let secured = self.acceptor.accept(stream).await?;
+        let principal = secured
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|leaf| principal_of(leaf, self.principal_from));
+        Ok((secured, principal))
     }
 }
 
@@ -417,6 +495,7 @@ mod tests {
                 client_ca: None,
                 client_auth: ClientAuth::None,
                 min_version,
+                principal_from: PrincipalFrom::Cn,
             }
         }
 
@@ -519,6 +598,33 @@ mod tests {
             handshake(&tls, files.client(&rustls::version::TLS13)).unwrap(),
             after
         );
+    }
+
+    #[test]
+    fn a_client_certificate_names_its_principal_by_the_rule() {
+        let mut params = rcgen::CertificateParams::new(vec![
+            "reader.tenant-a.example".to_owned(),
+            "10.0.0.7".to_owned(),
+        ])
+        .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "tenant-a-reader");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let der = params.self_signed(&key).unwrap().der().to_vec();
+        assert_eq!(
+            principal_of(&der, PrincipalFrom::Cn).as_deref(),
+            Some("tenant-a-reader")
+        );
+        assert_eq!(
+            principal_of(&der, PrincipalFrom::San).as_deref(),
+            Some("reader.tenant-a.example")
+        );
+        // No CN and only an IP address: no principal.
+        let bare = rcgen::CertificateParams::new(vec!["10.0.0.7".to_owned()]).unwrap();
+        let der = bare.self_signed(&key).unwrap().der().to_vec();
+        assert_eq!(principal_of(&der, PrincipalFrom::San), None);
+        assert_eq!(principal_of(b"not a certificate", PrincipalFrom::Cn), None);
     }
 
     #[test]

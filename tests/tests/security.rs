@@ -832,3 +832,34 @@ fn every_api_before_authentication_is_refused_and_the_connection_closed() {
         );
     }
 }
+
+/// With client certificates required, a verified certificate is a login:
+/// its name (CN by default) is the principal, and a broker that requires
+/// authentication serves it without SCRAM.
+#[test]
+fn a_verified_client_certificate_is_a_login() {
+    let ca = TestCa::new("corelog test CA");
+    let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
+    let client = ca.issue("client", &["reader.example"], Validity::Now);
+    let mut args = broker_tls_args(&broker_cert);
+    args.extend(
+        [
+            "--tls-client-ca",
+            &path(&ca.ca_file()),
+            "--tls-client-auth",
+            "optional",
+            "--authentication",
+            "required",
+        ]
+        .map(str::to_owned),
+    );
+    let broker = Broker::start(&as_strs(&args));
+    let ca_file = path(&ca.ca_file());
+    let (cert, key) = (path(&client.cert), path(&client.key));
+    let certified = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];
+    create_topic(&broker, &certified, "certified");
+    round_trip(&broker, &certified, "certified", "by certificate");
+    // TLS without a certificate is not a login.
+    let said = fails_fast(&broker, &["--tls-ca", &ca_file]);
+    assert!(said.contains("AUTHENTICATION_REQUIRED"), "{said}");
+}

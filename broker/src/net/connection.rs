@@ -77,11 +77,17 @@ type RequestSlot = async_lock::SemaphoreGuardArc;
 
 /// Serves one connection until the client closes it, it breaks the
 /// protocol beyond recovery, or the shard stops.
-pub async fn serve(shard: Rc<Shard>, stream: Stream, peer: Option<SocketAddr>) {
+pub async fn serve(
+    shard: Rc<Shard>,
+    stream: Stream,
+    peer: Option<SocketAddr>,
+    certified: Option<String>,
+) {
     let (reader, writer) = stream.split();
     let (outgoing, responses) = flume::unbounded::<Outgoing>();
     let writer_task = glommio::spawn_local(write_responses(writer, responses));
-    let result = read_requests(&shard, reader, outgoing, peer).await;
+    let session = certified.map_or_else(Session::default, Session::certified);
+    let result = read_requests(&shard, reader, outgoing, peer, session).await;
     if let Err(reason) = result {
         if let Some(counted) = reason.counted_as() {
             shard.metrics.connection_closed(counted);
@@ -306,6 +312,7 @@ async fn read_requests(
     mut reader: ReadHalf<Stream>,
     outgoing: flume::Sender<Outgoing>,
     peer: Option<std::net::SocketAddr>,
+    mut session: Session,
 ) -> Result<(), CloseReason> {
     let limits = FrameLimits {
         max_frame_bytes: shard.config.max_frame_bytes,
@@ -321,7 +328,6 @@ async fn read_requests(
     // Requests being handled: a connection waiting on them is not idle.
     let in_flight = Rc::new(Cell::new(0u32));
     let mut handshake_done = false;
-    let mut session = Session::default();
     loop {
         // Backpressure: no next frame until a request slot is free; a slot
         // is freed when its response has been written.
@@ -515,10 +521,10 @@ async fn authenticate(
             Some(Principal::Broker(node)) => {
                 tracing::debug!(node, peer = ?peer, "a broker proved the cluster secret");
             }
-            Some(Principal::User { name, .. }) => {
+            Some(Principal::User { name, .. }) if step.response.complete => {
                 tracing::debug!(user = name, peer = ?peer, "a user authenticated");
             }
-            None => tracing::warn!(
+            _ => tracing::warn!(
                 peer = ?peer,
                 outcome,
                 reason = step.response.error_message.as_deref().unwrap_or(""),

@@ -15,12 +15,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::{AsyncReadExt, AsyncWriteExt};
-use futures_rustls::TlsAcceptor;
 use glommio::net::{TcpListener, TcpStream};
 
 use super::connection;
 use crate::runtime::shard::Shard;
-use crate::tls::{self, Stream};
+use crate::tls::{self, ListenerTls, Stream};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::{REQUEST_HEADER_BYTES, ResponseHeader};
 use corelog_wire::message;
@@ -33,7 +32,7 @@ pub async fn accept_loop(
     shard: Rc<Shard>,
     listener: TcpListener,
     open_connections: Arc<AtomicU32>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ListenerTls>,
 ) {
     // Connections wait in the kernel's backlog until the shard knows its topics.
     shard.wait_ready().await;
@@ -70,8 +69,8 @@ pub async fn accept_loop(
                     .metrics
                     .connections
                     .set(i64::from(shard.connections.get()));
-                if let Some(stream) = secured(&shard, stream, tls, peer).await {
-                    connection::serve(shard.clone(), stream, peer).await;
+                if let Some((stream, certified)) = secured(&shard, stream, tls, peer).await {
+                    connection::serve(shard.clone(), stream, peer, certified).await;
                 }
                 shard.connections.set(shard.connections.get() - 1);
                 shard
@@ -86,17 +85,18 @@ pub async fn accept_loop(
 }
 
 /// The connection's stream as it is served: TLS once its handshake is
-/// done when the listener has TLS, else as it came. `None` when the
+/// done when the listener has TLS, else as it came; with the principal of
+/// the client's certificate, if it presented one. `None` when the
 /// connection was refused or its handshake failed (counted, logged at
 /// debug: a scanner or a misconfigured client must not flood the log).
 async fn secured(
     shard: &Shard,
     stream: TcpStream,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ListenerTls>,
     peer: Option<SocketAddr>,
-) -> Option<Stream> {
+) -> Option<(Stream, Option<String>)> {
     let Some(acceptor) = tls else {
-        return Some(Box::new(stream));
+        return Some((Box::new(stream), None));
     };
     let deadline = Duration::from_millis(shard.config.frame_read_timeout_ms);
     let mut first = [0u8; 1];
@@ -115,7 +115,16 @@ async fn secured(
         _ => return None,
     }
     match within(deadline, acceptor.accept(stream)).await {
-        Some(Ok(secured)) => Some(Box::new(secured)),
+        Some(Ok((secured, certified))) => {
+            if let Some(principal) = &certified {
+                tracing::debug!(
+                    ?peer,
+                    principal,
+                    "a client certificate names the connection's principal"
+                );
+            }
+            Some((Box::new(secured), certified))
+        }
         Some(Err(error)) => {
             tracing::debug!(?peer, %error, "TLS handshake failed");
             shard.metrics.connection_closed("tls_handshake_failed");

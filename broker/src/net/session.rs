@@ -42,6 +42,9 @@ pub enum Principal {
         /// [`UserRecord::changed_at`] of the credential it proved.
         changed_at: u64,
     },
+    /// The name a verified client certificate carries (mTLS, by the
+    /// listener's `--tls-principal-from` rule).
+    Certificate(String),
 }
 
 /// One connection's authentication state.
@@ -148,6 +151,16 @@ impl Step {
 }
 
 impl Session {
+    /// A session that a verified client certificate already identified as
+    /// `name`: it needs no exchange.
+    #[must_use]
+    pub fn certified(name: String) -> Session {
+        Session {
+            principal: Some(Principal::Certificate(name)),
+            ..Session::default()
+        }
+    }
+
     /// Whom this connection proved to be, if anyone.
     #[must_use]
     pub fn principal(&self) -> Option<&Principal> {
@@ -185,7 +198,12 @@ impl Session {
     ) -> Step {
         let mechanism = request.mechanism.as_str();
         let payload: &[u8] = request.payload.as_slice();
-        if self.principal.is_some() {
+        // A certificate's principal may still log in as a user (SASL over
+        // mTLS: the login decides); one exchange per connection otherwise.
+        if matches!(
+            self.principal,
+            Some(Principal::Broker(_) | Principal::User { .. })
+        ) {
             return Step::failed(
                 ErrorCode::AuthenticationFailed,
                 "this connection has already authenticated".to_owned(),
