@@ -863,3 +863,53 @@ fn a_verified_client_certificate_is_a_login() {
     let said = fails_fast(&broker, &["--tls-ca", &ca_file]);
     assert!(said.contains("AUTHENTICATION_REQUIRED"), "{said}");
 }
+
+/// `--client-config FILE` carries the connection settings (paths relative
+/// to the file), and a flag wins over the file.
+#[test]
+fn a_client_config_file_carries_the_connection_settings() {
+    let ca = TestCa::new("corelog test CA");
+    let other_ca = TestCa::new("another CA");
+    let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
+    let _files_in_the_ca_dir = ca.issue("client", &["reader.example"], Validity::Now);
+    let mut args = broker_tls_args(&broker_cert);
+    args.extend(
+        [
+            "--tls-client-ca",
+            &path(&ca.ca_file()),
+            "--tls-client-auth",
+            "required",
+            "--authentication",
+            "required",
+        ]
+        .map(str::to_owned),
+    );
+    let broker = Broker::start(&as_strs(&args));
+    let config = ca.dir().join("client.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "bootstrap = \"{}\"\ntls_ca = \"ca.pem\"\ntls_cert = \"client.pem\"\ntls_key = \"client.key\"\n",
+            broker.addr
+        ),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        std::process::Command::new(binary("corelog"))
+            .args(["--client-config", &path(&config)])
+            .args(extra)
+            .args(["topic", "list"])
+            .env_remove("CORELOG_BOOTSTRAP")
+            .output()
+            .unwrap()
+    };
+    let listed = run(&[]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let overridden = run(&["--tls-ca", &path(&other_ca.ca_file())]);
+    assert!(!overridden.status.success());
+    assert!(
+        text(&overridden.stderr).contains("not signed by the CA"),
+        "{}",
+        text(&overridden.stderr)
+    );
+}

@@ -30,6 +30,7 @@ mod numbers;
 mod output;
 mod produce;
 mod reset;
+mod settings;
 mod time;
 mod topic;
 mod user;
@@ -48,9 +49,24 @@ use corelog_client::{
 #[derive(Debug, Parser)]
 #[command(name = "corelog", version)]
 struct Cli {
-    /// A broker to connect to.
-    #[arg(long, global = true, value_name = "HOST:PORT", default_value = DEFAULT_BOOTSTRAP)]
-    bootstrap: String,
+    /// A broker to connect to [default: 127.0.0.1:7100].
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        env = "CORELOG_BOOTSTRAP"
+    )]
+    bootstrap: Option<String>,
+    /// TOML file with any of the connection settings (bootstrap, tls_ca,
+    /// tls_cert, tls_key, sasl_user, sasl_password_file, sasl_mechanism);
+    /// flags and environment variables win over it.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "CORELOG_CLIENT_CONFIG"
+    )]
+    client_config: Option<PathBuf>,
     /// Print JSON for scripts instead of tables and text.
     #[arg(long, global = true)]
     json: bool,
@@ -76,15 +92,9 @@ struct Cli {
         env = "CORELOG_SASL_PASSWORD_FILE"
     )]
     sasl_password_file: Option<PathBuf>,
-    /// SCRAM mechanism of the login.
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        default_value = "SCRAM-SHA-256",
-        env = "CORELOG_SASL_MECHANISM"
-    )]
-    sasl_mechanism: user::Mechanism,
+    /// SCRAM mechanism of the login [default: SCRAM-SHA-256].
+    #[arg(long, global = true, value_enum, env = "CORELOG_SASL_MECHANISM")]
+    sasl_mechanism: Option<user::Mechanism>,
     #[command(subcommand)]
     command: Command,
 }
@@ -126,7 +136,11 @@ pub(crate) struct Global {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Err(message) = merge_client_config(&mut cli) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -156,7 +170,10 @@ fn main() -> ExitCode {
             client_name: "corelog-cli".to_owned(),
             tls,
             sasl,
-            ..ClientConfig::new(cli.bootstrap)
+            ..ClientConfig::new(
+                cli.bootstrap
+                    .unwrap_or_else(|| DEFAULT_BOOTSTRAP.to_owned()),
+            )
         },
         json: cli.json,
     };
@@ -217,12 +234,40 @@ fn client_tls(cli: &Cli) -> Result<Option<ClientTls>, String> {
     }
 }
 
+/// Fills the connection settings no flag or environment variable gave from
+/// the `--client-config` file, if there is one.
+fn merge_client_config(cli: &mut Cli) -> Result<(), String> {
+    use clap::ValueEnum;
+    let Some(path) = &cli.client_config else {
+        return Ok(());
+    };
+    let file = settings::ClientSettings::read(path)?;
+    cli.bootstrap = cli.bootstrap.take().or(file.bootstrap);
+    cli.tls_ca = cli.tls_ca.take().or(file.tls_ca);
+    cli.tls_cert = cli.tls_cert.take().or(file.tls_cert);
+    cli.tls_key = cli.tls_key.take().or(file.tls_key);
+    cli.sasl_user = cli.sasl_user.take().or(file.sasl_user);
+    cli.sasl_password_file = cli.sasl_password_file.take().or(file.sasl_password_file);
+    if cli.sasl_mechanism.is_none()
+        && let Some(name) = file.sasl_mechanism
+    {
+        cli.sasl_mechanism = Some(user::Mechanism::from_str(&name, false).map_err(|_| {
+            format!(
+                "client config {}: sasl_mechanism {name:?} is not SCRAM-SHA-256 or SCRAM-SHA-512",
+                path.display()
+            )
+        })?);
+    }
+    Ok(())
+}
+
 /// The login the flags (or their environment variables) ask for: none
 /// without `--sasl-user`, which needs a password file.
 fn client_sasl(cli: &Cli) -> Result<Option<SaslCredentials>, String> {
     match (&cli.sasl_user, &cli.sasl_password_file) {
         (Some(user), Some(file)) => {
-            SaslCredentials::scram_from_file(cli.sasl_mechanism.into(), user, file)
+            let mechanism = cli.sasl_mechanism.unwrap_or(user::Mechanism::Sha256);
+            SaslCredentials::scram_from_file(mechanism.into(), user, file)
                 .map(Some)
                 .map_err(|error| error.to_string())
         }
