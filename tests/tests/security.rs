@@ -334,27 +334,7 @@ fn untrusted_broker_certificates_are_refused_with_the_reason_and_sighup_reloads(
     create_topic(&broker, &tls, "rotated");
     round_trip(&broker, &tls, "rotated", "before any reload");
     // A consumer that connects now, and is seen reading before any reload.
-    let mut follower = cli::spawn(
-        &broker.addr.to_string(),
-        &[
-            "--tls-ca", &ca_file, "consume", "--topic", "rotated", "--follow",
-        ],
-    );
-    let printed = lines_of(follower.stdout.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let produced = corelog_tls(
-            &broker,
-            &tls,
-            &["produce", "--topic", "rotated"],
-            Some("ping"),
-        );
-        assert!(produced.status.success(), "{}", text(&produced.stderr));
-        if printed.recv_timeout(Duration::from_millis(500)).is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the follower printed nothing");
-    }
+    let (mut follower, printed) = reading_follower(&broker, &tls, "rotated");
 
     let cases = [
         (
@@ -399,6 +379,32 @@ fn untrusted_broker_certificates_are_refused_with_the_reason_and_sighup_reloads(
     }
     follower.kill().unwrap();
     follower.wait().unwrap();
+}
+
+/// A `consume --follow` of `topic` with `flags`, returned once it is seen
+/// reading (it printed one of the records produced meanwhile), with the
+/// lines it prints from then on.
+fn reading_follower(
+    broker: &Broker,
+    flags: &[&str],
+    topic: &str,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let args = [flags, &["consume", "--topic", topic, "--follow"]].concat();
+    let mut follower = cli::spawn(&broker.addr.to_string(), &args);
+    let printed = lines_of(follower.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut reading = false;
+    while !reading && Instant::now() < deadline {
+        let produced = corelog_tls(broker, flags, &["produce", "--topic", topic], Some("ping"));
+        assert!(produced.status.success(), "{}", text(&produced.stderr));
+        reading = printed.recv_timeout(Duration::from_millis(500)).is_ok();
+    }
+    if !reading {
+        let _killed = follower.kill();
+        let _reaped = follower.wait();
+        panic!("the follower printed nothing");
+    }
+    (follower, printed)
 }
 
 /// The lines a child prints, as they come.
@@ -699,25 +705,7 @@ fn a_broker_requiring_authentication_serves_only_its_users_logins() {
         "corelog_connections_closed_total",
         "credential_revoked",
     );
-    let mut follower = cli::spawn(
-        &addr,
-        &[&alice[..], &["consume", "--topic", "guarded", "--follow"]].concat(),
-    );
-    let printed = lines_of(follower.stdout.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let produced = corelog_tls(
-            &broker,
-            &alice,
-            &["produce", "--topic", "guarded"],
-            Some("ping"),
-        );
-        assert!(produced.status.success(), "{}", text(&produced.stderr));
-        if printed.recv_timeout(Duration::from_millis(500)).is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the follower printed nothing");
-    }
+    let (follower, _printed) = reading_follower(&broker, &alice, "guarded");
     let bob_file = password_file(temp.path(), "bob", "builder");
     let deleted = corelog(
         &addr,
@@ -753,29 +741,7 @@ fn a_broker_requiring_authentication_serves_only_its_users_logins() {
         "corelog_connections_closed_total",
         "credential_revoked",
     );
-    let mut bobs = cli::spawn(
-        &addr,
-        &[
-            &login("bob", &bob_file)[..],
-            &["consume", "--topic", "guarded", "--follow"],
-        ]
-        .concat(),
-    );
-    let bob_printed = lines_of(bobs.stdout.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while bob_printed
-        .recv_timeout(Duration::from_millis(200))
-        .is_err()
-    {
-        let produced = corelog_tls(
-            &broker,
-            &login("bob", &bob_file),
-            &["produce", "--topic", "guarded"],
-            Some("pong"),
-        );
-        assert!(produced.status.success(), "{}", text(&produced.stderr));
-        assert!(Instant::now() < deadline, "bob's follower printed nothing");
-    }
+    let (mut bobs, _bob_printed) = reading_follower(&broker, &login("bob", &bob_file), "guarded");
     let changed = corelog(
         &addr,
         &[
@@ -833,27 +799,33 @@ fn every_api_before_authentication_is_refused_and_the_connection_closed() {
     }
 }
 
-/// With client certificates required, a verified certificate is a login:
-/// its name (CN by default) is the principal, and a broker that requires
-/// authentication serves it without SCRAM.
-#[test]
-fn a_verified_client_certificate_is_a_login() {
-    let ca = TestCa::new("corelog test CA");
+/// A TLS broker that requires authentication and asks for client
+/// certificates of `ca` (`client_auth`: `optional` or `required`).
+fn certifying_broker(ca: &TestCa, client_auth: &str) -> Broker {
     let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
-    let client = ca.issue("client", &["reader.example"], Validity::Now);
     let mut args = broker_tls_args(&broker_cert);
     args.extend(
         [
             "--tls-client-ca",
             &path(&ca.ca_file()),
             "--tls-client-auth",
-            "optional",
+            client_auth,
             "--authentication",
             "required",
         ]
         .map(str::to_owned),
     );
-    let broker = Broker::start(&as_strs(&args));
+    Broker::start(&as_strs(&args))
+}
+
+/// With client certificates required, a verified certificate is a login:
+/// its name (CN by default) is the principal, and a broker that requires
+/// authentication serves it without SCRAM.
+#[test]
+fn a_verified_client_certificate_is_a_login() {
+    let ca = TestCa::new("corelog test CA");
+    let client = ca.issue("client", &["reader.example"], Validity::Now);
+    let broker = certifying_broker(&ca, "optional");
     let ca_file = path(&ca.ca_file());
     let (cert, key) = (path(&client.cert), path(&client.key));
     let certified = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];
@@ -870,21 +842,8 @@ fn a_verified_client_certificate_is_a_login() {
 fn a_client_config_file_carries_the_connection_settings() {
     let ca = TestCa::new("corelog test CA");
     let other_ca = TestCa::new("another CA");
-    let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
     let _files_in_the_ca_dir = ca.issue("client", &["reader.example"], Validity::Now);
-    let mut args = broker_tls_args(&broker_cert);
-    args.extend(
-        [
-            "--tls-client-ca",
-            &path(&ca.ca_file()),
-            "--tls-client-auth",
-            "required",
-            "--authentication",
-            "required",
-        ]
-        .map(str::to_owned),
-    );
-    let broker = Broker::start(&as_strs(&args));
+    let broker = certifying_broker(&ca, "required");
     let config = ca.dir().join("client.toml");
     std::fs::write(
         &config,
