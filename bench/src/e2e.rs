@@ -66,6 +66,7 @@ async fn run_async(args: &E2eArgs) -> Result<(), String> {
         ..Meeting::default()
     }));
     let mut config = ConsumerConfig::new(args.load.bootstrap.clone());
+    config.client = args.load.client_config()?;
     config.fetch_max_wait = Duration::from_millis(500);
     let mut consumer = Consumer::connect(config)
         .await

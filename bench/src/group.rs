@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Args;
 use corelog_client::group::{GroupConfig, GroupConsumer};
-use corelog_client::{Admin, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use corelog_client::{Admin, Producer, ProducerConfig, ProducerRecord};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -143,7 +143,7 @@ async fn run_async(args: &GroupArgs) -> Result<(), String> {
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
     for index in 0..args.consumers {
-        let consumer = GroupConsumer::connect(group_config(args, &group, index))
+        let consumer = GroupConsumer::connect(group_config(args, &group, index)?)
             .await
             .map_err(|error| format!("consumer {index} cannot join: {error}"))?;
         let (stop, stopped) = watch::channel(false);
@@ -164,7 +164,7 @@ async fn run_async(args: &GroupArgs) -> Result<(), String> {
             stop.send_replace(true);
         })
     });
-    let admin = Admin::connect(ClientConfig::new(args.load.bootstrap.clone()))
+    let admin = Admin::connect(args.load.client_config()?)
         .await
         .map_err(|error| error.to_string())?;
     let sampler = tokio::spawn(sample_catch_up(
@@ -222,17 +222,18 @@ async fn run_async(args: &GroupArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn group_config(args: &GroupArgs, group: &str, index: usize) -> GroupConfig {
+fn group_config(args: &GroupArgs, group: &str, index: usize) -> Result<GroupConfig, String> {
     let mut config = GroupConfig::new(
         args.load.bootstrap.clone(),
         group,
         [args.load.topic.clone()],
     );
+    config.client = args.load.client_config()?;
     config.client.client_name = format!("corelog-bench-{index}");
     config.auto_commit = true;
     config.fetch_max_wait = Duration::from_millis(100);
     config.session_timeout = Duration::from_secs(10);
-    config
+    Ok(config)
 }
 
 /// One consumer: counts and completes every record until stopped, then
@@ -378,6 +379,7 @@ async fn produce_backlog(load: &LoadArgs, count: u64) -> Result<(), String> {
     let producer = Producer::connect(ProducerConfig {
         batch_bytes: load.batch_bytes,
         buffer_bytes: (64 << 20).max(load.batch_bytes * 64),
+        client: load.client_config()?,
         ..ProducerConfig::new(load.bootstrap.clone())
     })
     .await

@@ -7,6 +7,7 @@
 //! record it delayed (no coordinated omission). With `--rate 0` records are
 //! sent as fast as the producer's buffer accepts them.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -14,7 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Args;
 use corelog_client::{
-    Acks, Admin, ClientConfig, ClientError, NewTopic, Producer, ProducerConfig, ProducerRecord,
+    Acks, Admin, ClientConfig, ClientError, ClientTls, NewTopic, Producer, ProducerConfig,
+    ProducerRecord, SaslCredentials, ScramMechanism,
 };
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -66,6 +68,71 @@ pub struct LoadArgs {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// TLS and login, as the `corelog` CLI takes them.
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// TLS and a SCRAM login for every client of a run.
+#[derive(Clone, Debug, Default, Args)]
+pub struct SecurityArgs {
+    /// Connect with TLS, trusting this PEM CA file.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate chain, for brokers that ask for one.
+    #[arg(long, requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Log in as this user (SCRAM).
+    #[arg(long, requires = "sasl_password_file")]
+    pub sasl_user: Option<String>,
+    /// File whose first line is the password of --sasl-user.
+    #[arg(long, requires = "sasl_user")]
+    pub sasl_password_file: Option<PathBuf>,
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    #[arg(long, default_value = "SCRAM-SHA-256")]
+    pub sasl_mechanism: String,
+}
+
+impl SecurityArgs {
+    /// Sets `client`'s TLS and login.
+    ///
+    /// # Errors
+    /// A file that cannot be used, or an unknown mechanism.
+    pub fn apply(&self, client: &mut ClientConfig) -> Result<(), String> {
+        if let Some(ca) = &self.tls_ca {
+            let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+            client.tls =
+                Some(ClientTls::from_files(ca, identity).map_err(|error| error.to_string())?);
+        }
+        if let (Some(user), Some(file)) = (&self.sasl_user, &self.sasl_password_file) {
+            let mechanism = ScramMechanism::from_name(&self.sasl_mechanism).ok_or_else(|| {
+                format!(
+                    "--sasl-mechanism must be SCRAM-SHA-256 or SCRAM-SHA-512, not {:?}",
+                    self.sasl_mechanism
+                )
+            })?;
+            client.sasl = Some(
+                SaslCredentials::scram_from_file(mechanism, user, file)
+                    .map_err(|error| error.to_string())?,
+            );
+        }
+        Ok(())
+    }
+}
+
+impl LoadArgs {
+    /// The client settings of this run: its bootstrap, TLS and login.
+    ///
+    /// # Errors
+    /// See [`SecurityArgs::apply`].
+    pub fn client_config(&self) -> Result<ClientConfig, String> {
+        let mut client = ClientConfig::new(self.bootstrap.clone());
+        self.security.apply(&mut client)?;
+        Ok(client)
+    }
 }
 
 /// The figures of one produce run.
@@ -91,7 +158,7 @@ pub type AckHook = Arc<dyn Fn(u64, Instant) + Send + Sync>;
 /// # Errors
 /// The admin client's error, other than the topic existing.
 pub async fn ensure_topic(args: &LoadArgs) -> Result<(), String> {
-    let admin = Admin::connect(ClientConfig::new(args.bootstrap.clone()))
+    let admin = Admin::connect(args.client_config()?)
         .await
         .map_err(|error| {
             format!(
@@ -114,6 +181,7 @@ pub async fn ensure_topic(args: &LoadArgs) -> Result<(), String> {
 
 fn producer_config(args: &LoadArgs) -> Result<ProducerConfig, String> {
     let mut config = ProducerConfig::new(args.bootstrap.clone());
+    config.client = args.client_config()?;
     config.acks = match args.acks.as_str() {
         "quorum" => Acks::Quorum,
         "leader" => Acks::Leader,
@@ -382,4 +450,50 @@ pub fn print_latency(title: &str, latency: &Latency) {
         millis(latency.p999_us),
         millis(latency.max_us)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn login(mechanism: &str, password_file: PathBuf) -> SecurityArgs {
+        SecurityArgs {
+            sasl_user: Some("bench".to_owned()),
+            sasl_password_file: Some(password_file),
+            sasl_mechanism: mechanism.to_owned(),
+            ..SecurityArgs::default()
+        }
+    }
+
+    #[test]
+    fn security_flags_set_the_clients_tls_and_login() {
+        let mut client = ClientConfig::new("127.0.0.1:7100");
+        SecurityArgs::default().apply(&mut client).unwrap();
+        assert!(client.tls.is_none() && client.sasl.is_none());
+
+        let dir =
+            std::env::temp_dir().join(format!("corelog-bench-security-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let password = dir.join("bench.password");
+        std::fs::write(&password, "secret\n").unwrap();
+        login("SCRAM-SHA-512", password.clone())
+            .apply(&mut client)
+            .unwrap();
+        assert_eq!(
+            client.sasl.as_ref().map(SaslCredentials::username),
+            Some("bench")
+        );
+
+        let error = login("PLAIN", password).apply(&mut client).unwrap_err();
+        assert!(error.contains("SCRAM-SHA-256 or SCRAM-SHA-512"), "{error}");
+        let missing_ca = SecurityArgs {
+            tls_ca: Some(dir.join("absent-ca.pem")),
+            ..SecurityArgs::default()
+        };
+        let error = missing_ca.apply(&mut client).unwrap_err();
+        assert!(error.contains("absent-ca.pem"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

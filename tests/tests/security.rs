@@ -312,29 +312,15 @@ fn untrusted_broker_certificates_are_refused_with_the_reason_and_sighup_reloads(
     let ca = TestCa::new("corelog test CA");
     let other_ca = TestCa::new("another CA");
     let good = ca.issue("good", &["127.0.0.1"], Validity::Now);
-    let serving = Issued {
-        cert: ca.dir().join("serving.pem"),
-        key: ca.dir().join("serving.key"),
-    };
-    let install = |issued: &Issued| {
-        std::fs::copy(&issued.cert, &serving.cert).unwrap();
-        std::fs::copy(&issued.key, &serving.key).unwrap();
-    };
-    install(&good);
-    let temp = tempfile::tempdir().unwrap();
-    let log = temp.path().join("broker.log");
-    let mut broker = Broker::unstarted(
-        SocketAddr::from(([127, 0, 0, 1], free_port())),
-        &temp.path().join("data"),
-        &as_strs(&broker_tls_args(&serving)),
-    );
-    broker.try_spawn_logged(&log).unwrap();
+    let rotating = RotatingBroker::start(&ca, &good);
+    let (broker, log) = (&rotating.broker, &rotating.log);
+    let install = |issued: &Issued| rotating.install(issued);
     let ca_file = path(&ca.ca_file());
     let tls = ["--tls-ca", ca_file.as_str()];
-    create_topic(&broker, &tls, "rotated");
-    round_trip(&broker, &tls, "rotated", "before any reload");
+    create_topic(broker, &tls, "rotated");
+    round_trip(broker, &tls, "rotated", "before any reload");
     // A consumer that connects now, and is seen reading before any reload.
-    let (mut follower, printed) = reading_follower(&broker, &tls, "rotated");
+    let (mut follower, printed) = reading_follower(broker, &tls, "rotated");
 
     let cases = [
         (
@@ -356,16 +342,16 @@ fn untrusted_broker_certificates_are_refused_with_the_reason_and_sighup_reloads(
     ];
     for (reloads, (issued, expected)) in (1..).zip(&cases) {
         install(issued);
-        reload(&broker, &log, reloads);
-        let said = fails_fast(&broker, &tls);
+        reload(broker, log, reloads);
+        let said = fails_fast(broker, &tls);
         assert!(said.contains(expected), "{expected:?}: {said}");
     }
     // The broker said so when it loaded the expired one.
-    let logged = std::fs::read_to_string(&log).unwrap();
+    let logged = std::fs::read_to_string(log).unwrap();
     assert!(logged.contains("it has EXPIRED"), "{logged}");
     install(&good);
-    reload(&broker, &log, cases.len() + 1);
-    round_trip(&broker, &tls, "rotated", "after the reloads");
+    reload(broker, log, cases.len() + 1);
+    round_trip(broker, &tls, "rotated", "after the reloads");
 
     // The consumer connected before every reload and still reads.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -419,6 +405,97 @@ fn lines_of(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<Stri
         }
     });
     printed
+}
+
+/// A TLS broker whose certificate files (`serving`) a test replaces, with
+/// its output in `log`.
+struct RotatingBroker {
+    broker: Broker,
+    log: std::path::PathBuf,
+    serving: Issued,
+    _temp: tempfile::TempDir,
+}
+
+impl RotatingBroker {
+    /// Starts one serving `first`, its files next to `ca`'s.
+    fn start(ca: &TestCa, first: &Issued) -> RotatingBroker {
+        let serving = Issued {
+            cert: ca.dir().join("serving.pem"),
+            key: ca.dir().join("serving.key"),
+        };
+        let temp = tempfile::tempdir().unwrap();
+        let rotating = RotatingBroker {
+            broker: Broker::unstarted(
+                SocketAddr::from(([127, 0, 0, 1], free_port())),
+                &temp.path().join("data"),
+                &as_strs(&broker_tls_args(&serving)),
+            ),
+            log: temp.path().join("broker.log"),
+            serving,
+            _temp: temp,
+        };
+        rotating.install(first);
+        let mut rotating = rotating;
+        rotating.broker.try_spawn_logged(&rotating.log).unwrap();
+        rotating
+    }
+
+    /// Puts `issued` where the broker reads its certificate (it takes it
+    /// at the next SIGHUP).
+    fn install(&self, issued: &Issued) {
+        std::fs::copy(&issued.cert, &self.serving.cert).unwrap();
+        std::fs::copy(&issued.key, &self.serving.key).unwrap();
+    }
+}
+
+/// Certificate rotation under load: `corelog verify` produces and
+/// consumes over TLS while the certificate is replaced three times; nothing
+/// acknowledged is lost and no handshake fails.
+#[test]
+fn rotating_the_certificate_under_load_loses_nothing_and_fails_no_handshake() {
+    let ca = TestCa::new("corelog test CA");
+    let rotating = RotatingBroker::start(&ca, &ca.issue("first", &["127.0.0.1"], Validity::Now));
+    let ca_file = path(&ca.ca_file());
+    let verify = cli::spawn(
+        &rotating.broker.addr.to_string(),
+        &[
+            "--tls-ca",
+            &ca_file,
+            "--json",
+            "verify",
+            "--topic",
+            "rotating",
+            "--duration",
+            "6s",
+            "--rate",
+            "1000",
+        ],
+    );
+    for generation in 1..=3 {
+        std::thread::sleep(Duration::from_millis(1200));
+        rotating.install(&ca.issue(
+            &format!("rotated-{generation}"),
+            &["127.0.0.1"],
+            Validity::Now,
+        ));
+        reload(&rotating.broker, &rotating.log, generation);
+    }
+    let verified = verify.wait_with_output().unwrap();
+    assert!(verified.status.success(), "{}", text(&verified.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&verified.stdout).unwrap();
+    assert_eq!(report["clean"], true, "{report}");
+    assert!(
+        report["stats"]["acknowledged"].as_u64().unwrap() >= 3000,
+        "{report}"
+    );
+    assert_eq!(
+        counter(
+            &rotating.broker,
+            "corelog_connections_closed_total",
+            "tls_handshake_failed"
+        ),
+        0
+    );
 }
 
 /// Sends SIGHUP and waits for the broker to log its `count`th reload.
