@@ -12,10 +12,7 @@ use corelog_wire::sasl::scram::{ITERATIONS_MIN, ScramMechanism, StoredCredential
 /// A credential whose keys have the mechanism's length, filled with
 /// `fill` (no PBKDF2: strategies make thousands).
 pub(crate) fn credential(mechanism: ScramMechanism, fill: u8) -> StoredCredential {
-    let key_bytes = match mechanism {
-        ScramMechanism::Sha256 => 32,
-        ScramMechanism::Sha512 => 64,
-    };
+    let key_bytes = mechanism.key_bytes();
     StoredCredential {
         mechanism,
         salt: vec![fill; 16],

@@ -102,19 +102,12 @@ pub fn check_credentials(credentials: &[StoredCredential]) -> Result<(), String>
                 credential.iterations
             ));
         }
-        let key_bytes = hash_bytes(credential.mechanism);
+        let key_bytes = credential.mechanism.key_bytes();
         if credential.stored_key.len() != key_bytes || credential.server_key.len() != key_bytes {
             return Err(format!("{name}: keys must have {key_bytes} bytes"));
         }
     }
     Ok(())
-}
-
-fn hash_bytes(mechanism: ScramMechanism) -> usize {
-    match mechanism {
-        ScramMechanism::Sha256 => 32,
-        ScramMechanism::Sha512 => 64,
-    }
 }
 
 fn mechanism_code(mechanism: ScramMechanism) -> u8 {

@@ -64,6 +64,16 @@ impl ScramMechanism {
         }
     }
 
+    /// Bytes of the hash's output: the length of its stored and server
+    /// keys.
+    #[must_use]
+    pub const fn key_bytes(self) -> usize {
+        match self {
+            ScramMechanism::Sha256 => 32,
+            ScramMechanism::Sha512 => 64,
+        }
+    }
+
     /// The mechanism of a SASL name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<ScramMechanism> {
