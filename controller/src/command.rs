@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use corelog_wire::sasl::scram::StoredCredential;
 
+use crate::acls::AclBinding;
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use crate::users::{USERNAME_BYTES_MAX, read_credentials, write_credentials};
@@ -68,6 +69,8 @@ const TAG_IMPORT_TOPICS: u8 = 8;
 const TAG_RESIGN_LEADER: u8 = 9;
 const TAG_PUT_USER: u8 = 10;
 const TAG_DELETE_USER: u8 = 11;
+const TAG_PUT_ACL: u8 = 12;
+const TAG_DELETE_ACL: u8 = 13;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,6 +191,16 @@ pub enum Command {
         /// Its name.
         name: String,
     },
+    /// Adds an access rule (see [`crate::acls`]).
+    PutAcl {
+        /// The rule.
+        binding: AclBinding,
+    },
+    /// Removes an access rule.
+    DeleteAcl {
+        /// The rule, exactly as it was added.
+        binding: AclBinding,
+    },
 }
 
 /// One topic of an [`Command::ImportTopics`].
@@ -280,6 +293,13 @@ pub enum Outcome {
     },
     /// The user is gone.
     UserDeleted,
+    /// The rule stands; `created` is false if it stood already.
+    AclPut {
+        /// Whether this command added it.
+        created: bool,
+    },
+    /// The rule is gone.
+    AclDeleted,
 }
 
 impl Command {
@@ -400,6 +420,14 @@ impl Command {
             Command::DeleteUser { name } => {
                 writer.u8(TAG_DELETE_USER);
                 writer.str(name);
+            }
+            Command::PutAcl { binding } => {
+                writer.u8(TAG_PUT_ACL);
+                binding.write(writer);
+            }
+            Command::DeleteAcl { binding } => {
+                writer.u8(TAG_DELETE_ACL);
+                binding.write(writer);
             }
         }
     }
@@ -534,6 +562,12 @@ impl Command {
             },
             TAG_DELETE_USER => Command::DeleteUser {
                 name: reader.str("user name", USERNAME_BYTES_MAX)?,
+            },
+            TAG_PUT_ACL => Command::PutAcl {
+                binding: AclBinding::read(reader)?,
+            },
+            TAG_DELETE_ACL => Command::DeleteAcl {
+                binding: AclBinding::read(reader)?,
             },
             tag => {
                 return Err(reader.invalid_at("command tag", at, format!("unknown tag {tag}")));

@@ -11,6 +11,8 @@
 //!   deterministic: same commands in the same order, same bytes.
 //! - [`users`]: users and their SCRAM credentials (salted keys only),
 //!   which brokers check logins against.
+//! - [`acls`]: who may do what to which topic, group or the cluster, and
+//!   the pure decision each broker makes per request.
 //! - [`topic_config`]: the per-topic settings and their rules, which the
 //!   state machine enforces (topic names follow `corelog_wire::topic`).
 //! - [`placement`]: where a new topic's replicas and owner shards go. The
@@ -154,6 +156,7 @@
 //! via `protobuf-codec`), whose deep-recursion advisory the message
 //! envelope's CRC and size bound keep away from damaged input.
 
+pub mod acls;
 pub mod codec;
 pub mod command;
 pub mod durable;

@@ -12,14 +12,16 @@
 //!                              · partitions: count u32 · (leader u64 (0 = none)
 //!                                · leader epoch u32 · replicas: count u32
 //!                                · (node u64 · shard u16)*)*)*
-//!      · users (version 2 only): count u32 · (name str · changed at u64
+//!      · users (version 2 and 3): count u32 · (name str · changed at u64
 //!                              · credentials, see [`crate::users`])*
+//!      · ACLs (version 3 only): count u32 · (binding, see [`crate::acls`])*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
 //!
-//! A state without users is written as version 1, which brokers of the
-//! release before users read, so that a rolling upgrade works until the
-//! first user is created.
+//! A state without users or ACLs is written as version 1, and one with
+//! users but no ACLs as version 2, which brokers of the releases before
+//! them read, so that a rolling upgrade works until the first user (or
+//! ACL) is created.
 //!
 //! Brokers, topics and config keys are written in increasing order and the
 //! decoder insists on it, so a state has exactly one encoding: the cluster
@@ -29,6 +31,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::acls::{ACLS_MAX, AclBinding};
 use crate::codec::{DecodeError, Reader, Writer, seal, unseal};
 use crate::command::{
     HOST_BYTES_MAX, PARTITIONS_MAX, RACK_BYTES_MAX, TOPIC_NAME_BYTES_MAX, read_config,
@@ -41,8 +44,9 @@ use crate::users::{
 };
 
 const MAGIC: [u8; 4] = *b"CLMS";
-/// Version 1: no users; version 2: users after the topics.
-const VERSION: u8 = 2;
+/// Version 1: no users; version 2: users after the topics; version 3:
+/// ACLs after the users.
+const VERSION: u8 = 3;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -82,7 +86,7 @@ impl MetadataState {
                 write_replicas(&mut writer, &partition.replicas);
             }
         }
-        if self.users.is_empty() {
+        if self.users.is_empty() && self.acls.is_empty() {
             return seal(MAGIC, 1, &writer.bytes);
         }
         writer.len(self.users.len());
@@ -90,6 +94,13 @@ impl MetadataState {
             writer.str(&user.name);
             writer.u64(user.changed_at);
             write_credentials(&mut writer, &user.credentials);
+        }
+        if self.acls.is_empty() {
+            return seal(MAGIC, 2, &writer.bytes);
+        }
+        writer.len(self.acls.len());
+        for binding in self.acls.iter() {
+            binding.write(&mut writer);
         }
         seal(MAGIC, VERSION, &writer.bytes)
     }
@@ -141,7 +152,7 @@ impl MetadataState {
         if version >= 2 {
             // Name, changed-at, a credential count: at least 16 bytes.
             let count = reader.len("users", USERS_MAX, 16)?;
-            if count == 0 {
+            if count == 0 && version == 2 {
                 return Err(reader.invalid_at(
                     "users",
                     reader.position(),
@@ -163,6 +174,30 @@ impl MetadataState {
                     return Err(reader.invalid_at("user", at, "users out of order".to_owned()));
                 }
                 state.users.insert(user.name.clone(), user);
+            }
+        }
+        if version >= 3 {
+            // Two names and four codes: at least 12 bytes.
+            let count = reader.len("ACLs", ACLS_MAX, 12)?;
+            if count == 0 {
+                return Err(reader.invalid_at(
+                    "ACLs",
+                    reader.position(),
+                    "a state without ACLs is written as version 1 or 2".to_owned(),
+                ));
+            }
+            for _ in 0..count {
+                let at = reader.position();
+                let binding = AclBinding::read(&mut reader)?;
+                if state
+                    .acls
+                    .iter()
+                    .next_back()
+                    .is_some_and(|last| *last >= binding)
+                {
+                    return Err(reader.invalid_at("ACL", at, "ACLs out of order".to_owned()));
+                }
+                state.acls.insert(binding);
             }
         }
         reader.finish()?;

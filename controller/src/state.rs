@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use corelog_wire::sasl::scram::StoredCredential;
 use corelog_wire::topic::{InvalidTopicName, check_topic_name};
 
+use crate::acls::{ACLS_MAX, Acls};
 use crate::command::{
     CONFIG_ENTRIES_MAX, CONFIG_KEY_BYTES_MAX, CONFIG_VALUE_BYTES_MAX, Command, HOST_BYTES_MAX,
     ImportedTopic, Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX,
@@ -236,6 +237,15 @@ pub enum CommandError {
     /// The cluster holds [`USERS_MAX`] users already.
     #[error("the cluster holds {USERS_MAX} users already; delete some first")]
     TooManyUsers,
+    /// The access rule is malformed.
+    #[error("invalid ACL: {0}")]
+    InvalidAcl(String),
+    /// No such access rule stands.
+    #[error("no such ACL: {0}")]
+    UnknownAcl(String),
+    /// The cluster holds [`ACLS_MAX`] access rules already.
+    #[error("the cluster holds {ACLS_MAX} ACLs already; remove some first")]
+    TooManyAcls,
 }
 
 /// Checks a user's name and credentials.
@@ -255,6 +265,7 @@ pub struct MetadataState {
     pub(crate) next_topic_id: u64,
     pub(crate) producer_id_block_end: i64,
     pub(crate) users: BTreeMap<String, UserRecord>,
+    pub(crate) acls: Acls,
 }
 
 impl MetadataState {
@@ -275,6 +286,12 @@ impl MetadataState {
     #[must_use]
     pub fn users(&self) -> &BTreeMap<String, UserRecord> {
         &self.users
+    }
+
+    /// The access rules.
+    #[must_use]
+    pub fn acls(&self) -> &Acls {
+        &self.acls
     }
 
     /// Topics by id.
@@ -453,6 +470,20 @@ impl MetadataState {
                     .remove(name)
                     .ok_or_else(|| CommandError::UnknownUser(name.clone()))?;
                 Ok(Outcome::UserDeleted)
+            }
+            Command::PutAcl { binding } => {
+                binding.check().map_err(CommandError::InvalidAcl)?;
+                if !self.acls.contains(binding) && self.acls.len() >= ACLS_MAX {
+                    return Err(CommandError::TooManyAcls);
+                }
+                let created = self.acls.insert(binding.clone());
+                Ok(Outcome::AclPut { created })
+            }
+            Command::DeleteAcl { binding } => {
+                if !self.acls.remove(binding) {
+                    return Err(CommandError::UnknownAcl(binding.to_string()));
+                }
+                Ok(Outcome::AclDeleted)
             }
         }
     }
@@ -752,6 +783,14 @@ impl MetadataState {
                     Err(CommandError::UnknownUser(name.clone()))
                 }
             }
+            Command::PutAcl { binding } => binding.check().map_err(CommandError::InvalidAcl),
+            Command::DeleteAcl { binding } => {
+                if self.acls.contains(binding) {
+                    Ok(())
+                } else {
+                    Err(CommandError::UnknownAcl(binding.to_string()))
+                }
+            }
             _ => Ok(()),
         }
     }
@@ -866,6 +905,14 @@ impl MetadataState {
             if user.changed_at > self.version {
                 return Err(format!("user {name:?} changed after the metadata version"));
             }
+        }
+        if self.acls.len() > ACLS_MAX {
+            return Err(format!("{} ACLs, over {ACLS_MAX}", self.acls.len()));
+        }
+        for binding in self.acls.iter() {
+            binding
+                .check()
+                .map_err(|reason| format!("ACL {binding}: {reason}"))?;
         }
         for (id, topic) in &self.topics {
             if *id != topic.id || self.names.get(&topic.name) != Some(id) {

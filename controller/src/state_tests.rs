@@ -655,3 +655,87 @@ mod users {
         assert_eq!(MetadataState::decode(&state.encode()), Ok(state));
     }
 }
+
+mod acls {
+    use super::*;
+    use crate::acls::{AclBinding, Operation, PatternType, Permission, ResourceType};
+
+    fn fetch_prefix(principal: &str, prefix: &str) -> AclBinding {
+        AclBinding {
+            principal: principal.to_owned(),
+            resource_type: ResourceType::Topic,
+            pattern: PatternType::Prefix,
+            name: prefix.to_owned(),
+            operation: Operation::Fetch,
+            permission: Permission::Allow,
+        }
+    }
+
+    #[test]
+    fn an_acl_is_added_once_removed_and_decides_requests() {
+        let mut state = MetadataState::default();
+        let binding = fetch_prefix("alice", "tenant-a.");
+        let put = Command::PutAcl {
+            binding: binding.clone(),
+        };
+        assert_eq!(state.check(&put), Ok(()));
+        assert_eq!(state.apply(1, &put), Ok(Outcome::AclPut { created: true }));
+        assert_eq!(state.apply(2, &put), Ok(Outcome::AclPut { created: false }));
+        assert_eq!(state.acls().len(), 1);
+        assert!(state.acls().authorize(
+            Some("alice"),
+            Operation::Fetch,
+            ResourceType::Topic,
+            "tenant-a.orders"
+        ));
+        state.check_invariants().unwrap();
+        let delete = Command::DeleteAcl { binding };
+        assert_eq!(state.apply(3, &delete), Ok(Outcome::AclDeleted));
+        assert!(state.acls().is_empty());
+        assert!(matches!(
+            state.apply(4, &delete),
+            Err(CommandError::UnknownAcl(_))
+        ));
+        assert!(matches!(
+            state.check(&delete),
+            Err(CommandError::UnknownAcl(_))
+        ));
+    }
+
+    #[test]
+    fn a_malformed_acl_is_refused_and_changes_nothing() {
+        let mut state = MetadataState::default();
+        let wrong_type = Command::PutAcl {
+            binding: AclBinding {
+                operation: Operation::GroupAdmin,
+                ..fetch_prefix("alice", "x")
+            },
+        };
+        assert!(matches!(
+            state.check(&wrong_type),
+            Err(CommandError::InvalidAcl(_))
+        ));
+        assert!(matches!(
+            state.apply(1, &wrong_type),
+            Err(CommandError::InvalidAcl(_))
+        ));
+        assert!(state.acls().is_empty());
+    }
+
+    #[test]
+    fn the_snapshot_version_rises_only_with_acls() {
+        let mut state = MetadataState::default();
+        let put = Command::PutAcl {
+            binding: fetch_prefix("*", "public."),
+        };
+        state.apply(1, &put).unwrap();
+        assert_eq!(state.encode()[4], 3);
+        assert_eq!(MetadataState::decode(&state.encode()).as_ref(), Ok(&state));
+        let Command::PutAcl { binding } = put else {
+            unreachable!()
+        };
+        state.apply(2, &Command::DeleteAcl { binding }).unwrap();
+        assert_eq!(state.encode()[4], 1, "readable by brokers before ACLs");
+        assert_eq!(MetadataState::decode(&state.encode()), Ok(state));
+    }
+}

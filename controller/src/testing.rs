@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use crate::acls::{AclBinding, Operation, PatternType, Permission, ResourceType};
 use crate::command::{Command, ImportedTopic};
 use crate::state::MetadataState;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
@@ -151,7 +152,36 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
         ("[a-zA-Z0-9._@-]{1,255}", arb_credentials())
             .prop_map(|(name, credentials)| Command::PutUser { name, credentials }),
         "[a-zA-Z0-9._@-]{1,255}".prop_map(|name| Command::DeleteUser { name }),
+        arb_acl("[a-zA-Z0-9._@*-]{1,255}", "[a-zA-Z0-9._*-]{1,255}")
+            .prop_map(|binding| Command::PutAcl { binding }),
+        arb_acl("[a-z*]{1,8}", "[a-z.*]{1,8}").prop_map(|binding| Command::DeleteAcl { binding }),
     ]
+}
+
+/// An access rule over the given principal and resource name patterns
+/// (well-formed or not: `check` decides).
+pub(crate) fn arb_acl(
+    principal: &'static str,
+    name: &'static str,
+) -> impl Strategy<Value = AclBinding> {
+    (
+        principal,
+        proptest::sample::select(ResourceType::ALL),
+        proptest::sample::select(PatternType::ALL),
+        name,
+        proptest::sample::select(Operation::ALL),
+        proptest::sample::select(Permission::ALL),
+    )
+        .prop_map(
+            |(principal, resource_type, pattern, name, operation, permission)| AclBinding {
+                principal,
+                resource_type,
+                pattern,
+                name,
+                operation,
+                permission,
+            },
+        )
 }
 
 /// Commands over small id ranges, so that a random sequence mostly
@@ -216,6 +246,8 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
         prop_oneof![Just("alice"), Just("bob")].prop_map(|name| Command::DeleteUser {
             name: name.to_owned()
         }),
+        arb_acl("alice|\\*", "a|\\*").prop_map(|binding| Command::PutAcl { binding }),
+        arb_acl("alice|\\*", "a|\\*").prop_map(|binding| Command::DeleteAcl { binding }),
     ]
 }
 
