@@ -60,6 +60,11 @@ pub struct BrokerConfig {
     /// Whether client connections must authenticate before any API but
     /// `ApiVersions` and `Authenticate`.
     pub authentication: Authentication,
+    /// Whether requests are checked against the cluster's ACLs.
+    pub authorization: Authorization,
+    /// Principals allowed everything, whatever the ACLs say (how the
+    /// first administrator creates the others).
+    pub super_users: Vec<String>,
     /// How often a broker heartbeats to the controller leader.
     pub broker_heartbeat_interval_ms: u64,
     /// A broker silent this long is fenced by the controller.
@@ -139,6 +144,8 @@ impl Default for BrokerConfig {
             cluster_secret: None,
             tls: None,
             authentication: Authentication::None,
+            authorization: Authorization::Off,
+            super_users: Vec::new(),
             broker_heartbeat_interval_ms: 250,
             broker_session_timeout_ms: 2_000,
             replica_lag_max_ms: 10_000,
@@ -289,6 +296,18 @@ pub enum Authentication {
     Required,
 }
 
+/// Whether requests are checked against the cluster's ACLs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Authorization {
+    /// Every connection may do everything (the local default).
+    #[default]
+    Off,
+    /// Default deny: a request is served only if an ACL allows it, or its
+    /// principal is a super user or a broker of the cluster.
+    On,
+}
+
 /// Whether TLS clients present a certificate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -397,6 +416,14 @@ pub struct Flags {
     /// the cluster secret between brokers) [default: none].
     #[arg(long)]
     pub authentication: Option<Authentication>,
+    /// `on`: serve a request only if an ACL allows it (default deny)
+    /// [default: off].
+    #[arg(long)]
+    pub authorization: Option<Authorization>,
+    /// Comma-separated principals allowed everything (the administrators
+    /// who grant the others their ACLs).
+    #[arg(long)]
+    pub super_users: Option<String>,
     /// Heartbeat interval to the controller in ms [default: 250].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
@@ -500,6 +527,8 @@ struct FileSettings {
     tls_min_version: Option<TlsVersion>,
     tls_principal_from: Option<PrincipalFrom>,
     authentication: Option<Authentication>,
+    authorization: Option<Authorization>,
+    super_users: Option<String>,
     broker_heartbeat_interval_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
     replica_lag_max_ms: Option<u64>,
@@ -565,6 +594,26 @@ macro_rules! resolve {
     };
 }
 
+/// Reads `alice,bob`: names of 1 to 255 bytes, no spaces; `*` is refused
+/// (it would make every connection an administrator).
+fn parse_super_users(list: &str) -> Result<Vec<String>, String> {
+    let mut users = Vec::new();
+    for name in list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+    {
+        if name == "*" {
+            return Err("'*' would make every connection a super user; name them".to_owned());
+        }
+        if name.len() > 255 || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("{name:?} is not a principal name"));
+        }
+        users.push(name.to_owned());
+    }
+    Ok(users)
+}
+
 impl BrokerConfig {
     /// Defaults ← file ← flags, then validated.
     ///
@@ -590,6 +639,7 @@ impl BrokerConfig {
             node_id,
             advertised_host,
             authentication,
+            authorization,
             broker_heartbeat_interval_ms,
             broker_session_timeout_ms,
             replica_lag_max_ms,
@@ -618,6 +668,13 @@ impl BrokerConfig {
             config.controller_voters =
                 parse_voters(&voters).map_err(|message| ConfigError::Invalid {
                     name: "controller_voters",
+                    message,
+                })?;
+        }
+        if let Some(users) = flags.super_users.clone().or(file.super_users.clone()) {
+            config.super_users =
+                parse_super_users(&users).map_err(|message| ConfigError::Invalid {
+                    name: "super_users",
                     message,
                 })?;
         }
@@ -935,6 +992,39 @@ fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn super_users_are_named_one_by_one_never_as_everyone() {
+        let flags = Flags {
+            authorization: Some(Authorization::On),
+            super_users: Some("admin, ops,".to_owned()),
+            ..Flags::default()
+        };
+        let config = BrokerConfig::resolve(&flags).unwrap();
+        assert_eq!(config.authorization, Authorization::On);
+        assert_eq!(config.super_users, ["admin", "ops"]);
+        for bad in ["*", "admin,*", "two words"] {
+            let flags = Flags {
+                super_users: Some(bad.to_owned()),
+                ..Flags::default()
+            };
+            assert!(
+                matches!(
+                    BrokerConfig::resolve(&flags),
+                    Err(ConfigError::Invalid {
+                        name: "super_users",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            BrokerConfig::resolve(&Flags::default()).unwrap().authorization,
+            Authorization::Off,
+            "off unless asked for"
+        );
+    }
 
     #[test]
     fn a_relative_data_dir_is_resolved_against_the_working_directory() {

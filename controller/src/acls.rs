@@ -28,64 +28,13 @@ use std::collections::BTreeSet;
 
 use crate::codec::{DecodeError, Reader, Writer};
 
+pub use corelog_wire::acl::{Operation, PatternType, Permission, ResourceType};
+
 /// Most bindings a cluster holds: every broker checks requests against
 /// them.
 pub const ACLS_MAX: usize = 100_000;
 /// Longest principal or resource name in a binding.
 pub const ACL_NAME_BYTES_MAX: usize = 255;
-
-/// What a binding guards.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ResourceType {
-    /// A topic, by name.
-    Topic,
-    /// A consumer group, by id.
-    Group,
-    /// The cluster itself (users, ACLs, quotas); its name is `*`.
-    Cluster,
-}
-
-/// How a binding's name matches resources.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PatternType {
-    /// The resource of exactly that name (`*`: every one of its type).
-    Literal,
-    /// Every resource whose name begins with it.
-    Prefix,
-}
-
-/// What a request does to a resource (the README's table maps each API to
-/// one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Operation {
-    /// Append records to a topic.
-    Produce,
-    /// Read a topic's records.
-    Fetch,
-    /// See that a topic or group exists and its state.
-    Describe,
-    /// Create a topic.
-    Create,
-    /// Delete a topic.
-    Delete,
-    /// Change a topic's settings.
-    Alter,
-    /// Join a group, commit and read its offsets.
-    GroupRead,
-    /// Reset a group's offsets, skip poison records, delete the group.
-    GroupAdmin,
-    /// Manage users, ACLs and quotas.
-    ClusterAdmin,
-}
-
-/// Whether a binding grants or refuses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Permission {
-    /// Grants, unless a deny matches too.
-    Allow,
-    /// Refuses, whatever allows match.
-    Deny,
-}
 
 /// One rule.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -106,141 +55,6 @@ pub struct AclBinding {
 
 /// Every principal.
 pub const ANY_PRINCIPAL: &str = "*";
-
-macro_rules! codes {
-    ($type:ident, $what:literal, $( $variant:ident = $code:literal, $name:literal ),+ $(,)?) => {
-        impl $type {
-            /// Every value, in code order.
-            pub const ALL: &'static [$type] = &[$($type::$variant),+];
-
-            /// Its code in encodings.
-            #[must_use]
-            pub fn code(self) -> u8 {
-                match self { $($type::$variant => $code),+ }
-            }
-
-            /// The value of `code`, if it names one.
-            #[must_use]
-            pub fn from_code(code: u8) -> Option<$type> {
-                match code { $($code => Some($type::$variant),)+ _ => None }
-            }
-
-            /// Its name, as the CLI and the README spell it.
-            #[must_use]
-            pub fn name(self) -> &'static str {
-                match self { $($type::$variant => $name),+ }
-            }
-
-            /// The value named `name`.
-            ///
-            /// # Errors
-            /// A sentence listing the names there are.
-            pub fn parse(name: &str) -> Result<$type, String> {
-                match name {
-                    $($name => Ok($type::$variant),)+
-                    other => Err(format!(
-                        concat!("unknown ", $what, " {:?}: use one of {}"),
-                        other,
-                        [$($name),+].join(", ")
-                    )),
-                }
-            }
-        }
-
-        impl std::fmt::Display for $type {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-
-codes!(
-    ResourceType,
-    "resource type",
-    Topic = 1,
-    "topic",
-    Group = 2,
-    "group",
-    Cluster = 3,
-    "cluster",
-);
-codes!(
-    PatternType,
-    "pattern type",
-    Literal = 1,
-    "literal",
-    Prefix = 2,
-    "prefix",
-);
-codes!(
-    Operation,
-    "operation",
-    Produce = 1,
-    "produce",
-    Fetch = 2,
-    "fetch",
-    Describe = 3,
-    "describe",
-    Create = 4,
-    "create",
-    Delete = 5,
-    "delete",
-    Alter = 6,
-    "alter",
-    GroupRead = 7,
-    "group-read",
-    GroupAdmin = 8,
-    "group-admin",
-    ClusterAdmin = 9,
-    "cluster-admin",
-);
-codes!(
-    Permission,
-    "permission",
-    Allow = 1,
-    "allow",
-    Deny = 2,
-    "deny",
-);
-
-impl Operation {
-    /// The resource type the operation applies to.
-    #[must_use]
-    pub fn resource_type(self) -> Option<ResourceType> {
-        match self {
-            Operation::Produce
-            | Operation::Fetch
-            | Operation::Create
-            | Operation::Delete
-            | Operation::Alter => Some(ResourceType::Topic),
-            Operation::GroupRead | Operation::GroupAdmin => Some(ResourceType::Group),
-            Operation::ClusterAdmin => Some(ResourceType::Cluster),
-            // Topics and groups alike.
-            Operation::Describe => None,
-        }
-    }
-
-    /// Whether an allow of `self` also grants `wanted` on the same
-    /// resource.
-    fn grants(self, wanted: Operation) -> bool {
-        self == wanted
-            || match wanted {
-                Operation::Describe => matches!(
-                    self,
-                    Operation::Produce
-                        | Operation::Fetch
-                        | Operation::Create
-                        | Operation::Delete
-                        | Operation::Alter
-                        | Operation::GroupRead
-                        | Operation::GroupAdmin
-                ),
-                Operation::GroupRead => self == Operation::GroupAdmin,
-                _ => false,
-            }
-    }
-}
 
 impl AclBinding {
     /// Checks the binding: names of 1 to [`ACL_NAME_BYTES_MAX`] printable
@@ -400,7 +214,7 @@ impl Acls {
             }
             match binding.permission {
                 Permission::Deny if binding.operation == operation => return false,
-                Permission::Allow if binding.operation.grants(operation) => allowed = true,
+                Permission::Allow if grants(binding.operation, operation) => allowed = true,
                 _ => {}
             }
         }
@@ -420,7 +234,7 @@ impl Acls {
         self.bindings.iter().any(|binding| {
             binding.permission == Permission::Allow
                 && binding.resource_type == resource_type
-                && binding.operation.grants(operation)
+                && grants(binding.operation, operation)
                 && (binding.principal == ANY_PRINCIPAL
                     || principal == Some(binding.principal.as_str()))
         })
@@ -433,6 +247,25 @@ impl FromIterator<AclBinding> for Acls {
             bindings: iter.into_iter().collect(),
         }
     }
+}
+
+/// Whether an allow of `granted` also grants `wanted` on the same resource.
+fn grants(granted: Operation, wanted: Operation) -> bool {
+    granted == wanted
+        || match wanted {
+            Operation::Describe => matches!(
+                granted,
+                Operation::Produce
+                    | Operation::Fetch
+                    | Operation::Create
+                    | Operation::Delete
+                    | Operation::Alter
+                    | Operation::GroupRead
+                    | Operation::GroupAdmin
+            ),
+            Operation::GroupRead => granted == Operation::GroupAdmin,
+            _ => false,
+        }
 }
 
 #[cfg(test)]

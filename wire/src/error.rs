@@ -203,6 +203,14 @@ error_codes! {
         "This broker serves only authenticated connections: log in with --sasl-user and --sasl-password-file.";
     UserNotFound = 85, "USER_NOT_FOUND", retriable: false,
         "No user has this name; list them with `corelog user list`.";
+    TopicAuthorizationFailed = 86, "TOPIC_AUTHORIZATION_FAILED", retriable: false,
+        "This principal may not do that to this topic, or the topic does not exist (the two look alike on purpose); ask an administrator for an ACL (`corelog acl add`).";
+    GroupAuthorizationFailed = 87, "GROUP_AUTHORIZATION_FAILED", retriable: false,
+        "This principal may not do that to this consumer group; ask an administrator for an ACL (`corelog acl add`).";
+    ClusterAdminRequired = 88, "CLUSTER_ADMIN_REQUIRED", retriable: false,
+        "Managing users, ACLs and quotas needs cluster-admin: log in as a super user (--super-users) or one granted `corelog acl add --operation cluster-admin --cluster`.";
+    AclNotFound = 89, "ACL_NOT_FOUND", retriable: false,
+        "No such ACL stands; list them with `corelog acl list` and remove one exactly as it is listed.";
 }
 
 impl ErrorCode {
@@ -310,6 +318,10 @@ mod tests {
         (83, "TLS_REQUIRED", false),
         (84, "AUTHENTICATION_REQUIRED", false),
         (85, "USER_NOT_FOUND", false),
+        (86, "TOPIC_AUTHORIZATION_FAILED", false),
+        (87, "GROUP_AUTHORIZATION_FAILED", false),
+        (88, "CLUSTER_ADMIN_REQUIRED", false),
+        (89, "ACL_NOT_FOUND", false),
     ];
 
     #[test]

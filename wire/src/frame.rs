@@ -102,6 +102,10 @@ pub enum ApiKey {
     DescribeUsers = 12,
     /// Create a user, change its password, or delete it.
     AlterUsers = 13,
+    /// The access rules of the cluster.
+    DescribeAcls = 14,
+    /// Add or remove an access rule.
+    AlterAcls = 15,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -167,6 +171,8 @@ impl ApiKey {
         ApiKey::Authenticate,
         ApiKey::DescribeUsers,
         ApiKey::AlterUsers,
+        ApiKey::DescribeAcls,
+        ApiKey::AlterAcls,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -214,6 +220,8 @@ impl ApiKey {
             11 => Some(ApiKey::Authenticate),
             12 => Some(ApiKey::DescribeUsers),
             13 => Some(ApiKey::AlterUsers),
+            14 => Some(ApiKey::DescribeAcls),
+            15 => Some(ApiKey::AlterAcls),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -275,6 +283,8 @@ impl ApiKey {
             ApiKey::Authenticate => "Authenticate",
             ApiKey::DescribeUsers => "DescribeUsers",
             ApiKey::AlterUsers => "AlterUsers",
+            ApiKey::DescribeAcls => "DescribeAcls",
+            ApiKey::AlterAcls => "AlterAcls",
             ApiKey::PartitionReport => "PartitionReport",
         }
     }
@@ -319,6 +329,8 @@ impl ApiKey {
             | ApiKey::Authenticate
             | ApiKey::DescribeUsers
             | ApiKey::AlterUsers
+            | ApiKey::DescribeAcls
+            | ApiKey::AlterAcls
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
         }
     }
@@ -354,6 +366,8 @@ impl ApiKey {
             | ApiKey::Authenticate
             | ApiKey::DescribeUsers
             | ApiKey::AlterUsers
+            | ApiKey::DescribeAcls
+            | ApiKey::AlterAcls
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -873,6 +887,8 @@ mod tests {
                 (11, "Authenticate"),
                 (12, "DescribeUsers"),
                 (13, "AlterUsers"),
+                (14, "DescribeAcls"),
+                (15, "AlterAcls"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -898,7 +914,7 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 13 || (20..=30).contains(&code) || (40..=48).contains(&code))
+                (code <= 15 || (20..=30).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
@@ -1013,11 +1029,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&14_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&16_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 14,
+                api_key: 16,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

@@ -14,12 +14,14 @@
 //! - [`message`]: API request and response bodies as validated rkyv archives,
 //!   with record batches in a raw section after the archive.
 //! - [`topic`]: the topic name rule, shared by the controller and clients.
+//! - [`acl`]: the vocabulary of access rules (resource types, operations).
 //! - [`sasl`]: authentication exchanges as pure state machines (the
 //!   cluster secret's proof between brokers).
 //! - [`rng`]: the workspace's seeded generator (SplitMix64), for jitter,
 //!   the simulator and the fault rig.
 //! - [`newtype!`]: how every crate declares its identities.
 
+pub mod acl;
 pub mod batch;
 pub mod error;
 pub mod frame;

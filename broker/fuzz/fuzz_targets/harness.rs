@@ -481,6 +481,8 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         Authenticate => authenticate::AuthenticateResponse,
         DescribeUsers => describe_users::DescribeUsersResponse,
         AlterUsers => alter_users::AlterUsersResponse,
+        DescribeAcls => describe_acls::DescribeAclsResponse,
+        AlterAcls => alter_acls::AlterAclsResponse,
     )
 }
 

@@ -340,6 +340,20 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                 }
             }
             ControllerOp::DeleteUser { name } => controller.delete_user(name).await.map(|()| 0),
+            ControllerOp::PutAcl { acl } => match super::access_rules::binding(&acl) {
+                Ok(binding) => controller
+                    .alter_acl(Command::PutAcl { binding })
+                    .await
+                    .map(i64::from),
+                Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
+            },
+            ControllerOp::DeleteAcl { acl } => match super::access_rules::binding(&acl) {
+                Ok(binding) => controller
+                    .alter_acl(Command::DeleteAcl { binding })
+                    .await
+                    .map(|_| 0),
+                Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
+            },
         },
         Err(error) => Err(error),
     };

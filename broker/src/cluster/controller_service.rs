@@ -584,6 +584,25 @@ impl ControllerService {
         }
     }
 
+    /// Adds or removes an access rule (leader only); for an add, whether
+    /// the rule is new.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `ACL_NOT_FOUND`, or the state
+    /// machine's refusal of a malformed rule.
+    pub async fn alter_acl(&self, command: Command) -> Result<bool, ControllerRequestError> {
+        self.node
+            .borrow()
+            .state()
+            .check(&command)
+            .map_err(|error| refused(&error))?;
+        match self.propose(command).await? {
+            Outcome::AclPut { created } => Ok(created),
+            Outcome::AclDeleted => Ok(false),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Applies a leader's resignation (leader only); returns whether the
     /// partition became leaderless.
     ///
@@ -1023,6 +1042,7 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
         CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
         CommandError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
         CommandError::UnknownUser(_) => ErrorCode::UserNotFound,
+        CommandError::UnknownAcl(_) => ErrorCode::AclNotFound,
         _ => ErrorCode::InvalidRequest,
     }
 }

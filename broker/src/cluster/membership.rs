@@ -46,6 +46,9 @@ use crate::metadata::MetadataSnapshot;
 use crate::partition::PartitionError;
 use crate::peer::{Answer, PeerError, Peers};
 
+/// Whether the metadata shows a change.
+type ShownBy = dyn Fn(&MetadataState) -> bool;
+
 /// What the membership needs of the shard it runs on (shard 0): the
 /// cluster layer sits below the runtime, which implements this.
 pub trait MemberHost {
@@ -641,28 +644,51 @@ impl ClusterMember {
         outcomes
     }
 
-    /// Creates a user or replaces its credentials (`PutUser`), or deletes
-    /// it (`DeleteUser`), through the controller, and waits until this
-    /// broker's metadata shows the change. Returns whether a put created
-    /// the user.
+    /// Changes a user or an access rule through the controller (`PutUser`,
+    /// `DeleteUser`, `PutAcl`, `DeleteAcl`), and waits until this broker's
+    /// metadata shows the change. Returns whether a put created the user or
+    /// the rule.
     ///
     /// # Errors
-    /// The controller's refusal (`USER_NOT_FOUND`, `INVALID_REQUEST`), or
-    /// `REQUEST_TIMED_OUT` if the change does not show in time.
-    pub async fn alter_user(&self, op: ControllerOp) -> Result<bool, PartitionError> {
-        let (name, wanted) = match &op {
-            ControllerOp::PutUser { name, credentials } => (
-                name.clone(),
-                Some(
-                    crate::cluster::credentials::stored(credentials.clone())
-                        .map_err(|(code, reason)| PartitionError::new(code, reason))?,
-                ),
-            ),
-            ControllerOp::DeleteUser { name } => (name.clone(), None),
+    /// The controller's refusal (`USER_NOT_FOUND`, `ACL_NOT_FOUND`,
+    /// `INVALID_REQUEST`), or `REQUEST_TIMED_OUT` if the change does not
+    /// show in time.
+    pub async fn alter_security(&self, op: ControllerOp) -> Result<bool, PartitionError> {
+        let invalid = |(code, reason)| PartitionError::new(code, reason);
+        let (what, shown): (String, Box<ShownBy>) = match &op {
+            ControllerOp::PutUser { name, credentials } => {
+                let credentials =
+                    crate::cluster::credentials::stored(credentials.clone()).map_err(invalid)?;
+                let name = name.clone();
+                (
+                    format!("user {name:?}"),
+                    Box::new(move |state| {
+                        state
+                            .users()
+                            .get(&name)
+                            .is_some_and(|user| user.credentials == credentials)
+                    }),
+                )
+            }
+            ControllerOp::DeleteUser { name } => {
+                let name = name.clone();
+                (
+                    format!("user {name:?}"),
+                    Box::new(move |state| !state.users().contains_key(&name)),
+                )
+            }
+            ControllerOp::PutAcl { acl } | ControllerOp::DeleteAcl { acl } => {
+                let binding = crate::cluster::access_rules::binding(acl).map_err(invalid)?;
+                let added = matches!(op, ControllerOp::PutAcl { .. });
+                (
+                    format!("ACL {binding}"),
+                    Box::new(move |state| state.acls().contains(&binding) == added),
+                )
+            }
             _ => {
                 return Err(PartitionError::new(
                     ErrorCode::InvalidRequest,
-                    "not a user change",
+                    "not a user or ACL change",
                 ));
             }
         };
@@ -672,23 +698,12 @@ impl ClusterMember {
             .message
             .value
             == 1;
-        let shown = self
-            .wait_for(|state| {
-                let found = state.users().get(&name);
-                match &wanted {
-                    Some(credentials) => found.is_some_and(|user| user.credentials == *credentials),
-                    None => found.is_none(),
-                }
-            })
-            .await;
-        if shown {
+        if self.wait_for(|state| shown(state)).await {
             Ok(created)
         } else {
             Err(PartitionError::new(
                 ErrorCode::RequestTimedOut,
-                format!(
-                    "user {name:?} was changed but this broker does not show it yet; it will shortly"
-                ),
+                format!("{what} was changed but this broker does not show it yet; it will shortly"),
             ))
         }
     }

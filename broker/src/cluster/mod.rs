@@ -32,6 +32,7 @@
 //! (`crate::runtime::replicas`), and the replica itself is
 //! `crate::replica::ReplicatedPartition`.
 
+pub mod access_rules;
 pub mod api;
 pub mod controller_service;
 pub mod credentials;

@@ -43,6 +43,7 @@ use corelog_wire::sasl::cluster::{ClusterSecret, NONCE_BYTES};
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 
+use super::access::Access;
 use super::handlers::{self, Origin};
 use super::request_body::RequestBody;
 use super::session::{Credentials, FailureLog, Principal, Session, Step};
@@ -475,13 +476,16 @@ async fn read_requests(
             );
             continue;
         }
+        // Decided by the ACLs as of now: a change applies from the next
+        // request of every open connection.
+        let access = Access::of(&shard.config, session.principal(), shard.snapshot());
         let request = shard.begin_request();
         let shard = shard.clone();
         let outgoing = outgoing.clone();
         let in_flight = in_flight.clone();
         in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
-            let reply = handle(&shard, header, body, received, peer).await;
+            let reply = handle(&shard, header, body, received, peer, &access).await;
             send(&outgoing, permit, header.correlation_id, reply, false);
             in_flight.set(in_flight.get() - 1);
             drop(request);
@@ -571,14 +575,22 @@ async fn handle(
     body: RequestBody,
     received: Instant,
     peer: Option<std::net::SocketAddr>,
+    access: &Access,
 ) -> Reply {
     shard.metrics.request(header.api_key.name());
-    handlers::dispatch(shard, header.api_key, body, received, Origin::Network(peer))
-        .await
-        .unwrap_or_else(|code| {
-            shard.metrics.error(code);
-            Reply::error(code)
-        })
+    handlers::dispatch(
+        shard,
+        header.api_key,
+        body,
+        received,
+        Origin::Network(peer),
+        access,
+    )
+    .await
+    .unwrap_or_else(|code| {
+        shard.metrics.error(code);
+        Reply::error(code)
+    })
 }
 
 fn send(

@@ -10,6 +10,7 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 use futures::future::LocalBoxFuture;
 
+use super::access::Access;
 use super::handlers::{self, Origin};
 use super::request_body::RequestBody;
 use crate::api::Reply;
@@ -40,9 +41,16 @@ impl LocalService for Loopback {
                 return Reply::error(ErrorCode::LeaderNotAvailable);
             };
             let body = RequestBody::copy_from(&body);
-            handlers::dispatch(&shard, api_key, body, Instant::now(), Origin::Loopback)
-                .await
-                .unwrap_or_else(Reply::error)
+            handlers::dispatch(
+                &shard,
+                api_key,
+                body,
+                Instant::now(),
+                Origin::Loopback,
+                &Access::unrestricted(),
+            )
+            .await
+            .unwrap_or_else(Reply::error)
         })
     }
 }

@@ -11,6 +11,7 @@
 //! - [`shard_ports`]: the port each shard also accepts on alone, for
 //!   shard-aware clients.
 
+pub mod access;
 pub mod connection;
 pub mod handlers;
 pub mod listener;

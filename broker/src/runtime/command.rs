@@ -107,11 +107,11 @@ pub enum ShardCommand {
         /// Where to answer.
         reply: oneshot::Sender<Vec<TopicOutcome>>,
     },
-    /// To shard 0: create, re-key or delete a user.
-    AlterUser {
-        /// `PutUser` or `DeleteUser`.
+    /// To shard 0: create, re-key or delete a user; add or remove an ACL.
+    AlterSecurity {
+        /// `PutUser`, `DeleteUser`, `PutAcl` or `DeleteAcl`.
         op: ControllerOp,
-        /// Where to answer: whether a put created the user.
+        /// Where to answer: whether a put created the user or rule.
         reply: oneshot::Sender<Result<bool, PartitionError>>,
     },
     /// To shard 0: allocate a producer id (or bump an existing one's epoch).

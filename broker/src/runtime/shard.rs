@@ -327,8 +327,8 @@ impl Shard {
             ShardCommand::DeleteTopics { names, reply } => {
                 let _answered = reply.send(self.delete_topics(names).await);
             }
-            ShardCommand::AlterUser { op, reply } => {
-                let _answered = reply.send(self.alter_user(op).await);
+            ShardCommand::AlterSecurity { op, reply } => {
+                let _answered = reply.send(self.alter_security(op).await);
             }
             ShardCommand::InitProducerId {
                 producer_id,

@@ -62,18 +62,18 @@ impl Shard {
         self.forward_admin(command, answer, names).await
     }
 
-    /// Creates, re-keys or deletes a user through the controller (see
-    /// [`crate::cluster::membership`]'s `alter_user`); whether a put
-    /// created the user.
+    /// Creates, re-keys or deletes a user, or adds or removes an ACL,
+    /// through the controller (see [`crate::cluster::membership`]'s
+    /// `alter_security`); whether a put created the user or rule.
     ///
     /// # Errors
     /// The controller's refusal, or a timeout.
-    pub async fn alter_user(&self, op: ControllerOp) -> Result<bool, PartitionError> {
+    pub async fn alter_security(&self, op: ControllerOp) -> Result<bool, PartitionError> {
         if let Some(role) = self.cluster() {
-            return role.member.alter_user(op).await;
+            return role.member.alter_security(op).await;
         }
         let (reply, answer) = oneshot::channel();
-        self.send_now(ShardId(0), ShardCommand::AlterUser { op, reply })?;
+        self.send_now(ShardId(0), ShardCommand::AlterSecurity { op, reply })?;
         answer.await.unwrap_or_else(|_| {
             Err(PartitionError::new(
                 ErrorCode::LeaderNotAvailable,

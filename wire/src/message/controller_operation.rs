@@ -15,6 +15,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use super::alter_users::ScramCredentialEntry;
 use super::common::ConfigEntry;
+use super::describe_acls::AclEntry;
 use super::{api, no_raw_section};
 use crate::frame::ApiKey;
 
@@ -74,6 +75,16 @@ pub enum ControllerOp {
         /// The user.
         name: String,
     } = 5,
+    /// Add an access rule (`AlterAcls`).
+    PutAcl {
+        /// The rule.
+        acl: AclEntry,
+    } = 6,
+    /// Remove an access rule (`AlterAcls`).
+    DeleteAcl {
+        /// The rule.
+        acl: AclEntry,
+    } = 7,
 }
 
 /// Forwards one change to the controller leader.
@@ -102,7 +113,8 @@ pub struct ControllerOperationResponse {
     /// block (the block is `value..value + count`); for `CreateTopic`, the
     /// new topic's id (-1 when only validated); for `DeleteTopic`, 0; for
     /// `ResignLeadership`, 1 if the partition became leaderless, else 0;
-    /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0.
+    /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0;
+    /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0.
     /// `-1` on error.
     pub value: i64,
 }
@@ -162,6 +174,10 @@ pub(crate) mod tests {
             )
                 .prop_map(|(name, credentials)| ControllerOp::PutUser { name, credentials }),
             name().prop_map(|name| ControllerOp::DeleteUser { name }),
+            crate::message::describe_acls::tests::entry()
+                .prop_map(|acl| ControllerOp::PutAcl { acl }),
+            crate::message::describe_acls::tests::entry()
+                .prop_map(|acl| ControllerOp::DeleteAcl { acl }),
         ]
     }
 
@@ -219,6 +235,16 @@ pub(crate) mod tests {
             name: "u".to_owned(),
         };
         assert_eq!(archived_tag(&delete_user), 5);
+        let acl = AclEntry {
+            principal: "*".to_owned(),
+            resource_type: 1,
+            pattern: 1,
+            name: "t".to_owned(),
+            operation: 1,
+            permission: 1,
+        };
+        assert_eq!(archived_tag(&ControllerOp::PutAcl { acl: acl.clone() }), 6);
+        assert_eq!(archived_tag(&ControllerOp::DeleteAcl { acl }), 7);
     }
 
     proptest! {

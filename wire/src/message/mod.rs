@@ -76,6 +76,7 @@ mod body;
 mod common;
 mod stored;
 
+pub mod alter_acls;
 pub mod alter_users;
 pub mod api_versions;
 pub mod audit;
@@ -87,6 +88,7 @@ pub mod controller_raft;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_groups;
 pub mod describe_shards;

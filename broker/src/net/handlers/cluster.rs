@@ -7,8 +7,13 @@ use std::rc::Rc;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 
-use crate::api::Reply;
+use corelog_controller::acls::{Operation, ResourceType};
+use corelog_wire::message::describe_cluster::DescribeClusterRequest;
+use corelog_wire::message::encode_request;
+
+use crate::api::{Reply, owned, unencodable};
 use crate::metadata::ShardId;
+use crate::net::access::Access;
 use crate::runtime::shard::Shard;
 
 /// Runs controller API `api_key` on shard 0.
@@ -24,4 +29,36 @@ pub(super) async fn handle(
         return shard.forward_cluster(api_key, body.to_vec()).await;
     }
     shard.serve_cluster_api(api_key, body).await
+}
+
+/// `DescribeCluster`: brokers and the controller for anyone; of the
+/// topics, only those the principal may describe. A topic it may not
+/// describe is left out whether it exists or not, so that the answer
+/// reveals nothing about names it guesses.
+pub(super) async fn describe(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
+    if !access.restricts() {
+        return handle(shard, ApiKey::DescribeCluster, body).await;
+    }
+    let mut request: DescribeClusterRequest = owned(body)?;
+    let names = request.topics.take().unwrap_or_else(|| {
+        shard
+            .snapshot()
+            .cluster
+            .state
+            .topics()
+            .values()
+            .map(|topic| topic.name.clone())
+            .collect()
+    });
+    let visible: Vec<String> = names
+        .into_iter()
+        .filter(|name| access.allows(Operation::Describe, ResourceType::Topic, name))
+        .collect();
+    request.topics = Some(visible);
+    let body = encode_request(&request, &[]).map_err(unencodable)?;
+    handle(shard, ApiKey::DescribeCluster, &body).await
 }

@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use corelog_controller::acls::Operation;
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::decode_request;
@@ -25,6 +26,7 @@ use futures::future::{Either, join_all, select, select_all};
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
 use crate::metadata::ShardId;
+use crate::net::access::Access;
 use crate::partition::{GapInfo, PartitionError};
 use crate::runtime::command::PartitionId;
 use crate::runtime::shard::Shard;
@@ -39,7 +41,11 @@ struct Wanted {
     target: Result<(PartitionId, ShardId), PartitionError>,
 }
 
-pub(super) async fn fetch(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) async fn fetch(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<FetchRequest>(body).map_err(refused)?;
     let max_wait = Duration::from_millis(u64::from(
         request
@@ -64,7 +70,9 @@ pub(super) async fn fetch(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Error
                     partition,
                     offset: Offset(entry.fetch_offset.to_native()),
                     max_bytes: (entry.partition_max_bytes.to_native() as usize).min(max_bytes),
-                    target: shard.locate(&topic.name, partition),
+                    target: access
+                        .topic(Operation::Fetch, &topic.name)
+                        .and_then(|()| shard.locate(&topic.name, partition)),
                 }
             })
         })

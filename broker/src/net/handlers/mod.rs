@@ -3,6 +3,7 @@
 //! partition operations to their owners — and returns the encoded reply.
 //! A body that does not decode is refused whole with `INVALID_REQUEST`.
 
+mod acls;
 mod cluster;
 mod fetch;
 mod groups;
@@ -16,6 +17,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
+use corelog_controller::acls::{Operation, ResourceType};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 use corelog_wire::message::api_versions::{
@@ -25,6 +27,7 @@ use corelog_wire::message::decode_request;
 use corelog_wire::message::describe_shards::{DescribeShardsRequest, DescribeShardsResponse};
 use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 
+use super::access::Access;
 use super::request_body::RequestBody;
 use crate::api::{Reply, refused};
 use crate::runtime::shard::Shard;
@@ -45,6 +48,9 @@ pub enum Origin {
 /// but itself speaks the inter-broker APIs to it, so from the network they
 /// are refused with `UNSUPPORTED_VERSION`.
 ///
+/// `access` says what the request may do (see [`super::access`]); each
+/// handler checks the operations it performs.
+///
 /// # Errors
 /// The code of a top-level refusal (`INVALID_REQUEST` for a body that does
 /// not decode, or a whole-request failure).
@@ -54,6 +60,7 @@ pub async fn dispatch(
     body: RequestBody,
     received: Instant,
     origin: Origin,
+    access: &Access,
 ) -> Result<Reply, ErrorCode> {
     let peer = match origin {
         Origin::Network(peer) => {
@@ -66,36 +73,38 @@ pub async fn dispatch(
     };
     match api_key {
         ApiKey::ApiVersions => api_versions(&body),
-        ApiKey::Metadata => topics::metadata(shard, &body),
-        ApiKey::CreateTopics => topics::create(shard, &body).await,
-        ApiKey::DeleteTopics => topics::delete(shard, &body).await,
-        ApiKey::DescribeTopics => topics::describe(shard, &body).await,
-        ApiKey::Produce => produce::produce(shard, body, received).await,
-        ApiKey::Fetch => fetch::fetch(shard, &body).await,
-        ApiKey::ListOffsets => offsets::list_offsets(shard, &body).await,
-        ApiKey::InitProducerId => init_producer_id(shard, &body).await,
+        ApiKey::Metadata => topics::metadata(shard, &body, access),
+        ApiKey::CreateTopics => topics::create(shard, &body, access).await,
+        ApiKey::DeleteTopics => topics::delete(shard, &body, access).await,
+        ApiKey::DescribeTopics => topics::describe(shard, &body, access).await,
+        ApiKey::Produce => produce::produce(shard, body, received, access).await,
+        ApiKey::Fetch => fetch::fetch(shard, &body, access).await,
+        ApiKey::ListOffsets => offsets::list_offsets(shard, &body, access).await,
+        ApiKey::InitProducerId => init_producer_id(shard, &body, access).await,
         ApiKey::DescribeShards => describe_shards(shard, &body),
-        ApiKey::FindCoordinator => groups::find_coordinator(shard, &body),
-        ApiKey::JoinGroup => groups::join(shard, &body, peer).await,
-        ApiKey::Heartbeat => groups::heartbeat(shard, &body).await,
-        ApiKey::LeaveGroup => groups::leave(shard, &body).await,
-        ApiKey::OffsetCommit => groups::commit(shard, &body).await,
-        ApiKey::OffsetFetch => groups::fetch_offsets(shard, &body).await,
-        ApiKey::ListGroups => groups::list(shard, &body).await,
-        ApiKey::DescribeGroups => groups::describe(shard, &body).await,
-        ApiKey::DeleteGroups => groups::delete(shard, &body).await,
-        ApiKey::ResetOffsets => groups::reset(shard, &body).await,
-        ApiKey::WriteAudit => groups::write_audit(shard, &body).await,
-        ApiKey::DescribeUsers => users::describe(shard, &body),
-        ApiKey::AlterUsers => users::alter(shard, &body).await,
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &body, access),
+        ApiKey::JoinGroup => groups::join(shard, &body, peer, access).await,
+        ApiKey::Heartbeat => groups::heartbeat(shard, &body, access).await,
+        ApiKey::LeaveGroup => groups::leave(shard, &body, access).await,
+        ApiKey::OffsetCommit => groups::commit(shard, &body, access).await,
+        ApiKey::OffsetFetch => groups::fetch_offsets(shard, &body, access).await,
+        ApiKey::ListGroups => groups::list(shard, &body, access).await,
+        ApiKey::DescribeGroups => groups::describe(shard, &body, access).await,
+        ApiKey::DeleteGroups => groups::delete(shard, &body, access).await,
+        ApiKey::ResetOffsets => groups::reset(shard, &body, access).await,
+        ApiKey::WriteAudit => groups::write_audit(shard, &body, access).await,
+        ApiKey::DescribeUsers => users::describe(shard, &body, access),
+        ApiKey::AlterUsers => users::alter(shard, &body, access).await,
+        ApiKey::DescribeAcls => acls::describe(shard, &body, access),
+        ApiKey::AlterAcls => acls::alter(shard, &body, access).await,
+        ApiKey::DescribeCluster => cluster::describe(shard, &body, access).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft
         | ApiKey::BrokerRegister
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
         | ApiKey::ControllerOperation
-        | ApiKey::PartitionReport
-        | ApiKey::DescribeCluster => cluster::handle(shard, api_key, &body).await,
+        | ApiKey::PartitionReport => cluster::handle(shard, api_key, &body).await,
         // Replication: answered by the replica's owning shard.
         ApiKey::ReplicaPush => replica::push(shard, body).await,
         ApiKey::ReplicaQuery => replica::query(shard, &body).await,
@@ -132,8 +141,17 @@ fn describe_shards(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
     Reply::encode(&response, Vec::new())
 }
 
-async fn init_producer_id(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+async fn init_producer_id(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<InitProducerIdRequest>(body).map_err(refused)?;
+    // Producer ids are handed out only to principals that may produce
+    // somewhere: an id block is a controller write.
+    if !access.allows_any(Operation::Produce, ResourceType::Topic) {
+        return Err(ErrorCode::TopicAuthorizationFailed);
+    }
     let (producer_id, producer_epoch) = shard
         .init_producer_id(
             request.producer_id.to_native(),

@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use corelog_controller::acls::Operation;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::decode_request;
 use corelog_wire::message::list_offsets::{
@@ -13,10 +14,15 @@ use corelog_wire::types::TimestampMs;
 
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
+use crate::net::access::Access;
 use crate::partition::OffsetQuery;
 use crate::runtime::shard::Shard;
 
-pub(super) async fn list_offsets(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) async fn list_offsets(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<ListOffsetsRequest>(body).map_err(refused)?;
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics.iter() {
@@ -30,7 +36,10 @@ pub(super) async fn list_offsets(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply
                     OffsetQuery::Timestamp(TimestampMs(time.to_native()))
                 }
             };
-            let result = match shard.locate(&topic.name, partition) {
+            let located = access
+                .topic(Operation::Describe, &topic.name)
+                .and_then(|()| shard.locate(&topic.name, partition));
+            let result = match located {
                 Ok((id, owner)) => shard.list_offset(id, owner, query).await,
                 Err(error) => Err(error),
             };

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use corelog_controller::acls::Operation;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::decode_request;
 use corelog_wire::message::produce::{
@@ -18,6 +19,7 @@ use futures::future::{Either, join_all, ready};
 
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
+use crate::net::access::Access;
 use crate::net::request_body::RequestBody;
 use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
@@ -37,6 +39,7 @@ pub(super) async fn produce(
     shard: &Rc<Shard>,
     body: RequestBody,
     received: Instant,
+    access: &Access,
 ) -> Result<Reply, ErrorCode> {
     let (acks, timeout, targets) = {
         let (request, raw) = decode_request::<ProduceRequest>(&body).map_err(refused)?;
@@ -71,7 +74,9 @@ pub(super) async fn produce(
     let mut pending = Vec::with_capacity(targets.len());
     let mut order: Vec<(String, u32)> = Vec::with_capacity(targets.len());
     for (target, batch) in targets.into_iter().zip(batches) {
-        let located = if target.topic.starts_with("__") {
+        let located = if let Err(error) = access.topic(Operation::Produce, &target.topic) {
+            Err(error)
+        } else if target.topic.starts_with("__") {
             Err(PartitionError::new(
                 ErrorCode::InternalTopic,
                 format!(

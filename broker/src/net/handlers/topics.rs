@@ -14,13 +14,20 @@ use corelog_wire::message::metadata::{
 };
 use corelog_wire::message::{ConfigEntry, TopicResult};
 
+use corelog_controller::acls::{Operation, ResourceType};
+
 use crate::api::{Reply, refused, unencodable};
 use crate::metadata::snapshot::{ClusterView, broker_id};
+use crate::net::access::Access;
 use crate::partition::{OffsetQuery, PartitionError, ReplicaSummary};
 use crate::runtime::command::{PartitionId, TopicOutcome, TopicToCreate};
 use crate::runtime::shard::Shard;
 
-pub(super) fn metadata(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) fn metadata(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<MetadataRequest>(body).map_err(refused)?;
     let snapshot = shard.snapshot();
     let wanted = request
@@ -32,7 +39,27 @@ pub(super) fn metadata(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCod
     if listing_all {
         list_deleting(&mut response, shard);
     }
+    if access.restricts() {
+        hide_undescribable(&mut response, access, listing_all);
+    }
     Reply::encode(&response, Vec::new())
+}
+
+/// What a principal may not describe: left out of a listing, and answered
+/// `TOPIC_AUTHORIZATION_FAILED` when named, exactly as a topic that does
+/// not exist is (so a guessed name reveals nothing).
+fn hide_undescribable(response: &mut MetadataResponse, access: &Access, listing_all: bool) {
+    let visible = |name: &str| access.allows(Operation::Describe, ResourceType::Topic, name);
+    if listing_all {
+        response.topics.retain(|topic| visible(&topic.name));
+        return;
+    }
+    for topic in &mut response.topics {
+        if !visible(&topic.name) {
+            topic.error_code = ErrorCode::TopicAuthorizationFailed.code();
+            topic.partitions.clear();
+        }
+    }
 }
 
 /// Adds the deleted topics whose files this broker is still removing, as
@@ -143,12 +170,23 @@ fn results(outcomes: Vec<TopicOutcome>) -> Vec<TopicResult> {
         .collect()
 }
 
-pub(super) async fn create(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) async fn create(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<CreateTopicsRequest>(body).map_err(refused)?;
     let mut refused_early = Vec::new();
     let mut to_create = Vec::new();
     for topic in request.topics.iter() {
         let name = topic.name.to_string();
+        if let Err(error) = access.topic(Operation::Create, &name) {
+            refused_early.push(TopicOutcome {
+                name,
+                result: Err(error),
+            });
+            continue;
+        }
         // The request's entries over this broker's defaults; the controller
         // checks them (and the name) by the one set of rules.
         let mut config = shard.config.topic_defaults.entries();
@@ -210,10 +248,25 @@ fn frame_limit_exceeded(
     })
 }
 
-pub(super) async fn delete(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) async fn delete(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<DeleteTopicsRequest>(body).map_err(refused)?;
-    let names: Vec<String> = request.names.iter().map(|name| name.to_string()).collect();
-    let outcomes = shard.delete_topics(names).await;
+    let (names, refused_early): (Vec<String>, Vec<String>) = request
+        .names
+        .iter()
+        .map(|name| name.to_string())
+        .partition(|name| access.topic(Operation::Delete, name).is_ok());
+    let mut outcomes = shard.delete_topics(names).await;
+    outcomes.extend(refused_early.into_iter().map(|name| TopicOutcome {
+        result: access.topic(Operation::Delete, &name),
+        name,
+    }));
+    // Answer in request order.
+    let order: Vec<&str> = request.names.iter().map(|name| name.as_str()).collect();
+    outcomes.sort_by_key(|outcome| order.iter().position(|name| *name == outcome.name));
     for outcome in &outcomes {
         if let Err(error) = &outcome.result {
             shard.metrics.error(error.code);
@@ -227,16 +280,38 @@ pub(super) async fn delete(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Erro
     )
 }
 
-pub(super) async fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) async fn describe(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<DescribeTopicsRequest>(body).map_err(refused)?;
     let snapshot = shard.snapshot();
     let names: Vec<String> = if request.names.is_empty() {
-        snapshot.topics.keys().cloned().collect()
+        snapshot
+            .topics
+            .keys()
+            .filter(|name| access.allows(Operation::Describe, ResourceType::Topic, name))
+            .cloned()
+            .collect()
     } else {
         request.names.iter().map(|name| name.to_string()).collect()
     };
     let mut topics = Vec::with_capacity(names.len());
     for name in names {
+        if let Err(error) = access.topic(Operation::Describe, &name) {
+            shard.metrics.error(error.code);
+            topics.push(TopicDescription {
+                message: Some(error.message),
+                name,
+                error_code: error.code.code(),
+                partitions: 0,
+                replication_factor: 0,
+                configs: Vec::new(),
+                partition_states: Vec::new(),
+            });
+            continue;
+        }
         let Some(view) = snapshot.topics.get(&name) else {
             topics.push(TopicDescription {
                 message: Some(format!("topic {name:?} does not exist")),

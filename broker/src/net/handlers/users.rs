@@ -18,10 +18,25 @@ use corelog_wire::message::describe_users::{
 
 use crate::api::{Reply, refused};
 use crate::cluster::credentials;
+use crate::net::access::Access;
 use crate::runtime::shard::Shard;
 
-pub(super) fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) fn describe(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<DescribeUsersRequest>(body).map_err(refused)?;
+    if let Err(error) = access.cluster_admin() {
+        shard.metrics.error(error.code);
+        return Reply::encode(
+            &DescribeUsersResponse {
+                error_code: error.code.code(),
+                users: Vec::new(),
+            },
+            Vec::new(),
+        );
+    }
     let wanted: Option<Vec<String>> = request
         .names
         .as_ref()
@@ -60,7 +75,11 @@ pub(super) fn describe(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCod
     )
 }
 
-pub(super) async fn alter(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub(super) async fn alter(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<AlterUsersRequest>(body).map_err(refused)?;
     let request: AlterUsersRequest =
         rkyv::deserialize::<AlterUsersRequest, rkyv::rancor::Error>(request)
@@ -75,6 +94,10 @@ pub(super) async fn alter(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Error
             Vec::new(),
         )
     };
+    if let Err(error) = access.cluster_admin() {
+        shard.metrics.error(error.code);
+        return answer(error.code, Some(error.message), false);
+    }
     if let Err(reason) = check_user_name(&request.name) {
         return answer(ErrorCode::InvalidRequest, Some(reason), false);
     }
@@ -91,7 +114,7 @@ pub(super) async fn alter(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, Error
         }
         UserChange::Delete => ControllerOp::DeleteUser { name: request.name },
     };
-    match shard.alter_user(op).await {
+    match shard.alter_security(op).await {
         Ok(created) => answer(ErrorCode::None, None, created),
         Err(error) => answer(error.code, Some(error.message), false),
     }
