@@ -30,6 +30,7 @@
 //! [`Admin::fetch_offsets`], [`Admin::commit_offsets`] and
 //! [`Admin::read_audit`].
 
+mod acls;
 mod cluster_status;
 mod groups;
 mod users;
@@ -51,6 +52,7 @@ use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::metadata::{ClusterMetadata, TopicMetadata};
 
+pub use self::acls::{AclFilter, AclRule};
 pub use self::cluster_status::{
     BrokerState, ClusterStatus, ControllerState, PartitionHealth, PartitionStatus, Problem,
     TopicStatus,

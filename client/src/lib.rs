@@ -76,6 +76,7 @@ mod sasl;
 mod tls;
 pub mod verify;
 
+pub use corelog_wire::acl::{Operation, PatternType, Permission, ResourceType};
 pub use corelog_wire::batch::{Compression, Header, SchemaVersion};
 pub use corelog_wire::error::ErrorCode;
 pub use corelog_wire::message::list_offsets::OffsetSpec;

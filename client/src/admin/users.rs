@@ -112,6 +112,11 @@ impl Admin {
             )
             .await?;
         let (response, _) = reply.decode()?;
+        if let Some(error) =
+            ClientError::from_wire(response.error_code.to_native(), || "users".to_owned(), None)
+        {
+            return Err(error);
+        }
         Ok(response
             .users
             .iter()

@@ -13,6 +13,8 @@
 //!     (--to-earliest | --to-latest | --to-offset N | --to-time T | --by-duration D | --shift-by N
 //!      | --to-group OTHER) --reason TEXT [--dry-run]
 //! corelog user create NAME --password-stdin [--mechanism M ...] | user delete NAME | user list
+//! corelog acl add|remove --allow|--deny PRINCIPAL --operation OP --topic|--group NAME [--prefix] | --cluster
+//! corelog acl list [--principal P] [--topic N | --group N | --cluster]
 //! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!
@@ -21,6 +23,7 @@
 //! non-zero: 1 for a failure or an unhealthy `cluster health`, 2 for a
 //! usage error, 3 when `verify` found violations.
 
+mod acl;
 mod cluster;
 mod consume;
 mod format;
@@ -123,6 +126,9 @@ enum Command {
     /// Create, delete and list users (SCRAM credentials).
     #[command(subcommand)]
     User(user::UserCommand),
+    /// Add, remove and list access rules (ACLs).
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
 }
 
 /// Exit code of `verify` when the checker found violations.
@@ -194,6 +200,7 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::User(command) => user::run(&global, command).await,
+            Command::Acl(command) => acl::run(&global, command).await,
             Command::Verify(args) => match verify::run(&global, args).await? {
                 verify::Verdict::Clean => Ok(()),
                 verify::Verdict::Violations(count) => {
