@@ -1020,7 +1020,9 @@ mod tests {
             );
         }
         assert_eq!(
-            BrokerConfig::resolve(&Flags::default()).unwrap().authorization,
+            BrokerConfig::resolve(&Flags::default())
+                .unwrap()
+                .authorization,
             Authorization::Off,
             "off unless asked for"
         );
