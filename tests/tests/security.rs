@@ -1343,3 +1343,82 @@ fn acl_changes_need_cluster_admin_and_reach_open_connections_within_a_second() {
     let said = secured.refused("admin", &[&["acl", "remove"], &rule[..]].concat(), None);
     assert!(said.contains("ACL_NOT_FOUND"), "{said}");
 }
+
+/// Item 4 from a client principal: a user who logged in, a super user at
+/// that, still may not speak the inter-broker APIs: a forged
+/// registration, Raft message or replication push is refused with
+/// `CLUSTER_AUTHORIZATION_FAILED`, and the connection keeps serving it.
+#[test]
+fn a_logged_in_super_user_cannot_forge_inter_broker_requests() {
+    use corelog_wire::sasl::scram::{ScramClient, ScramMechanism};
+
+    let _serial = serial();
+    let brokers = start_cluster(3, &["--super-users", "admin"]);
+    wait_for_three_brokers(&brokers[0]);
+    let addr = brokers[0].addr.to_string();
+    let created = corelog(
+        &addr,
+        &["user", "create", "admin", "--password-stdin"],
+        Some("admin-password"),
+    );
+    assert!(created.status.success(), "{}", text(&created.stderr));
+
+    let mut client = brokers[0].client();
+    let mut scram = ScramClient::new(
+        ScramMechanism::Sha256,
+        "admin",
+        "admin-password",
+        "forging-client-nonce",
+    )
+    .unwrap();
+    let step = |client: &mut Client, payload: Vec<u8>| {
+        let request = AuthenticateRequest {
+            mechanism: ScramMechanism::Sha256.name().to_owned(),
+            payload,
+        };
+        let body = client.call(&request, &[]).unwrap();
+        let (archived, _) = message::decode_response::<AuthenticateResponse>(&body.bytes).unwrap();
+        rkyv::deserialize::<AuthenticateResponse, rkyv::rancor::Error>(archived).unwrap()
+    };
+    let server_first = step(&mut client, scram.first());
+    assert_eq!(server_first.error_code, 0, "{server_first:?}");
+    let client_final = scram.answer(&server_first.payload).unwrap();
+    let server_final = step(&mut client, client_final);
+    assert!(server_final.complete, "{server_final:?}");
+    scram.verify(&server_final.payload).unwrap();
+
+    let register = BrokerRegisterRequest {
+        node_id: 99,
+        host: "127.0.0.1".to_owned(),
+        port: 1,
+        rack: None,
+        shards: 1,
+        incarnation: 1,
+    };
+    let body = client.call(&register, &[]).unwrap();
+    assert_eq!(
+        top_level_code(&body),
+        ErrorCode::ClusterAuthorizationFailed.code()
+    );
+    for api in [
+        ApiKey::ControllerRaft,
+        ApiKey::ReplicaPush,
+        ApiKey::ReplicaStream,
+    ] {
+        let sent = client.send_frame(api, &[0u8; 64]).unwrap();
+        let (correlation_id, body) = client.read_response().unwrap();
+        assert_eq!(correlation_id, sent);
+        assert_eq!(
+            top_level_code(&body),
+            ErrorCode::ClusterAuthorizationFailed.code(),
+            "{api} was not refused"
+        );
+    }
+    let body = client.call(&MetadataRequest { topics: None }, &[]).unwrap();
+    assert!(message::decode_response::<MetadataResponse>(&body.bytes).is_ok());
+    let info = cluster_info(&brokers[0]);
+    assert!(
+        !info.contains("99"),
+        "the forged broker registered:\n{info}"
+    );
+}
