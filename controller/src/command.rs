@@ -25,6 +25,7 @@ use corelog_wire::sasl::scram::StoredCredential;
 
 use crate::acls::AclBinding;
 use crate::codec::{DecodeError, Reader, Writer};
+use crate::quotas::{QUOTA_ENTITY_BYTES_MAX, QuotaEntity, QuotaLimits, read_quota, write_quota};
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use crate::users::{USERNAME_BYTES_MAX, read_credentials, write_credentials};
 
@@ -71,6 +72,8 @@ const TAG_PUT_USER: u8 = 10;
 const TAG_DELETE_USER: u8 = 11;
 const TAG_PUT_ACL: u8 = 12;
 const TAG_DELETE_ACL: u8 = 13;
+const TAG_PUT_QUOTA: u8 = 14;
+const TAG_DELETE_QUOTA: u8 = 15;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,6 +204,19 @@ pub enum Command {
         /// The rule, exactly as it was added.
         binding: AclBinding,
     },
+    /// Sets an entity's quota, replacing the one it had (see
+    /// [`crate::quotas`]).
+    PutQuota {
+        /// Whom it limits.
+        entity: QuotaEntity,
+        /// The limits.
+        limits: QuotaLimits,
+    },
+    /// Removes an entity's quota: the default applies to it again.
+    DeleteQuota {
+        /// Whom it limited.
+        entity: QuotaEntity,
+    },
 }
 
 /// One topic of an [`Command::ImportTopics`].
@@ -300,6 +316,13 @@ pub enum Outcome {
     },
     /// The rule is gone.
     AclDeleted,
+    /// The quota stands; `created` is false if it replaced one.
+    QuotaPut {
+        /// Whether the entity had no quota before.
+        created: bool,
+    },
+    /// The quota is gone.
+    QuotaDeleted,
 }
 
 impl Command {
@@ -428,6 +451,14 @@ impl Command {
             Command::DeleteAcl { binding } => {
                 writer.u8(TAG_DELETE_ACL);
                 binding.write(writer);
+            }
+            Command::PutQuota { entity, limits } => {
+                writer.u8(TAG_PUT_QUOTA);
+                write_quota(writer, entity, limits);
+            }
+            Command::DeleteQuota { entity } => {
+                writer.u8(TAG_DELETE_QUOTA);
+                writer.str(&entity.to_string());
             }
         }
     }
@@ -569,6 +600,18 @@ impl Command {
             TAG_DELETE_ACL => Command::DeleteAcl {
                 binding: AclBinding::read(reader)?,
             },
+            TAG_PUT_QUOTA => {
+                let (entity, limits) = read_quota(reader)?;
+                Command::PutQuota { entity, limits }
+            }
+            TAG_DELETE_QUOTA => {
+                let at = reader.position();
+                let entity = reader.str("quota entity", QUOTA_ENTITY_BYTES_MAX)?;
+                Command::DeleteQuota {
+                    entity: QuotaEntity::parse(&entity)
+                        .map_err(|reason| reader.invalid_at("quota entity", at, reason))?,
+                }
+            }
             tag => {
                 return Err(reader.invalid_at("command tag", at, format!("unknown tag {tag}")));
             }

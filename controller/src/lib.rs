@@ -13,6 +13,8 @@
 //!   which brokers check logins against.
 //! - [`acls`]: who may do what to which topic, group or the cluster, and
 //!   the pure decision each broker makes per request.
+//! - [`quotas`]: how many bytes, how much request time and how many
+//!   connections a principal or an address may use.
 //! - [`topic_config`]: the per-topic settings and their rules, which the
 //!   state machine enforces (topic names follow `corelog_wire::topic`).
 //! - [`placement`]: where a new topic's replicas and owner shards go. The
@@ -164,6 +166,7 @@ pub mod logger;
 mod message;
 pub mod node;
 pub mod placement;
+pub mod quotas;
 pub mod ready;
 pub mod snapshot;
 pub mod state;

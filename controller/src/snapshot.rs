@@ -14,14 +14,15 @@
 //!                                · (node u64 · shard u16)*)*)*
 //!      · users (version 2 and 3): count u32 · (name str · changed at u64
 //!                              · credentials, see [`crate::users`])*
-//!      · ACLs (version 3 only): count u32 · (binding, see [`crate::acls`])*
+//!      · ACLs (version 3 and 4): count u32 · (binding, see [`crate::acls`])*
+//!      · quotas (version 4 only): count u32 · (quota, see [`crate::quotas`])*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
 //!
-//! A state without users or ACLs is written as version 1, and one with
-//! users but no ACLs as version 2, which brokers of the releases before
-//! them read, so that a rolling upgrade works until the first user (or
-//! ACL) is created.
+//! A state is written in the oldest version that holds it: without users,
+//! ACLs or quotas as version 1, with users only as version 2, with ACLs but
+//! no quotas as version 3. Brokers of the releases before read it, so a
+//! rolling upgrade works until the first user (ACL, quota) is created.
 //!
 //! Brokers, topics and config keys are written in increasing order and the
 //! decoder insists on it, so a state has exactly one encoding: the cluster
@@ -37,6 +38,7 @@ use crate::command::{
     HOST_BYTES_MAX, PARTITIONS_MAX, RACK_BYTES_MAX, TOPIC_NAME_BYTES_MAX, read_config,
     read_replicas, write_config, write_replicas,
 };
+use crate::quotas::{QUOTAS_MAX, read_quota, write_quota};
 use crate::state::{BrokerRecord, MetadataState, PartitionRecord, TopicRecord};
 use crate::types::{LeaderEpoch, NodeId, TopicId};
 use crate::users::{
@@ -45,8 +47,8 @@ use crate::users::{
 
 const MAGIC: [u8; 4] = *b"CLMS";
 /// Version 1: no users; version 2: users after the topics; version 3:
-/// ACLs after the users.
-const VERSION: u8 = 3;
+/// ACLs after the users; version 4: quotas after the ACLs.
+const VERSION: u8 = 4;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -86,7 +88,7 @@ impl MetadataState {
                 write_replicas(&mut writer, &partition.replicas);
             }
         }
-        if self.users.is_empty() && self.acls.is_empty() {
+        if self.users.is_empty() && self.acls.is_empty() && self.quotas.is_empty() {
             return seal(MAGIC, 1, &writer.bytes);
         }
         writer.len(self.users.len());
@@ -95,12 +97,19 @@ impl MetadataState {
             writer.u64(user.changed_at);
             write_credentials(&mut writer, &user.credentials);
         }
-        if self.acls.is_empty() {
+        if self.acls.is_empty() && self.quotas.is_empty() {
             return seal(MAGIC, 2, &writer.bytes);
         }
         writer.len(self.acls.len());
         for binding in self.acls.iter() {
             binding.write(&mut writer);
+        }
+        if self.quotas.is_empty() {
+            return seal(MAGIC, 3, &writer.bytes);
+        }
+        writer.len(self.quotas.len());
+        for (entity, limits) in &self.quotas {
+            write_quota(&mut writer, entity, limits);
         }
         seal(MAGIC, VERSION, &writer.bytes)
     }
@@ -179,7 +188,7 @@ impl MetadataState {
         if version >= 3 {
             // Two names and four codes: at least 12 bytes.
             let count = reader.len("ACLs", ACLS_MAX, 12)?;
-            if count == 0 {
+            if count == 0 && version == 3 {
                 return Err(reader.invalid_at(
                     "ACLs",
                     reader.position(),
@@ -198,6 +207,29 @@ impl MetadataState {
                     return Err(reader.invalid_at("ACL", at, "ACLs out of order".to_owned()));
                 }
                 state.acls.insert(binding);
+            }
+        }
+        if version >= 4 {
+            // An entity and four presence bytes: at least 9 bytes.
+            let count = reader.len("quotas", QUOTAS_MAX, 9)?;
+            if count == 0 {
+                return Err(reader.invalid_at(
+                    "quotas",
+                    reader.position(),
+                    "a state without quotas is written as version 1 to 3".to_owned(),
+                ));
+            }
+            for _ in 0..count {
+                let at = reader.position();
+                let (entity, limits) = read_quota(&mut reader)?;
+                if state
+                    .quotas
+                    .last_key_value()
+                    .is_some_and(|(last, _)| *last >= entity)
+                {
+                    return Err(reader.invalid_at("quota", at, "quotas out of order".to_owned()));
+                }
+                state.quotas.insert(entity, limits);
             }
         }
         reader.finish()?;

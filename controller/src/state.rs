@@ -25,6 +25,7 @@ use crate::command::{
     ImportedTopic, Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX,
     REPLICAS_MAX,
 };
+use crate::quotas::{QUOTAS_MAX, Quotas};
 use crate::topic_config::TopicConfig;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use crate::users::{USERS_MAX, UserRecord, check_credentials, check_user_name};
@@ -246,6 +247,15 @@ pub enum CommandError {
     /// The cluster holds [`ACLS_MAX`] access rules already.
     #[error("the cluster holds {ACLS_MAX} ACLs already; remove some first")]
     TooManyAcls,
+    /// The quota is malformed.
+    #[error("invalid quota: {0}")]
+    InvalidQuota(String),
+    /// The entity has no quota.
+    #[error("{0} has no quota")]
+    UnknownQuota(String),
+    /// The cluster holds [`QUOTAS_MAX`] quotas already.
+    #[error("the cluster holds {QUOTAS_MAX} quotas already; remove some first")]
+    TooManyQuotas,
 }
 
 /// Checks a user's name and credentials.
@@ -266,6 +276,7 @@ pub struct MetadataState {
     pub(crate) producer_id_block_end: i64,
     pub(crate) users: BTreeMap<String, UserRecord>,
     pub(crate) acls: Acls,
+    pub(crate) quotas: Quotas,
 }
 
 impl MetadataState {
@@ -292,6 +303,12 @@ impl MetadataState {
     #[must_use]
     pub fn acls(&self) -> &Acls {
         &self.acls
+    }
+
+    /// Quotas by entity.
+    #[must_use]
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
     }
 
     /// Topics by id.
@@ -484,6 +501,20 @@ impl MetadataState {
                     return Err(CommandError::UnknownAcl(binding.to_string()));
                 }
                 Ok(Outcome::AclDeleted)
+            }
+            Command::PutQuota { entity, limits } => {
+                limits.check(entity).map_err(CommandError::InvalidQuota)?;
+                if !self.quotas.contains_key(entity) && self.quotas.len() >= QUOTAS_MAX {
+                    return Err(CommandError::TooManyQuotas);
+                }
+                let created = self.quotas.insert(entity.clone(), *limits).is_none();
+                Ok(Outcome::QuotaPut { created })
+            }
+            Command::DeleteQuota { entity } => {
+                self.quotas
+                    .remove(entity)
+                    .ok_or_else(|| CommandError::UnknownQuota(entity.to_string()))?;
+                Ok(Outcome::QuotaDeleted)
             }
         }
     }
@@ -784,6 +815,16 @@ impl MetadataState {
                 }
             }
             Command::PutAcl { binding } => binding.check().map_err(CommandError::InvalidAcl),
+            Command::PutQuota { entity, limits } => {
+                limits.check(entity).map_err(CommandError::InvalidQuota)
+            }
+            Command::DeleteQuota { entity } => {
+                if self.quotas.contains_key(entity) {
+                    Ok(())
+                } else {
+                    Err(CommandError::UnknownQuota(entity.to_string()))
+                }
+            }
             Command::DeleteAcl { binding } => {
                 if self.acls.contains(binding) {
                     Ok(())
@@ -913,6 +954,14 @@ impl MetadataState {
             binding
                 .check()
                 .map_err(|reason| format!("ACL {binding}: {reason}"))?;
+        }
+        if self.quotas.len() > QUOTAS_MAX {
+            return Err(format!("{} quotas, over {QUOTAS_MAX}", self.quotas.len()));
+        }
+        for (entity, limits) in &self.quotas {
+            limits
+                .check(entity)
+                .map_err(|reason| format!("quota of {entity}: {reason}"))?;
         }
         for (id, topic) in &self.topics {
             if *id != topic.id || self.names.get(&topic.name) != Some(id) {

@@ -739,3 +739,64 @@ mod acls {
         assert_eq!(MetadataState::decode(&state.encode()), Ok(state));
     }
 }
+
+mod quotas {
+    use super::*;
+    use crate::quotas::{QuotaEntity, QuotaLimits};
+
+    fn produce_limit(bytes: u64) -> QuotaLimits {
+        QuotaLimits {
+            produce_bytes_per_second: Some(bytes),
+            ..QuotaLimits::default()
+        }
+    }
+
+    #[test]
+    fn a_quota_is_set_replaced_and_removed() {
+        let mut state = MetadataState::default();
+        let entity = QuotaEntity::User("tenant-a".to_owned());
+        let put = |bytes| Command::PutQuota {
+            entity: entity.clone(),
+            limits: produce_limit(bytes),
+        };
+        assert_eq!(
+            state.apply(1, &put(100)),
+            Ok(Outcome::QuotaPut { created: true })
+        );
+        assert_eq!(
+            state.apply(2, &put(200)),
+            Ok(Outcome::QuotaPut { created: false })
+        );
+        assert_eq!(state.quotas()[&entity], produce_limit(200));
+        state.check_invariants().unwrap();
+        assert_eq!(state.encode()[4], 4);
+        assert_eq!(MetadataState::decode(&state.encode()).as_ref(), Ok(&state));
+        let delete = Command::DeleteQuota {
+            entity: entity.clone(),
+        };
+        assert_eq!(state.apply(3, &delete), Ok(Outcome::QuotaDeleted));
+        assert!(matches!(
+            state.apply(4, &delete),
+            Err(CommandError::UnknownQuota(_))
+        ));
+        assert_eq!(state.encode()[4], 1, "readable by brokers before quotas");
+    }
+
+    #[test]
+    fn a_rate_on_an_address_is_refused_and_changes_nothing() {
+        let mut state = MetadataState::default();
+        let command = Command::PutQuota {
+            entity: QuotaEntity::DefaultIp,
+            limits: produce_limit(1),
+        };
+        assert!(matches!(
+            state.check(&command),
+            Err(CommandError::InvalidQuota(_))
+        ));
+        assert!(matches!(
+            state.apply(1, &command),
+            Err(CommandError::InvalidQuota(_))
+        ));
+        assert!(state.quotas().is_empty());
+    }
+}

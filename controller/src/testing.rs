@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use crate::acls::{AclBinding, Operation, PatternType, Permission, ResourceType};
 use crate::command::{Command, ImportedTopic};
+use crate::quotas::{QuotaEntity, QuotaLimits};
 use crate::state::MetadataState;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use corelog_wire::sasl::scram::{ITERATIONS_MIN, ScramMechanism, StoredCredential};
@@ -155,7 +156,40 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
         arb_acl("[a-zA-Z0-9._@*-]{1,255}", "[a-zA-Z0-9._*-]{1,255}")
             .prop_map(|binding| Command::PutAcl { binding }),
         arb_acl("[a-z*]{1,8}", "[a-z.*]{1,8}").prop_map(|binding| Command::DeleteAcl { binding }),
+        (arb_quota_entity(), arb_quota_limits())
+            .prop_map(|(entity, limits)| Command::PutQuota { entity, limits }),
+        arb_quota_entity().prop_map(|entity| Command::DeleteQuota { entity }),
     ]
+}
+
+/// A quota entity of each kind.
+pub(crate) fn arb_quota_entity() -> impl Strategy<Value = QuotaEntity> {
+    prop_oneof![
+        "[a-z]{1,8}".prop_map(QuotaEntity::User),
+        Just(QuotaEntity::DefaultUser),
+        any::<[u8; 4]>().prop_map(|octets| QuotaEntity::Ip(core::net::IpAddr::from(octets))),
+        Just(QuotaEntity::DefaultIp),
+    ]
+}
+
+/// Limits, well-formed for a principal or not: `check` decides.
+pub(crate) fn arb_quota_limits() -> impl Strategy<Value = QuotaLimits> {
+    (
+        proptest::option::of(0u64..1 << 30),
+        proptest::option::of(0u64..1 << 30),
+        proptest::option::of(0u32..120),
+        proptest::option::of(0u32..1000),
+    )
+        .prop_map(
+            |(produce_bytes_per_second, fetch_bytes_per_second, request_percent, connections)| {
+                QuotaLimits {
+                    produce_bytes_per_second,
+                    fetch_bytes_per_second,
+                    request_percent,
+                    connections,
+                }
+            },
+        )
 }
 
 /// An access rule over the given principal and resource name patterns
@@ -248,6 +282,9 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
         }),
         arb_acl("alice|\\*", "a|\\*").prop_map(|binding| Command::PutAcl { binding }),
         arb_acl("alice|\\*", "a|\\*").prop_map(|binding| Command::DeleteAcl { binding }),
+        (arb_quota_entity(), arb_quota_limits())
+            .prop_map(|(entity, limits)| Command::PutQuota { entity, limits }),
+        arb_quota_entity().prop_map(|entity| Command::DeleteQuota { entity }),
     ]
 }
 
