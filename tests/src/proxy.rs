@@ -831,6 +831,7 @@ mod tests {
                     gap: None,
                 }],
             }],
+            throttle_ms: 0,
         };
         let body = encode_response(&response, records).unwrap();
         let header = ResponseHeader { correlation_id: 9 };

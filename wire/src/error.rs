@@ -211,6 +211,10 @@ error_codes! {
         "Managing users, ACLs and quotas needs cluster-admin: log in as a super user (--super-users) or one granted `corelog acl add --operation cluster-admin --cluster`.";
     AclNotFound = 89, "ACL_NOT_FOUND", retriable: false,
         "No such ACL stands; list them with `corelog acl list` and remove one exactly as it is listed.";
+    QuotaNotFound = 90, "QUOTA_NOT_FOUND", retriable: false,
+        "This entity has no quota of its own; list them with `corelog quota describe`.";
+    TooManyConnectionsForPrincipal = 91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", retriable: false,
+        "This principal (or source address) has as many connections open as its quota allows; close some, or ask for a higher connection quota.";
 }
 
 impl ErrorCode {
@@ -322,6 +326,8 @@ mod tests {
         (87, "GROUP_AUTHORIZATION_FAILED", false),
         (88, "CLUSTER_ADMIN_REQUIRED", false),
         (89, "ACL_NOT_FOUND", false),
+        (90, "QUOTA_NOT_FOUND", false),
+        (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
     ];
 
     #[test]

@@ -106,6 +106,10 @@ pub enum ApiKey {
     DescribeAcls = 14,
     /// Add or remove an access rule.
     AlterAcls = 15,
+    /// The quotas of the cluster.
+    DescribeQuotas = 16,
+    /// Set or remove a quota.
+    AlterQuotas = 17,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -173,6 +177,8 @@ impl ApiKey {
         ApiKey::AlterUsers,
         ApiKey::DescribeAcls,
         ApiKey::AlterAcls,
+        ApiKey::DescribeQuotas,
+        ApiKey::AlterQuotas,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -222,6 +228,8 @@ impl ApiKey {
             13 => Some(ApiKey::AlterUsers),
             14 => Some(ApiKey::DescribeAcls),
             15 => Some(ApiKey::AlterAcls),
+            16 => Some(ApiKey::DescribeQuotas),
+            17 => Some(ApiKey::AlterQuotas),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -285,6 +293,8 @@ impl ApiKey {
             ApiKey::AlterUsers => "AlterUsers",
             ApiKey::DescribeAcls => "DescribeAcls",
             ApiKey::AlterAcls => "AlterAcls",
+            ApiKey::DescribeQuotas => "DescribeQuotas",
+            ApiKey::AlterQuotas => "AlterQuotas",
             ApiKey::PartitionReport => "PartitionReport",
         }
     }
@@ -331,6 +341,8 @@ impl ApiKey {
             | ApiKey::AlterUsers
             | ApiKey::DescribeAcls
             | ApiKey::AlterAcls
+            | ApiKey::DescribeQuotas
+            | ApiKey::AlterQuotas
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
         }
     }
@@ -368,6 +380,8 @@ impl ApiKey {
             | ApiKey::AlterUsers
             | ApiKey::DescribeAcls
             | ApiKey::AlterAcls
+            | ApiKey::DescribeQuotas
+            | ApiKey::AlterQuotas
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -889,6 +903,8 @@ mod tests {
                 (13, "AlterUsers"),
                 (14, "DescribeAcls"),
                 (15, "AlterAcls"),
+                (16, "DescribeQuotas"),
+                (17, "AlterQuotas"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -914,7 +930,7 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 15 || (20..=30).contains(&code) || (40..=48).contains(&code))
+                (code <= 17 || (20..=30).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
@@ -1029,11 +1045,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&16_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&18_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 16,
+                api_key: 18,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

@@ -483,6 +483,8 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         AlterUsers => alter_users::AlterUsersResponse,
         DescribeAcls => describe_acls::DescribeAclsResponse,
         AlterAcls => alter_acls::AlterAclsResponse,
+        DescribeQuotas => describe_quotas::DescribeQuotasResponse,
+        AlterQuotas => alter_quotas::AlterQuotasResponse,
     )
 }
 

@@ -342,14 +342,28 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
             ControllerOp::DeleteUser { name } => controller.delete_user(name).await.map(|()| 0),
             ControllerOp::PutAcl { acl } => match super::access_rules::binding(&acl) {
                 Ok(binding) => controller
-                    .alter_acl(Command::PutAcl { binding })
+                    .alter_access(Command::PutAcl { binding })
                     .await
                     .map(i64::from),
                 Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
             },
+            ControllerOp::PutQuota { quota } => match super::quota_entries::quota(&quota) {
+                Ok((entity, limits)) => controller
+                    .alter_access(Command::PutQuota { entity, limits })
+                    .await
+                    .map(i64::from),
+                Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
+            },
+            ControllerOp::DeleteQuota { entity } => match super::quota_entries::entity(&entity) {
+                Ok(entity) => controller
+                    .alter_access(Command::DeleteQuota { entity })
+                    .await
+                    .map(|_| 0),
+                Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
+            },
             ControllerOp::DeleteAcl { acl } => match super::access_rules::binding(&acl) {
                 Ok(binding) => controller
-                    .alter_acl(Command::DeleteAcl { binding })
+                    .alter_access(Command::DeleteAcl { binding })
                     .await
                     .map(|_| 0),
                 Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),

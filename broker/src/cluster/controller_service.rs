@@ -584,21 +584,22 @@ impl ControllerService {
         }
     }
 
-    /// Adds or removes an access rule (leader only); for an add, whether
-    /// the rule is new.
+    /// Adds or removes an access rule, or sets or removes a quota (leader
+    /// only); for an add or a set, whether the rule or entity is new.
     ///
     /// # Errors
-    /// See [`ControllerService::propose`]; `ACL_NOT_FOUND`, or the state
-    /// machine's refusal of a malformed rule.
-    pub async fn alter_acl(&self, command: Command) -> Result<bool, ControllerRequestError> {
+    /// See [`ControllerService::propose`]; `ACL_NOT_FOUND`,
+    /// `QUOTA_NOT_FOUND`, or the state machine's refusal of a malformed
+    /// rule or quota.
+    pub async fn alter_access(&self, command: Command) -> Result<bool, ControllerRequestError> {
         self.node
             .borrow()
             .state()
             .check(&command)
             .map_err(|error| refused(&error))?;
         match self.propose(command).await? {
-            Outcome::AclPut { created } => Ok(created),
-            Outcome::AclDeleted => Ok(false),
+            Outcome::AclPut { created } | Outcome::QuotaPut { created } => Ok(created),
+            Outcome::AclDeleted | Outcome::QuotaDeleted => Ok(false),
             other => Err(unexpected(&other)),
         }
     }
@@ -1043,6 +1044,7 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
         CommandError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
         CommandError::UnknownUser(_) => ErrorCode::UserNotFound,
         CommandError::UnknownAcl(_) => ErrorCode::AclNotFound,
+        CommandError::UnknownQuota(_) => ErrorCode::QuotaNotFound,
         _ => ErrorCode::InvalidRequest,
     }
 }

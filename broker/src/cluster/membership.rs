@@ -644,10 +644,10 @@ impl ClusterMember {
         outcomes
     }
 
-    /// Changes a user or an access rule through the controller (`PutUser`,
-    /// `DeleteUser`, `PutAcl`, `DeleteAcl`), and waits until this broker's
-    /// metadata shows the change. Returns whether a put created the user or
-    /// the rule.
+    /// Changes a user, an access rule or a quota through the controller
+    /// (`PutUser`, `DeleteUser`, `PutAcl`, `DeleteAcl`, `PutQuota`,
+    /// `DeleteQuota`), and waits until this broker's metadata shows the
+    /// change. Returns whether a put created the user, rule or quota.
     ///
     /// # Errors
     /// The controller's refusal (`USER_NOT_FOUND`, `ACL_NOT_FOUND`,
@@ -685,10 +685,25 @@ impl ClusterMember {
                     Box::new(move |state| state.acls().contains(&binding) == added),
                 )
             }
+            ControllerOp::PutQuota { quota } => {
+                let (entity, limits) =
+                    crate::cluster::quota_entries::quota(quota).map_err(invalid)?;
+                (
+                    format!("the quota of {entity}"),
+                    Box::new(move |state| state.quotas().get(&entity) == Some(&limits)),
+                )
+            }
+            ControllerOp::DeleteQuota { entity } => {
+                let entity = crate::cluster::quota_entries::entity(entity).map_err(invalid)?;
+                (
+                    format!("the quota of {entity}"),
+                    Box::new(move |state| !state.quotas().contains_key(&entity)),
+                )
+            }
             _ => {
                 return Err(PartitionError::new(
                     ErrorCode::InvalidRequest,
-                    "not a user or ACL change",
+                    "not a user, ACL or quota change",
                 ));
             }
         };

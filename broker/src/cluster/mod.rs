@@ -39,6 +39,7 @@ pub mod credentials;
 pub mod election;
 pub mod in_sync;
 pub mod membership;
+pub mod quota_entries;
 pub mod raft_log;
 pub mod sessions;
 

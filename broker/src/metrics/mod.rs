@@ -70,6 +70,15 @@ struct GroupLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThrottleLabel {
+    shard: u16,
+    /// The quota entity whose limits applied: `user:NAME` for a principal
+    /// with its own quota, else `user:*` (at most 1,000 such series).
+    entity: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardApiLabel {
     shard: u16,
     api: &'static str,
@@ -103,6 +112,8 @@ pub struct BrokerMetrics {
     errors: Family<ShardCodeLabel, Counter>,
     connections_closed: Family<ShardReasonLabel, Counter>,
     inter_broker_refused: Family<ShardApiLabel, Counter>,
+    throttled_ms: Family<ThrottleLabel, Counter>,
+    throttled_requests: Family<ThrottleLabel, Counter>,
     authentications: Family<ShardReasonLabel, Counter>,
     connections: Family<ShardLabel, Gauge>,
     in_flight_requests: Family<ShardLabel, Gauge>,
@@ -198,6 +209,8 @@ impl BrokerMetrics {
             errors: Family::default(),
             connections_closed: Family::default(),
             inter_broker_refused: Family::default(),
+            throttled_ms: Family::default(),
+            throttled_requests: Family::default(),
             authentications: Family::default(),
             connections: Family::default(),
             in_flight_requests: Family::default(),
@@ -404,6 +417,16 @@ impl BrokerMetrics {
             "inter_broker_refused",
             "Inter-broker requests (Raft, registration, replication) refused because their connection had not proved the cluster secret, by API",
             metrics.inter_broker_refused.clone(),
+        );
+        registry.register(
+            "throttled_milliseconds",
+            "Time connections were held back for going over a quota, by the quota entity whose limits applied and kind (produce, fetch, request_time)",
+            metrics.throttled_ms.clone(),
+        );
+        registry.register(
+            "throttled_requests",
+            "Requests whose principal went over a quota (answered with a throttle), by entity and kind",
+            metrics.throttled_requests.clone(),
         );
         registry.register(
             "authentications",
@@ -657,6 +680,21 @@ impl ShardMetrics {
                 api,
             })
             .inc();
+    }
+
+    /// Counts a throttle of `throttle` given for going over `entity`'s
+    /// `kind` quota.
+    pub fn throttled(&self, entity: String, kind: &'static str, throttle: Duration) {
+        let label = ThrottleLabel {
+            shard: self.shard,
+            entity,
+            kind,
+        };
+        self.all.throttled_requests.get_or_create(&label).inc();
+        self.all
+            .throttled_ms
+            .get_or_create(&label)
+            .inc_by(u64::try_from(throttle.as_millis()).unwrap_or(u64::MAX));
     }
 
     /// Counts an authentication exchange that ended, by `reason`.

@@ -44,9 +44,11 @@ use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 
 use super::access::Access;
-use super::handlers::{self, Origin};
+use super::handlers::{self, Caller, Origin};
+use super::quota::Kind;
 use super::request_body::RequestBody;
 use super::session::{Credentials, FailureLog, Principal, Session, Step};
+use super::throttle::Throttle;
 use crate::api::Reply;
 use crate::api::refused;
 use crate::config::Authentication;
@@ -177,6 +179,8 @@ enum CloseReason {
     AuthenticationRequired,
     #[error("user {0:?} was deleted or given a new password")]
     CredentialRevoked(String),
+    #[error("{0} is at its connection quota")]
+    ConnectionQuota(String),
 }
 
 impl CloseReason {
@@ -328,11 +332,25 @@ async fn read_requests(
     };
     // Requests being handled: a connection waiting on them is not idle.
     let in_flight = Rc::new(Cell::new(0u32));
+    // Until when a quota holds this connection back (see `net::quota`).
+    let throttled_until = Rc::new(Cell::new(Instant::now()));
+    // This connection's place in its principal's connection count.
+    let mut counted_as = PrincipalSlot::count(shard, &session).map_err(|entity| {
+        shard.metrics.connection_closed("connection_quota");
+        CloseReason::ConnectionQuota(entity)
+    })?;
     let mut handshake_done = false;
     loop {
         // Backpressure: no next frame until a request slot is free; a slot
         // is freed when its response has been written.
         let permit = permits.acquire_arc().await;
+        // A quota's throttle: nothing more is read until it has passed.
+        let wait = throttled_until
+            .get()
+            .saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            glommio::timer::sleep(wait).await;
+        }
         let mut header_bytes = [0u8; REQUEST_HEADER_BYTES];
         let user = match session.principal() {
             Some(Principal::User { name, changed_at }) => Some((name.clone(), *changed_at)),
@@ -418,6 +436,20 @@ async fn read_requests(
         if header.api_key == ApiKey::Authenticate {
             let step = authenticate(shard, &mut session, &body, peer).await;
             shard.metrics.request(header.api_key.name());
+            let step = step.map(|step| match PrincipalSlot::count(shard, &session) {
+                Ok(slot) if step.response.complete => {
+                    counted_as = slot;
+                    step
+                }
+                Ok(_) => step,
+                Err(entity) => {
+                    shard.metrics.connection_closed("connection_quota");
+                    Step::refused(
+                        ErrorCode::TooManyConnectionsForPrincipal,
+                        format!("{entity} has as many connections open as its quota allows"),
+                    )
+                }
+            });
             match step {
                 Ok(step) => {
                     let close = step.close;
@@ -476,16 +508,21 @@ async fn read_requests(
             );
             continue;
         }
-        // Decided by the ACLs as of now: a change applies from the next
-        // request of every open connection.
-        let access = Access::of(&shard.config, session.principal(), shard.snapshot());
+        // Decided by the ACLs and quotas as of now: a change applies from
+        // the next request of every open connection.
+        let caller = caller(shard, &session);
+        let throttled_until = throttled_until.clone();
         let request = shard.begin_request();
         let shard = shard.clone();
         let outgoing = outgoing.clone();
         let in_flight = in_flight.clone();
         in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
-            let reply = handle(&shard, header, body, received, peer, &access).await;
+            let reply = handle(&shard, header, body, received, peer, &caller).await;
+            let throttle = caller.throttle.given();
+            if !throttle.is_zero() {
+                throttled_until.set(throttled_until.get().max(Instant::now() + throttle));
+            }
             send(&outgoing, permit, header.correlation_id, reply, false);
             in_flight.set(in_flight.get() - 1);
             drop(request);
@@ -575,19 +612,26 @@ async fn handle(
     body: RequestBody,
     received: Instant,
     peer: Option<std::net::SocketAddr>,
-    access: &Access,
+    caller: &Caller,
 ) -> Reply {
     shard.metrics.request(header.api_key.name());
-    handlers::dispatch(
+    let dispatched = handlers::dispatch(
         shard,
         header.api_key,
         body,
         received,
         Origin::Network(peer),
-        access,
-    )
-    .await
-    .unwrap_or_else(|code| {
+        caller,
+    );
+    // The request-time quota meters the time this shard spent running the
+    // handler, not the time it waited (for a disk, a quorum, a long poll).
+    let (result, busy) = BusyTime::new(dispatched).await;
+    if caller.throttle.is_metered() {
+        caller
+            .throttle
+            .take(shard, Kind::RequestTime, busy.as_nanos() as f64);
+    }
+    result.unwrap_or_else(|code| {
         shard.metrics.error(code);
         Reply::error(code)
     })
@@ -630,4 +674,91 @@ async fn discard(
         left -= take;
     }
     Ok(())
+}
+
+/// What the request may do and how it is metered, by the connection's
+/// principal and the metadata as of now.
+fn caller(shard: &Shard, session: &Session) -> Caller {
+    let snapshot = shard.snapshot();
+    let throttle = match session.principal() {
+        Some(Principal::Broker(_)) => Throttle::none(),
+        principal => Throttle::of(&snapshot, principal.and_then(principal_name)),
+    };
+    Caller {
+        access: Access::of(&shard.config, session.principal(), snapshot),
+        throttle,
+    }
+}
+
+/// The name ACLs and quotas know a principal by; `None` for a broker.
+fn principal_name(principal: &Principal) -> Option<&str> {
+    match principal {
+        Principal::User { name, .. } | Principal::Certificate(name) => Some(name),
+        Principal::Broker(_) => None,
+    }
+}
+
+/// A connection's place in its principal's connection count on this
+/// shard; given back when the connection ends.
+struct PrincipalSlot {
+    shard: Rc<Shard>,
+    name: String,
+}
+
+impl PrincipalSlot {
+    /// Counts the session's principal (a user or certificate name);
+    /// `Ok(None)` for one that did not log in or a broker.
+    ///
+    /// # Errors
+    /// The quota entity at its connection limit.
+    fn count(shard: &Rc<Shard>, session: &Session) -> Result<Option<PrincipalSlot>, String> {
+        let Some(name) = session.principal().and_then(principal_name) else {
+            return Ok(None);
+        };
+        let snapshot = shard.snapshot();
+        shard.quotas.borrow_mut().open_as(
+            snapshot.cluster.state.quotas(),
+            name,
+            u32::from(shard.config.shards),
+        )?;
+        Ok(Some(PrincipalSlot {
+            shard: shard.clone(),
+            name: name.to_owned(),
+        }))
+    }
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        self.shard.quotas.borrow_mut().close_as(&self.name);
+    }
+}
+
+/// A future and the time spent polling it: what it cost this shard.
+struct BusyTime<F> {
+    inner: std::pin::Pin<Box<F>>,
+    busy: Duration,
+}
+
+impl<F: std::future::Future> BusyTime<F> {
+    fn new(inner: F) -> BusyTime<F> {
+        BusyTime {
+            inner: Box::pin(inner),
+            busy: Duration::ZERO,
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for BusyTime<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let started = Instant::now();
+        let polled = self.inner.as_mut().poll(context);
+        self.busy += started.elapsed();
+        polled.map(|output| (output, self.busy))
+    }
 }

@@ -60,8 +60,15 @@ pub async fn accept_loop(
         let shard = shard.clone();
         let tls = tls.clone();
         glommio::spawn_local(async move {
+            let address = stream.peer_addr().ok().map(|peer| peer.ip());
             if over_limit {
                 refuse(stream, ErrorCode::TooManyConnections).await;
+            } else if let Some(entity) =
+                address.and_then(|address| over_address_quota(&shard, address))
+            {
+                tracing::debug!(entity, "a connection over its address's quota: refused");
+                shard.metrics.connection_closed("connection_quota");
+                refuse(stream, ErrorCode::TooManyConnectionsForPrincipal).await;
             } else {
                 let peer = stream.peer_addr().ok();
                 shard.connections.set(shard.connections.get() + 1);
@@ -77,11 +84,29 @@ pub async fn accept_loop(
                     .metrics
                     .connections
                     .set(i64::from(shard.connections.get()));
+                if let Some(address) = address {
+                    shard.quotas.borrow_mut().close_from(address);
+                }
             }
             counter.fetch_sub(1, Ordering::Relaxed);
         })
         .detach();
     }
+}
+
+/// Counts a connection from `address`: `None` when within its quota,
+/// else the entity whose connection limit it would exceed.
+fn over_address_quota(shard: &Shard, address: std::net::IpAddr) -> Option<String> {
+    let snapshot = shard.snapshot();
+    shard
+        .quotas
+        .borrow_mut()
+        .open_from(
+            snapshot.cluster.state.quotas(),
+            address,
+            u32::from(shard.config.shards),
+        )
+        .err()
 }
 
 /// The connection's stream as it is served: TLS once its handshake is

@@ -10,8 +10,7 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 use futures::future::LocalBoxFuture;
 
-use super::access::Access;
-use super::handlers::{self, Origin};
+use super::handlers::{self, Caller, Origin};
 use super::request_body::RequestBody;
 use crate::api::Reply;
 use crate::peer::LocalService;
@@ -47,7 +46,7 @@ impl LocalService for Loopback {
                 body,
                 Instant::now(),
                 Origin::Loopback,
-                &Access::unrestricted(),
+                &Caller::this_broker(),
             )
             .await
             .unwrap_or_else(Reply::error)

@@ -17,8 +17,10 @@ pub mod handlers;
 pub mod listener;
 pub mod loopback;
 pub mod port;
+pub mod quota;
 pub mod request_body;
 pub mod session;
 pub mod shard_ports;
+pub mod throttle;
 
 pub use crate::api::Reply;

@@ -143,6 +143,13 @@ impl Step {
         }
     }
 
+    /// A login refused for a reason other than its proof (a connection
+    /// quota): the connection is closed, without a failure's delay.
+    #[must_use]
+    pub fn refused(code: ErrorCode, message: String) -> Step {
+        Step::failed(code, message, "connection_quota")
+    }
+
     /// Whether a wrong credential ended the exchange (what earns a delay).
     #[must_use]
     pub fn is_failed_proof(&self) -> bool {

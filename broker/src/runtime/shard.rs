@@ -84,6 +84,8 @@ pub struct Shard {
     cluster: RefCell<Option<ClusterRole>>,
     /// Connections being served.
     pub connections: Cell<u32>,
+    /// Quota buckets and connection counts of this shard.
+    pub quotas: RefCell<crate::net::quota::QuotaTracker>,
     in_flight: Cell<u64>,
     drained: Event,
     /// Notified once when shutdown begins; connections stop reading.
@@ -177,6 +179,7 @@ impl Shard {
             deletion_queue: DeletionQueue::default(),
             cluster: RefCell::new(None),
             connections: Cell::new(0),
+            quotas: RefCell::new(crate::net::quota::QuotaTracker::default()),
             in_flight: Cell::new(0),
             drained: Event::new(),
             stopping: Event::new(),

@@ -662,7 +662,13 @@ impl FakeBroker {
                     .collect(),
             })
             .collect();
-        (FetchResponse { topics }, raw)
+        (
+            FetchResponse {
+                topics,
+                throttle_ms: 0,
+            },
+            raw,
+        )
     }
 
     fn list_offsets(

@@ -16,6 +16,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 use super::alter_users::ScramCredentialEntry;
 use super::common::ConfigEntry;
 use super::describe_acls::AclEntry;
+use super::describe_quotas::QuotaEntry;
 use super::{api, no_raw_section};
 use crate::frame::ApiKey;
 
@@ -85,6 +86,16 @@ pub enum ControllerOp {
         /// The rule.
         acl: AclEntry,
     } = 7,
+    /// Set a quota (`AlterQuotas`).
+    PutQuota {
+        /// The entity and its limits.
+        quota: QuotaEntry,
+    } = 8,
+    /// Remove a quota (`AlterQuotas`).
+    DeleteQuota {
+        /// The entity.
+        entity: String,
+    } = 9,
 }
 
 /// Forwards one change to the controller leader.
@@ -114,7 +125,9 @@ pub struct ControllerOperationResponse {
     /// new topic's id (-1 when only validated); for `DeleteTopic`, 0; for
     /// `ResignLeadership`, 1 if the partition became leaderless, else 0;
     /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0;
-    /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0.
+    /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0;
+    /// for `PutQuota`, 1 if the entity had no quota, else 0; for
+    /// `DeleteQuota`, 0.
     /// `-1` on error.
     pub value: i64,
 }
@@ -178,6 +191,9 @@ pub(crate) mod tests {
                 .prop_map(|acl| ControllerOp::PutAcl { acl }),
             crate::message::describe_acls::tests::entry()
                 .prop_map(|acl| ControllerOp::DeleteAcl { acl }),
+            crate::message::describe_quotas::tests::entry()
+                .prop_map(|quota| ControllerOp::PutQuota { quota }),
+            name().prop_map(|entity| ControllerOp::DeleteQuota { entity }),
         ]
     }
 
@@ -245,6 +261,16 @@ pub(crate) mod tests {
         };
         assert_eq!(archived_tag(&ControllerOp::PutAcl { acl: acl.clone() }), 6);
         assert_eq!(archived_tag(&ControllerOp::DeleteAcl { acl }), 7);
+        let quota = QuotaEntry {
+            entity: "user:*".to_owned(),
+            produce_bytes_per_second: Some(1),
+            fetch_bytes_per_second: None,
+            request_percent: None,
+            connections: None,
+        };
+        assert_eq!(archived_tag(&ControllerOp::PutQuota { quota }), 8);
+        let entity = "user:*".to_owned();
+        assert_eq!(archived_tag(&ControllerOp::DeleteQuota { entity }), 9);
     }
 
     proptest! {

@@ -141,6 +141,10 @@ pub struct FetchTopicResponse {
 pub struct FetchResponse {
     /// Topics, in raw-section order.
     pub topics: Vec<FetchTopicResponse>,
+    /// How long the client should wait before its next request to this
+    /// broker: the principal went over its fetch quota (the broker delays
+    /// reading the connection by as much). 0 when within it.
+    pub throttle_ms: u32,
 }
 
 api!(ApiKey::Fetch, FetchRequest => FetchResponse);
@@ -311,7 +315,13 @@ pub(crate) mod tests {
                         .collect(),
                 })
                 .collect();
-            (FetchResponse { topics }, raw)
+            (
+                FetchResponse {
+                    topics,
+                    throttle_ms: 0,
+                },
+                raw,
+            )
         })
     }
 

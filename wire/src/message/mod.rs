@@ -77,6 +77,7 @@ mod common;
 mod stored;
 
 pub mod alter_acls;
+pub mod alter_quotas;
 pub mod alter_users;
 pub mod api_versions;
 pub mod audit;
@@ -91,6 +92,7 @@ pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_groups;
+pub mod describe_quotas;
 pub mod describe_shards;
 pub mod describe_topics;
 pub mod describe_users;

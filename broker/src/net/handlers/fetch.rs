@@ -23,10 +23,12 @@ use corelog_wire::message::fetch::{
 use corelog_wire::types::Offset;
 use futures::future::{Either, join_all, select, select_all};
 
+use super::Caller;
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
 use crate::metadata::ShardId;
-use crate::net::access::Access;
+use crate::net::quota::Kind;
+use crate::net::throttle::{Throttle, millis};
 use crate::partition::{GapInfo, PartitionError};
 use crate::runtime::command::PartitionId;
 use crate::runtime::shard::Shard;
@@ -44,8 +46,9 @@ struct Wanted {
 pub(super) async fn fetch(
     shard: &Rc<Shard>,
     body: &[u8],
-    access: &Access,
+    caller: &Caller,
 ) -> Result<Reply, ErrorCode> {
+    let access = &caller.access;
     let (request, _) = decode_request::<FetchRequest>(body).map_err(refused)?;
     let max_wait = Duration::from_millis(u64::from(
         request
@@ -95,7 +98,7 @@ pub(super) async fn fetch(
         let any_error = results.iter().any(Result::is_err);
         let now = Instant::now();
         if fetched >= min_bytes.max(1) || any_error || now >= deadline || listeners.is_empty() {
-            return respond(shard, &wanted, results, max_bytes);
+            return respond(shard, &wanted, results, max_bytes, &caller.throttle);
         }
         let timeout = Box::pin(glommio::timer::sleep(deadline - now));
         match select(select_all(listeners), timeout).await {
@@ -120,6 +123,7 @@ fn respond(
     wanted: &[Wanted],
     results: Vec<Result<ReadOutcome, PartitionError>>,
     max_bytes: usize,
+    throttle: &Throttle,
 ) -> Result<Reply, ErrorCode> {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
     let mut raw: Vec<Bytes> = Vec::new();
@@ -179,7 +183,16 @@ fn respond(
             }),
         }
     }
-    Reply::message(&FetchResponse { topics }, raw).map_err(unencodable)
+    // Metered by what goes out; the throttle goes into this response.
+    let throttle = throttle.take(shard, Kind::Fetch, total as f64);
+    Reply::message(
+        &FetchResponse {
+            topics,
+            throttle_ms: millis(throttle),
+        },
+        raw,
+    )
+    .map_err(unencodable)
 }
 
 fn count_out(shard: &Rc<Shard>, chunks: &[Bytes]) {

@@ -9,6 +9,7 @@ mod fetch;
 mod groups;
 mod offsets;
 mod produce;
+mod quotas;
 mod replica;
 mod topics;
 mod users;
@@ -29,8 +30,29 @@ use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProduce
 
 use super::access::Access;
 use super::request_body::RequestBody;
+use super::throttle::Throttle;
 use crate::api::{Reply, refused};
 use crate::runtime::shard::Shard;
+
+/// Who sent a request: what it may do and how it is metered.
+#[derive(Debug)]
+pub struct Caller {
+    /// The ACL decision.
+    pub access: Access,
+    /// The quota metering.
+    pub throttle: Throttle,
+}
+
+impl Caller {
+    /// This broker itself: allowed everything, unmetered.
+    #[must_use]
+    pub fn this_broker() -> Caller {
+        Caller {
+            access: Access::unrestricted(),
+            throttle: Throttle::none(),
+        }
+    }
+}
 
 /// Where a request came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +70,9 @@ pub enum Origin {
 /// but itself speaks the inter-broker APIs to it, so from the network they
 /// are refused with `UNSUPPORTED_VERSION`.
 ///
-/// `access` says what the request may do (see [`super::access`]); each
-/// handler checks the operations it performs.
+/// `caller` says what the request may do (see [`super::access`]), each
+/// handler checking the operations it performs, and meters it (see
+/// [`super::quota`]): produce and fetch take their bytes.
 ///
 /// # Errors
 /// The code of a top-level refusal (`INVALID_REQUEST` for a body that does
@@ -60,8 +83,9 @@ pub async fn dispatch(
     body: RequestBody,
     received: Instant,
     origin: Origin,
-    access: &Access,
+    caller: &Caller,
 ) -> Result<Reply, ErrorCode> {
+    let access = &caller.access;
     let peer = match origin {
         Origin::Network(peer) => {
             if api_key.is_inter_broker() && shard.config.is_single_node() {
@@ -77,8 +101,8 @@ pub async fn dispatch(
         ApiKey::CreateTopics => topics::create(shard, &body, access).await,
         ApiKey::DeleteTopics => topics::delete(shard, &body, access).await,
         ApiKey::DescribeTopics => topics::describe(shard, &body, access).await,
-        ApiKey::Produce => produce::produce(shard, body, received, access).await,
-        ApiKey::Fetch => fetch::fetch(shard, &body, access).await,
+        ApiKey::Produce => produce::produce(shard, body, received, caller).await,
+        ApiKey::Fetch => fetch::fetch(shard, &body, caller).await,
         ApiKey::ListOffsets => offsets::list_offsets(shard, &body, access).await,
         ApiKey::InitProducerId => init_producer_id(shard, &body, access).await,
         ApiKey::DescribeShards => describe_shards(shard, &body),
@@ -97,6 +121,8 @@ pub async fn dispatch(
         ApiKey::AlterUsers => users::alter(shard, &body, access).await,
         ApiKey::DescribeAcls => acls::describe(shard, &body, access),
         ApiKey::AlterAcls => acls::alter(shard, &body, access).await,
+        ApiKey::DescribeQuotas => quotas::describe(shard, &body, access),
+        ApiKey::AlterQuotas => quotas::alter(shard, &body, access).await,
         ApiKey::DescribeCluster => cluster::describe(shard, &body, access).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft

@@ -17,10 +17,12 @@ use corelog_wire::message::produce::{
 };
 use futures::future::{Either, join_all, ready};
 
+use super::Caller;
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
-use crate::net::access::Access;
+use crate::net::quota::Kind;
 use crate::net::request_body::RequestBody;
+use crate::net::throttle::millis;
 use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
 
@@ -39,8 +41,13 @@ pub(super) async fn produce(
     shard: &Rc<Shard>,
     body: RequestBody,
     received: Instant,
-    access: &Access,
+    caller: &Caller,
 ) -> Result<Reply, ErrorCode> {
+    let access = &caller.access;
+    // Metered on arrival: the throttle goes into this response.
+    let throttle = caller
+        .throttle
+        .take(shard, Kind::Produce, body.len() as f64);
     let (acks, timeout, targets) = {
         let (request, raw) = decode_request::<ProduceRequest>(&body).map_err(refused)?;
         let acks = match request.acks {
@@ -131,7 +138,7 @@ pub(super) async fn produce(
     Reply::message(
         &ProduceResponse {
             topics,
-            throttle_ms: 0,
+            throttle_ms: millis(throttle),
         },
         Vec::new(),
     )
