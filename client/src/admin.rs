@@ -33,6 +33,7 @@
 mod acls;
 mod cluster_status;
 mod groups;
+mod quotas;
 mod users;
 
 use std::collections::BTreeMap;
@@ -61,6 +62,7 @@ pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
     PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
 };
+pub use self::quotas::Quota;
 pub use self::users::{DEFAULT_ITERATIONS, UserListing};
 
 /// How long the broker may take to commit a topic creation or deletion

@@ -67,6 +67,8 @@ pub(crate) struct Cluster {
     interest: Mutex<BTreeSet<String>>,
     refresh: tokio::sync::Mutex<Option<Instant>>,
     refresh_count: AtomicU64,
+    /// Quota throttles the brokers asked for.
+    pub(crate) throttles: crate::throttle::Throttles,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -130,6 +132,7 @@ impl Cluster {
             interest: Mutex::new(BTreeSet::new()),
             refresh: tokio::sync::Mutex::new(None),
             refresh_count: AtomicU64::new(0),
+            throttles: crate::throttle::Throttles::default(),
         });
         cluster.any_connection().await?;
         Ok(cluster)

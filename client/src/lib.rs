@@ -73,6 +73,7 @@ pub mod group;
 mod metadata;
 pub mod producer;
 mod sasl;
+mod throttle;
 mod tls;
 pub mod verify;
 
@@ -99,4 +100,5 @@ pub use self::producer::{
     Delivery, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, partition_for_key,
 };
 pub use self::sasl::{SaslCredentials, ScramMechanism};
+pub use self::throttle::ThrottleStats;
 pub use self::tls::ClientTls;

@@ -15,6 +15,7 @@
 //! corelog user create NAME --password-stdin [--mechanism M ...] | user delete NAME | user list
 //! corelog acl add|remove --allow|--deny PRINCIPAL --operation OP --topic|--group NAME [--prefix] | --cluster
 //! corelog acl list [--principal P] [--topic N | --group N | --cluster]
+//! corelog quota set ENTITY [--produce-rate R] [--fetch-rate R] [--request-percent P] [--connections N] | quota describe [ENTITY] | quota remove ENTITY
 //! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!
@@ -32,6 +33,7 @@ mod lines;
 mod numbers;
 mod output;
 mod produce;
+mod quota;
 mod reset;
 mod settings;
 mod time;
@@ -129,6 +131,10 @@ enum Command {
     /// Add, remove and list access rules (ACLs).
     #[command(subcommand)]
     Acl(acl::AclCommand),
+    /// Set, describe and remove quotas (bytes per second, request time,
+    /// connections).
+    #[command(subcommand)]
+    Quota(quota::QuotaCommand),
 }
 
 /// Exit code of `verify` when the checker found violations.
@@ -201,6 +207,7 @@ fn main() -> ExitCode {
             }
             Command::User(command) => user::run(&global, command).await,
             Command::Acl(command) => acl::run(&global, command).await,
+            Command::Quota(command) => quota::run(&global, command).await,
             Command::Verify(args) => match verify::run(&global, args).await? {
                 verify::Verdict::Clean => Ok(()),
                 verify::Verdict::Violations(count) => {

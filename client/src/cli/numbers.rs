@@ -90,9 +90,47 @@ pub(crate) fn refresh_seconds(text: &str) -> Result<u64, String> {
     )
 }
 
+/// `quota set --produce-rate` and `--fetch-rate`: bytes per second, at
+/// least 1, plain or with a binary unit (`512KiB`, `10MiB`, `1GiB`).
+pub(crate) fn bytes_per_second(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '-') {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?}: give bytes per second, or use KiB, MiB or GiB"
+            ));
+        }
+    };
+    let rule = "a rate is at least 1 byte per second";
+    let value = whole_number(digits, 1, u64::MAX / scale, rule)?;
+    Ok(value * scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_take_binary_units() {
+        assert_eq!(bytes_per_second("1024"), Ok(1024));
+        assert_eq!(bytes_per_second("10MiB"), Ok(10 << 20));
+        assert_eq!(bytes_per_second("512KiB"), Ok(512 << 10));
+        assert!(bytes_per_second("0").unwrap_err().contains("at least 1"));
+        assert!(
+            bytes_per_second("10MB")
+                .unwrap_err()
+                .contains("KiB, MiB or GiB")
+        );
+        assert!(bytes_per_second("-5").is_err());
+    }
 
     #[test]
     fn negative_numbers_are_told_the_valid_range() {

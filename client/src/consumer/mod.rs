@@ -369,6 +369,13 @@ impl fmt::Debug for Consumer {
 }
 
 impl Consumer {
+    /// How often, and for how long, brokers throttled this consumer's
+    /// fetches for going over its principal's quota.
+    #[must_use]
+    pub fn throttle_stats(&self) -> crate::ThrottleStats {
+        self.cluster.throttles.stats()
+    }
+
     /// Connects to the cluster.
     ///
     /// # Errors
@@ -696,6 +703,10 @@ impl Consumer {
             }
             Err(error) => return Err(error),
         };
+        // A broker over this principal's quota said when to come back.
+        if let Some(until) = self.cluster.throttles.until(leader, shard) {
+            tokio::time::sleep_until(until).await;
+        }
         let request = self.fetch_request(&partitions);
         let reply = match connection
             .call(&request, Vec::new(), self.config.fetch_max_wait)
@@ -706,6 +717,9 @@ impl Consumer {
             Err(error) => return Err(error),
         };
         let (response, raw) = reply.decode()?;
+        self.cluster
+            .throttles
+            .note(leader, shard, response.throttle_ms.to_native());
         let sections =
             corelog_wire::message::fetch::partition_records(response, raw).map_err(|error| {
                 ClientError::Protocol {

@@ -369,6 +369,14 @@ impl std::fmt::Debug for Producer {
 }
 
 impl Producer {
+    /// How often, and for how long, brokers throttled this client for
+    /// going over its principal's quota (shared by every producer,
+    /// consumer and admin of one client).
+    #[must_use]
+    pub fn throttle_stats(&self) -> crate::ThrottleStats {
+        self.inner.cluster.throttles.stats()
+    }
+
     /// Connects, obtains a producer id (with idempotence) and starts the
     /// sender task. Needs a tokio runtime.
     ///

@@ -248,6 +248,11 @@ impl Sender {
             }
         }
         for ((leader, shard), partitions) in by_owner {
+            // A broker over this principal's quota said when to come back.
+            if let Some(until) = self.cluster.throttles.until(leader, shard) {
+                earliest(Some(until));
+                continue;
+            }
             if let Some(&retry_at) = self.unreachable.get(&leader) {
                 if retry_at > now {
                     earliest(Some(retry_at));
@@ -273,13 +278,23 @@ impl Sender {
                     .collect();
                 let (request, raw) = self.produce_request(items);
                 match connection.send(&request, raw, Duration::ZERO).await {
-                    Ok(pending) => self.in_flight.push(Box::pin(async move {
-                        let result = match pending.wait().await {
-                            Ok(reply) => reply.decode().map(|(response, _)| answers(response)),
-                            Err(error) => Err(error),
-                        };
-                        Outcome { sent, result }
-                    })),
+                    Ok(pending) => {
+                        let cluster = self.cluster.clone();
+                        self.in_flight.push(Box::pin(async move {
+                            let result = match pending.wait().await {
+                                Ok(reply) => reply.decode().map(|(response, _)| {
+                                    cluster.throttles.note(
+                                        leader,
+                                        shard,
+                                        response.throttle_ms.to_native(),
+                                    );
+                                    answers(response)
+                                }),
+                                Err(error) => Err(error),
+                            };
+                            Outcome { sent, result }
+                        }));
+                    }
                     Err(error) => self.settle(Outcome {
                         sent,
                         result: Err(error),
