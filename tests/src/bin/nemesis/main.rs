@@ -36,6 +36,7 @@
 
 mod plan;
 mod rig;
+mod secured;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -51,6 +52,7 @@ use serde::Serialize;
 
 use crate::plan::{FaultKind, Target, plan};
 use crate::rig::Rig;
+use crate::secured::Secured;
 
 /// Topic the workload writes.
 const TOPIC: &str = "nemesis";
@@ -88,6 +90,10 @@ struct Args {
     /// Copy each broker's output (all its runs) into this directory.
     #[arg(long)]
     broker_logs: Option<std::path::PathBuf>,
+    /// Run with the trust boundary on: TLS everywhere, the workload logged
+    /// in with SCRAM and held to ACLs (see `secured.rs`).
+    #[arg(long)]
+    secured: bool,
 }
 
 /// What happened to one fault.
@@ -143,8 +149,12 @@ fn main() -> ExitCode {
             .map_or(1, |since| u64::from(since.subsec_nanos()) ^ since.as_secs())
     });
     let replay = format!(
-        "corelog-nemesis --seed {seed} --duration {} --fault-gap {} --rate {} --partitions {}",
-        args.duration, args.fault_gap, args.rate, args.partitions
+        "corelog-nemesis --seed {seed} --duration {} --fault-gap {} --rate {} --partitions {}{}",
+        args.duration,
+        args.fault_gap,
+        args.rate,
+        args.partitions,
+        if args.secured { " --secured" } else { "" }
     );
     println!("nemesis: seed {seed}; replay with: {replay}");
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -173,15 +183,33 @@ fn main() -> ExitCode {
         }
     };
 
-    let (mut rig, capabilities) = Rig::start(seed, firewall);
+    let security = args.secured.then(|| Secured::new(&Rig::HOSTS));
+    let (mut rig, capabilities) = Rig::start(seed, firewall, security.as_ref());
     if let Some(reason) = &capabilities.no_small_fs {
         println!("nemesis: no small filesystem ({reason}); disk-full faults fall back to kills");
     }
-    let client = ClientConfig {
+    let mut client = ClientConfig {
         client_name: "corelog-nemesis".to_owned(),
         bootstrap: rig.bootstrap(),
         ..ClientConfig::default()
     };
+    if let Some(security) = &security {
+        let group = format!("{TOPIC}-group");
+        let enrolled = runtime.block_on(security.enrol_workload(
+            &client,
+            TOPIC,
+            &group,
+            Duration::from_secs(60),
+        ));
+        client = match enrolled {
+            Ok(client) => client,
+            Err(error) => {
+                eprintln!("nemesis: cannot create the workload's user and ACLs: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("nemesis: secured: TLS, the workload logged in with SCRAM-SHA-512, ACLs on");
+    }
     // Brokers register fenced; the topic can be created once all three are
     // unfenced.
     let ready_by = Instant::now() + Duration::from_secs(30);

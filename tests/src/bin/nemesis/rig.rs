@@ -3,6 +3,7 @@
 //! rules in a private network namespace, durable ledgers for power loss,
 //! EIO hooks, a small filesystem under one broker, and file corruption.
 
+use crate::secured::Secured;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -75,18 +76,34 @@ pub struct Outcome {
 }
 
 impl Rig {
+    /// The brokers' addresses (127.0.0.2-4), then their proxies'
+    /// (127.0.0.12-14): what a TLS certificate of the rig must name.
+    pub const HOSTS: [Ipv4Addr; 6] = [
+        Ipv4Addr::new(127, 0, 0, 2),
+        Ipv4Addr::new(127, 0, 0, 3),
+        Ipv4Addr::new(127, 0, 0, 4),
+        Ipv4Addr::new(127, 0, 0, 12),
+        Ipv4Addr::new(127, 0, 0, 13),
+        Ipv4Addr::new(127, 0, 0, 14),
+    ];
+
     /// Starts three brokers (node ids 1-3) on 127.0.0.2-4, each behind a
     /// proxy on 127.0.0.12-14 that it advertises, every one recording a
     /// durable ledger; broker 3's data on a small filesystem when one can
     /// be mounted.
-    pub fn start(seed: u64, firewall: Option<Firewall>) -> (Rig, Capabilities) {
+    pub fn start(
+        seed: u64,
+        firewall: Option<Firewall>,
+        security: Option<&Secured>,
+    ) -> (Rig, Capabilities) {
         let work = tempfile::tempdir().expect("a temporary directory");
         let (small_fs, no_small_fs) = match SmallFs::mount(SMALL_FS_BYTES) {
             Ok(fs) => (Some(fs), None),
             Err(error) => (None, Some(error.to_string())),
         };
-        let broker_ips = [2, 3, 4].map(|last| Ipv4Addr::new(127, 0, 0, last));
-        let proxy_ips = [12, 13, 14].map(|last| Ipv4Addr::new(127, 0, 0, last));
+        let [b1, b2, b3, p1, p2, p3] = Rig::HOSTS;
+        let broker_ips = [b1, b2, b3];
+        let proxy_ips = [p1, p2, p3];
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let proxies: Vec<FaultProxy> = (0..3)
             .map(|index| {
@@ -120,7 +137,9 @@ impl Rig {
                 std::fs::File::create(home.join("data.durable-ledger"))
                     .expect("a durable ledger file");
                 let advertised = proxy_ips[index].to_string();
-                let args = process::member_args(index, &voters, Some(&advertised), &[]);
+                let secured = security.map(Secured::broker_args).unwrap_or_default();
+                let secured: Vec<&str> = secured.iter().map(String::as_str).collect();
+                let args = process::member_args(index, &voters, Some(&advertised), &secured);
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let addr = SocketAddr::from((broker_ips[index], ports[index]));
                 let mut broker = Broker::unstarted(addr, &data_dir, &args)
