@@ -22,7 +22,8 @@ pub enum Validity {
 /// A certificate and its key, as PEM files.
 #[derive(Clone, Debug)]
 pub struct Issued {
-    /// The certificate chain (the leaf alone: its CA is the trust anchor).
+    /// The certificate chain: the leaf, then any intermediate CAs (the
+    /// root is the trust anchor).
     pub cert: PathBuf,
     /// Its private key.
     pub key: PathBuf,
@@ -33,6 +34,9 @@ pub struct TestCa {
     dir: tempfile::TempDir,
     cert: rcgen::Certificate,
     key: KeyPair,
+    /// PEM of the CAs between this one and the root, this one first
+    /// (empty for a root): what a certificate it issues is served with.
+    chain: String,
 }
 
 impl std::fmt::Debug for TestCa {
@@ -50,19 +54,39 @@ impl TestCa {
     /// If rcgen cannot make it or the files cannot be written.
     #[must_use]
     pub fn new(name: &str) -> TestCa {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
         let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
+        let cert = ca_params(name).self_signed(&key).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("ca.pem"), cert.pem()).unwrap();
-        TestCa { dir, cert, key }
+        TestCa {
+            dir,
+            cert,
+            key,
+            chain: String::new(),
+        }
+    }
+
+    /// An intermediate CA named `name`, signed by this one: the
+    /// certificates it issues carry it in their chain files, and chain to
+    /// this CA's trust anchor.
+    ///
+    /// # Panics
+    /// If rcgen cannot make it or the files cannot be written.
+    #[must_use]
+    pub fn intermediate(&self, name: &str) -> TestCa {
+        let key = KeyPair::generate().unwrap();
+        let cert = ca_params(name)
+            .signed_by(&key, &self.cert, &self.key)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), cert.pem()).unwrap();
+        let chain = format!("{}{}", cert.pem(), self.chain);
+        TestCa {
+            dir,
+            cert,
+            key,
+            chain,
+        }
     }
 
     /// The CA's certificate file, what clients and brokers trust.
@@ -106,7 +130,7 @@ impl TestCa {
             cert: self.dir.path().join(format!("{file_stem}.pem")),
             key: self.dir.path().join(format!("{file_stem}.key")),
         };
-        std::fs::write(&issued.cert, cert.pem()).unwrap();
+        std::fs::write(&issued.cert, format!("{}{}", cert.pem(), self.chain)).unwrap();
         std::fs::write(&issued.key, key.serialize_pem()).unwrap();
         issued
     }
@@ -116,6 +140,18 @@ impl TestCa {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+fn ca_params(name: &str) -> CertificateParams {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
 }
 
 /// The broker flags that turn TLS on with `issued`.

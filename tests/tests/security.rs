@@ -1699,3 +1699,50 @@ fn connection_quotas_refuse_the_connection_over_the_limit() {
         ) >= 2
     );
 }
+
+/// A certificate chain: the broker serves its certificate with the
+/// intermediate CA that signed it, and a client that trusts only the root
+/// verifies it; a client certificate from the intermediate is a login.
+#[test]
+fn a_certificate_chain_through_an_intermediate_ca_is_served_and_verified() {
+    let root = TestCa::new("corelog test root");
+    let intermediate = root.intermediate("corelog test intermediate");
+    let broker_cert = intermediate.issue("broker", &["127.0.0.1"], Validity::Now);
+    let client = intermediate.issue("client", &["chained-reader"], Validity::Now);
+    let mut args = broker_tls_args(&broker_cert);
+    args.extend(
+        [
+            "--tls-client-ca",
+            &path(&root.ca_file()),
+            "--tls-client-auth",
+            "required",
+            "--authentication",
+            "required",
+        ]
+        .map(str::to_owned),
+    );
+    let broker = Broker::start(&as_strs(&args));
+    let ca_file = path(&root.ca_file());
+    let (cert, key) = (path(&client.cert), path(&client.key));
+    let chained = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];
+    create_topic(&broker, &chained, "chained");
+    round_trip(&broker, &chained, "chained", "through an intermediate");
+    // The leaf alone does not chain to the root.
+    let leaf_only = root.dir().join("leaf-only.pem");
+    let leaf = std::fs::read_to_string(&client.cert).unwrap();
+    let end = leaf.find("-----END CERTIFICATE-----").unwrap() + "-----END CERTIFICATE-----\n".len();
+    std::fs::write(&leaf_only, &leaf[..end]).unwrap();
+    let leaf_only = path(&leaf_only);
+    let said = fails_fast(
+        &broker,
+        &[
+            "--tls-ca",
+            &ca_file,
+            "--tls-cert",
+            &leaf_only,
+            "--tls-key",
+            &key,
+        ],
+    );
+    assert!(said.contains("refused the TLS handshake"), "{said}");
+}
