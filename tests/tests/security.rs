@@ -81,14 +81,13 @@ fn test_secret() -> ClusterSecret {
     ClusterSecret::new(&std::fs::read(test_cluster_secret_file()).unwrap()).unwrap()
 }
 
-#[test]
-fn inter_broker_apis_are_refused_to_a_connection_without_the_cluster_secret() {
-    let _serial = serial();
-    let brokers = start_cluster(3, &[]);
-    wait_for_three_brokers(&brokers[0]);
-    let mut client = brokers[0].client();
-
-    // A forged registration: without the gate, broker 99 would join.
+/// Sends a forged registration, then every inter-broker API with a body of
+/// zeros (Raft messages, replication pushes, election queries, metadata,
+/// whatever they would carry), on `client`: each is refused with
+/// `CLUSTER_AUTHORIZATION_FAILED`, and the connection still serves client
+/// APIs.
+fn every_inter_broker_api_is_refused(client: &mut Client) {
+    // Without the gate, broker 99 would join.
     let register = BrokerRegisterRequest {
         node_id: 99,
         host: "127.0.0.1".to_owned(),
@@ -102,8 +101,6 @@ fn inter_broker_apis_are_refused_to_a_connection_without_the_cluster_secret() {
         top_level_code(&body),
         ErrorCode::ClusterAuthorizationFailed.code()
     );
-    // Every inter-broker API, whatever it carries: Raft messages,
-    // replication pushes, election queries, metadata.
     for api in ApiKey::ALL.iter().filter(|api| api.is_inter_broker()) {
         let sent = client.send_frame(*api, &[0u8; 64]).unwrap();
         let (correlation_id, body) = client.read_response().unwrap();
@@ -114,9 +111,18 @@ fn inter_broker_apis_are_refused_to_a_connection_without_the_cluster_secret() {
             "{api} was not refused"
         );
     }
-    // The connection still serves client APIs.
     let body = client.call(&MetadataRequest { topics: None }, &[]).unwrap();
     assert!(message::decode_response::<MetadataResponse>(&body.bytes).is_ok());
+}
+
+#[test]
+fn inter_broker_apis_are_refused_to_a_connection_without_the_cluster_secret() {
+    let _serial = serial();
+    let brokers = start_cluster(3, &[]);
+    wait_for_three_brokers(&brokers[0]);
+    let mut client = brokers[0].client();
+
+    every_inter_broker_api_is_refused(&mut client);
 
     let metrics = brokers[0].metrics();
     for api in [
@@ -1391,35 +1397,7 @@ fn a_logged_in_super_user_cannot_forge_inter_broker_requests() {
     assert!(server_final.complete, "{server_final:?}");
     scram.verify(&server_final.payload).unwrap();
 
-    let register = BrokerRegisterRequest {
-        node_id: 99,
-        host: "127.0.0.1".to_owned(),
-        port: 1,
-        rack: None,
-        shards: 1,
-        incarnation: 1,
-    };
-    let body = client.call(&register, &[]).unwrap();
-    assert_eq!(
-        top_level_code(&body),
-        ErrorCode::ClusterAuthorizationFailed.code()
-    );
-    for api in [
-        ApiKey::ControllerRaft,
-        ApiKey::ReplicaPush,
-        ApiKey::ReplicaStream,
-    ] {
-        let sent = client.send_frame(api, &[0u8; 64]).unwrap();
-        let (correlation_id, body) = client.read_response().unwrap();
-        assert_eq!(correlation_id, sent);
-        assert_eq!(
-            top_level_code(&body),
-            ErrorCode::ClusterAuthorizationFailed.code(),
-            "{api} was not refused"
-        );
-    }
-    let body = client.call(&MetadataRequest { topics: None }, &[]).unwrap();
-    assert!(message::decode_response::<MetadataResponse>(&body.bytes).is_ok());
+    every_inter_broker_api_is_refused(&mut client);
     let info = cluster_info(&brokers[0]);
     assert!(
         !info.contains("99"),

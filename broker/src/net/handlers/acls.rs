@@ -67,32 +67,17 @@ pub(super) async fn alter(
     access: &Access,
 ) -> Result<Reply, ErrorCode> {
     let request: AlterAclsRequest = owned(body)?;
-    let answer = |error_code: ErrorCode, error_message: Option<String>, created: bool| {
-        if !error_code.is_none() {
-            shard.metrics.error(error_code);
-        }
-        Reply::encode(
-            &AlterAclsResponse {
-                error_code: error_code.code(),
-                error_message,
-                created,
-            },
-            Vec::new(),
-        )
-    };
-    if let Err(error) = access.cluster_admin() {
-        return answer(error.code, Some(error.message), false);
-    }
-    // Checked here so that a bad rule costs no controller trip.
-    if let Err((code, reason)) = access_rules::binding(&request.acl) {
-        return answer(code, Some(reason), false);
-    }
-    let op = match request.change {
+    let op = access_rules::binding(&request.acl).map(|_| match request.change {
         AclChange::Add => ControllerOp::PutAcl { acl: request.acl },
         AclChange::Remove => ControllerOp::DeleteAcl { acl: request.acl },
-    };
-    match shard.alter_security(op).await {
-        Ok(created) => answer(ErrorCode::None, None, created),
-        Err(error) => answer(error.code, Some(error.message), false),
-    }
+    });
+    let (code, error_message, created) = super::alter_security(shard, access, op).await;
+    Reply::encode(
+        &AlterAclsResponse {
+            error_code: code.code(),
+            error_message,
+            created,
+        },
+        Vec::new(),
+    )
 }

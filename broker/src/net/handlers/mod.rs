@@ -24,6 +24,7 @@ use corelog_wire::frame::ApiKey;
 use corelog_wire::message::api_versions::{
     ApiVersionsRequest, ApiVersionsResponse, supported_apis,
 };
+use corelog_wire::message::controller_operation::ControllerOp;
 use corelog_wire::message::decode_request;
 use corelog_wire::message::describe_shards::{DescribeShardsRequest, DescribeShardsResponse};
 use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
@@ -139,6 +140,34 @@ pub async fn dispatch(
         // (`net::session`) before dispatch, and never sent in-process.
         ApiKey::Authenticate => Err(ErrorCode::InvalidRequest),
     }
+}
+
+/// A user, ACL or quota change's outcome: error code, message, and
+/// whether it created the user, rule or quota.
+type Altered = (ErrorCode, Option<String>, bool);
+
+/// Runs a user, ACL or quota change through the controller, for a
+/// principal with `cluster-admin` only (checked before `op`, so that a
+/// refused principal learns nothing from validation). `op` is the change,
+/// or why it was refused here (so that a bad one costs no controller
+/// trip). Answers once this broker's metadata shows the change.
+async fn alter_security(
+    shard: &Rc<Shard>,
+    access: &Access,
+    op: Result<ControllerOp, (ErrorCode, String)>,
+) -> Altered {
+    let altered = match access.cluster_admin().map(|()| op) {
+        Err(error) => (error.code, Some(error.message), false),
+        Ok(Err((code, reason))) => (code, Some(reason), false),
+        Ok(Ok(op)) => match shard.alter_security(op).await {
+            Ok(created) => (ErrorCode::None, None, created),
+            Err(error) => (error.code, Some(error.message), false),
+        },
+    };
+    if !altered.0.is_none() {
+        shard.metrics.error(altered.0);
+    }
+    altered
 }
 
 fn api_versions(body: &[u8]) -> Result<Reply, ErrorCode> {

@@ -57,36 +57,21 @@ pub(super) async fn alter(
     access: &Access,
 ) -> Result<Reply, ErrorCode> {
     let request: AlterQuotasRequest = owned(body)?;
-    let answer = |error_code: ErrorCode, error_message: Option<String>, created: bool| {
-        if !error_code.is_none() {
-            shard.metrics.error(error_code);
-        }
-        Reply::encode(
-            &AlterQuotasResponse {
-                error_code: error_code.code(),
-                error_message,
-                created,
-            },
-            Vec::new(),
-        )
-    };
-    if let Err(error) = access.cluster_admin() {
-        return answer(error.code, Some(error.message), false);
-    }
-    // Checked here so that a bad quota costs no controller trip.
-    let checked = match &request.change {
-        QuotaChange::Set(entry) => quota_entries::quota(entry).map(drop),
-        QuotaChange::Remove { entity } => quota_entries::entity(entity).map(drop),
-    };
-    if let Err((code, reason)) = checked {
-        return answer(code, Some(reason), false);
-    }
     let op = match request.change {
-        QuotaChange::Set(quota) => ControllerOp::PutQuota { quota },
-        QuotaChange::Remove { entity } => ControllerOp::DeleteQuota { entity },
+        QuotaChange::Set(quota) => {
+            quota_entries::quota(&quota).map(|_| ControllerOp::PutQuota { quota })
+        }
+        QuotaChange::Remove { entity } => {
+            quota_entries::entity(&entity).map(|_| ControllerOp::DeleteQuota { entity })
+        }
     };
-    match shard.alter_security(op).await {
-        Ok(created) => answer(ErrorCode::None, None, created),
-        Err(error) => answer(error.code, Some(error.message), false),
-    }
+    let (code, error_message, created) = super::alter_security(shard, access, op).await;
+    Reply::encode(
+        &AlterQuotasResponse {
+            error_code: code.code(),
+            error_message,
+            created,
+        },
+        Vec::new(),
+    )
 }

@@ -84,38 +84,21 @@ pub(super) async fn alter(
     let request: AlterUsersRequest =
         rkyv::deserialize::<AlterUsersRequest, rkyv::rancor::Error>(request)
             .map_err(|_| ErrorCode::InvalidRequest)?;
-    let answer = |error_code: ErrorCode, error_message: Option<String>, created: bool| {
-        Reply::encode(
-            &AlterUsersResponse {
-                error_code: error_code.code(),
-                error_message,
-                created,
-            },
-            Vec::new(),
-        )
-    };
-    if let Err(error) = access.cluster_admin() {
-        shard.metrics.error(error.code);
-        return answer(error.code, Some(error.message), false);
-    }
-    if let Err(reason) = check_user_name(&request.name) {
-        return answer(ErrorCode::InvalidRequest, Some(reason), false);
-    }
-    let op = match request.change {
-        UserChange::Put { credentials } => {
-            // Checked here so that a bad request costs no controller trip.
-            if let Err((code, reason)) = credentials::stored(credentials.clone()) {
-                return answer(code, Some(reason), false);
-            }
-            ControllerOp::PutUser {
-                name: request.name,
-                credentials,
-            }
-        }
-        UserChange::Delete => ControllerOp::DeleteUser { name: request.name },
-    };
-    match shard.alter_security(op).await {
-        Ok(created) => answer(ErrorCode::None, None, created),
-        Err(error) => answer(error.code, Some(error.message), false),
-    }
+    let name = request.name;
+    let op = check_user_name(&name)
+        .map_err(|reason| (ErrorCode::InvalidRequest, reason))
+        .and_then(|()| match request.change {
+            UserChange::Put { credentials } => credentials::stored(credentials.clone())
+                .map(|_| ControllerOp::PutUser { name, credentials }),
+            UserChange::Delete => Ok(ControllerOp::DeleteUser { name }),
+        });
+    let (code, error_message, created) = super::alter_security(shard, access, op).await;
+    Reply::encode(
+        &AlterUsersResponse {
+            error_code: code.code(),
+            error_message,
+            created,
+        },
+        Vec::new(),
+    )
 }
