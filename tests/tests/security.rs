@@ -1360,8 +1360,6 @@ fn acl_changes_need_cluster_admin_and_reach_open_connections_within_a_second() {
 /// `CLUSTER_AUTHORIZATION_FAILED`, and the connection keeps serving it.
 #[test]
 fn a_logged_in_super_user_cannot_forge_inter_broker_requests() {
-    use corelog_wire::sasl::scram::{ScramClient, ScramMechanism};
-
     let _serial = serial();
     let brokers = start_cluster(3, &["--super-users", "admin"]);
     wait_for_three_brokers(&brokers[0]);
@@ -1374,28 +1372,7 @@ fn a_logged_in_super_user_cannot_forge_inter_broker_requests() {
     assert!(created.status.success(), "{}", text(&created.stderr));
 
     let mut client = brokers[0].client();
-    let mut scram = ScramClient::new(
-        ScramMechanism::Sha256,
-        "admin",
-        "admin-password",
-        "forging-client-nonce",
-    )
-    .unwrap();
-    let step = |client: &mut Client, payload: Vec<u8>| {
-        let request = AuthenticateRequest {
-            mechanism: ScramMechanism::Sha256.name().to_owned(),
-            payload,
-        };
-        let body = client.call(&request, &[]).unwrap();
-        let (archived, _) = message::decode_response::<AuthenticateResponse>(&body.bytes).unwrap();
-        rkyv::deserialize::<AuthenticateResponse, rkyv::rancor::Error>(archived).unwrap()
-    };
-    let server_first = step(&mut client, scram.first());
-    assert_eq!(server_first.error_code, 0, "{server_first:?}");
-    let client_final = scram.answer(&server_first.payload).unwrap();
-    let server_final = step(&mut client, client_final);
-    assert!(server_final.complete, "{server_final:?}");
-    scram.verify(&server_final.payload).unwrap();
+    scram_login(&mut client, "admin", "admin-password");
 
     every_inter_broker_api_is_refused(&mut client);
     let info = cluster_info(&brokers[0]);
@@ -1723,4 +1700,86 @@ fn a_certificate_chain_through_an_intermediate_ca_is_served_and_verified() {
         ],
     );
     assert!(said.contains("refused the TLS handshake"), "{said}");
+}
+
+/// Logs `client` in as `user` with SCRAM-SHA-256 (on the raw wire).
+fn scram_login(client: &mut Client, user: &str, password: &str) {
+    use corelog_wire::sasl::scram::{ScramClient, ScramMechanism};
+
+    let mut scram =
+        ScramClient::new(ScramMechanism::Sha256, user, password, "raw-client-nonce").unwrap();
+    let mut step = |payload: Vec<u8>| {
+        let request = AuthenticateRequest {
+            mechanism: ScramMechanism::Sha256.name().to_owned(),
+            payload,
+        };
+        let body = client.call(&request, &[]).unwrap();
+        let (archived, _) = message::decode_response::<AuthenticateResponse>(&body.bytes).unwrap();
+        rkyv::deserialize::<AuthenticateResponse, rkyv::rancor::Error>(archived).unwrap()
+    };
+    let server_first = step(scram.first());
+    assert_eq!(server_first.error_code, 0, "{server_first:?}");
+    let server_final = step(scram.answer(&server_first.payload).unwrap());
+    assert!(server_final.complete, "{server_final:?}");
+    scram.verify(&server_final.payload).unwrap();
+}
+
+/// A poison skip's audit record (WriteAudit) needs `group-admin`:
+/// `group-read` is refused with GROUP_AUTHORIZATION_FAILED, and nothing is
+/// written; with `group-admin` it is, naming the login, not the declared
+/// principal.
+#[test]
+fn writing_a_poison_skips_audit_record_needs_group_admin() {
+    use corelog_wire::message::write_audit::{AuditAction, WriteAuditRequest, WriteAuditResponse};
+
+    let secured = SecuredBroker::start();
+    secured.grant(&[
+        "--allow",
+        "alice",
+        "--operation",
+        "group-read",
+        "--group",
+        "tenant-a.",
+        "--prefix",
+    ]);
+    let skip = WriteAuditRequest {
+        group: "tenant-a.workers".to_owned(),
+        topic: "tenant-a.orders".to_owned(),
+        partition: 0,
+        offset: 1,
+        action: AuditAction::Skip,
+        reason: "cannot parse it".to_owned(),
+        principal: "mallory".to_owned(),
+        dead_letter_topic: None,
+        dead_letter_offset: -1,
+    };
+    let write = || {
+        let mut client = secured.broker.client();
+        scram_login(&mut client, "alice", "alice-password");
+        let body = client.call(&skip, &[]).unwrap();
+        let (archived, _) = message::decode_response::<WriteAuditResponse>(&body.bytes).unwrap();
+        archived.error_code.to_native()
+    };
+    assert_eq!(write(), ErrorCode::GroupAuthorizationFailed.code());
+    let audit = |group: &str| {
+        let listed = secured.ok(
+            "admin",
+            &["--json", "group", "audit", "--group", group],
+            None,
+        );
+        serde_json::from_str::<serde_json::Value>(&listed).unwrap()
+    };
+    assert_eq!(audit("tenant-a.workers").as_array().map(Vec::len), Some(0));
+    secured.grant(&[
+        "--allow",
+        "alice",
+        "--operation",
+        "group-admin",
+        "--group",
+        "tenant-a.workers",
+    ]);
+    assert_eq!(write(), ErrorCode::None.code());
+    let entries = audit("tenant-a.workers");
+    assert_eq!(entries[0]["kind"], "skip", "{entries}");
+    assert_eq!(entries[0]["principal"], "alice", "{entries}");
 }
