@@ -311,12 +311,16 @@ fn main() -> ExitCode {
     };
     let history = match finished {
         Ok(Ok(history)) => history,
+        // The brokers' logs are what explains a workload that could not
+        // finish: keep them as on success.
         Ok(Err(error)) => {
             eprintln!("nemesis: the workload failed: {error}\nreplay with: {replay}");
+            stop_rig(rig, &args);
             return ExitCode::FAILURE;
         }
         Err(error) => {
             eprintln!("nemesis: the workload task failed: {error}\nreplay with: {replay}");
+            stop_rig(rig, &args);
             return ExitCode::FAILURE;
         }
     };
