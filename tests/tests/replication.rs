@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
-use corelog_client::{Admin, ClientError, Producer, ProducerRecord};
+use corelog_client::{
+    Admin, ClientError, Consumer, ConsumerConfig, Producer, ProducerRecord, StartFrom,
+};
 use corelog_tests::cluster_client::{
     Leader, PartitionLog, WireCluster, client_config, client_runtime, connect_producer, error_code,
     producer_config, serial, try_ask,
@@ -346,6 +348,72 @@ fn an_acknowledged_append_survives_kill_9_of_the_leader() {
         "log: {log:?}"
     );
     assert_eq!(occurrences(&log, "before-failover"), 1, "log: {log:?}");
+    rt.block_on(producer.close()).unwrap();
+}
+
+/// A consumer reading from the leader reads on from its successor after
+/// kill -9 of the leader, which stays down: a broker it cannot connect to
+/// makes it look the leader up again (it kept fetching from the dead
+/// leader's address, refusing every poll, until a fix).
+#[test]
+fn a_consumer_reads_on_from_the_new_leader_after_kill_9_of_the_leader() {
+    let _serial = serial();
+    let rt = client_runtime();
+    let mut cluster = Cluster::start();
+    cluster.create_topic(TOPIC);
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
+    rt.block_on(produce_acked(&producer, TOPIC, "before-failover"));
+    let mut consumer = rt.block_on(async {
+        let mut consumer = Consumer::connect(ConsumerConfig {
+            client: client_config(cluster.bootstrap()),
+            fetch_max_wait: Duration::from_millis(100),
+            ..ConsumerConfig::default()
+        })
+        .await
+        .unwrap();
+        consumer
+            .assign_topic(TOPIC, StartFrom::Earliest)
+            .await
+            .unwrap();
+        consumer
+    });
+    let read_until = |consumer: &mut Consumer, value: &str| {
+        rt.block_on(async {
+            let deadline = Instant::now() + DEADLINE;
+            let mut errors = Vec::new();
+            while Instant::now() < deadline {
+                match consumer.poll().await {
+                    Ok(polled) => {
+                        if polled
+                            .records
+                            .iter()
+                            .any(|record| record.value.as_deref() == Some(value.as_bytes()))
+                        {
+                            return;
+                        }
+                    }
+                    // Polls fail while the leader is away; a reader retries.
+                    Err(error) => {
+                        errors.push(error.to_string());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            let last = errors.last().cloned().unwrap_or_default();
+            panic!(
+                "{value} was not read within {DEADLINE:?}; {} failed polls, the last: {last}",
+                errors.len()
+            );
+        });
+    };
+    read_until(&mut consumer, "before-failover");
+    let old = cluster.wait_for_leader(TOPIC, 0, None);
+    cluster.kill(old.id);
+    rt.block_on(produce_acked(&producer, TOPIC, "after-failover"));
+    read_until(&mut consumer, "after-failover");
     rt.block_on(producer.close()).unwrap();
 }
 

@@ -581,13 +581,46 @@ impl Consumer {
             tokio::time::sleep(self.config.retry_backoff.min(self.config.fetch_max_wait)).await;
             return Ok(Polled::default());
         }
+        let this = &*self;
         let fetches = by_leader
             .into_iter()
-            .map(|(leader, partitions)| self.fetch_from(leader, partitions));
+            .map(|(leader, partitions)| async move {
+                let fetched: Vec<(Key, Offset)> = partitions
+                    .iter()
+                    .map(|(key, offset, _)| (key.clone(), *offset))
+                    .collect();
+                (fetched, this.fetch_from(leader, partitions).await)
+            });
         let results = futures::future::join_all(fetches).await;
+        // A leader that cannot be reached has most likely died, and the
+        // cluster elects another: its partitions are looked up again
+        // (`apply` refreshes the metadata for a retry) while the other
+        // leaders' records are delivered. Only when no leader answered is
+        // the poll an error, after a refresh, so that the next poll goes to
+        // whichever brokers lead now.
+        let reached_any = results
+            .iter()
+            .any(|(_, result)| !matches!(result, Err(error) if error.is_connect_failure()));
         let mut outcomes = Vec::new();
-        for result in results {
-            outcomes.extend(result?);
+        for (fetched, result) in results {
+            match result {
+                Ok(fetched) => outcomes.extend(fetched),
+                Err(error) if error.is_connect_failure() && reached_any => {
+                    outcomes.extend(fetched.into_iter().map(|(key, offset)| {
+                        let error = error.clone();
+                        (key, offset, PartitionOutcome::Retry { error })
+                    }));
+                }
+                Err(error) if error.is_connect_failure() => {
+                    let topics: Vec<&str> =
+                        self.assignments.keys().map(|(topic, _)| &**topic).collect();
+                    if let Err(refresh) = self.cluster.refresh_metadata(&topics).await {
+                        tracing::debug!(error = %refresh, "metadata refresh failed");
+                    }
+                    return Err(error);
+                }
+                Err(error) => return Err(error),
+            }
         }
         self.apply(outcomes).await
     }
