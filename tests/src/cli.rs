@@ -34,6 +34,35 @@ pub fn spawn(bootstrap: &str, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// A running `corelog` ([`spawn`]) that is killed when dropped, so that a
+/// failed assertion does not leave it running (holding the test's pipes).
+#[derive(Debug)]
+pub struct Running(pub Child);
+
+impl Running {
+    /// Kills it and returns what it printed to stderr and how it ended.
+    ///
+    /// # Panics
+    /// If it cannot be waited for.
+    pub fn stop(mut self) -> (Option<std::process::ExitStatus>, String) {
+        let exited = self.0.try_wait().unwrap();
+        let _killed = self.0.kill();
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.0.stderr.take() {
+            let _read = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        let _reaped = self.0.wait();
+        (exited, stderr)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _killed = self.0.kill();
+        let _reaped = self.0.wait();
+    }
+}
+
 /// Bytes of output as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -929,6 +929,174 @@ fn a_verified_client_certificate_is_a_login() {
     assert!(said.contains("AUTHENTICATION_REQUIRED"), "{said}");
 }
 
+/// A cluster member that has just restarted knows no user and no ACL
+/// until the controller answers it. While the controller has no leader
+/// (the other members are down), it answers a login with the right
+/// password, and a certificate's requests, `BROKER_NOT_READY` (retriable)
+/// rather than "wrong password" or "not authorized"; once a quorum is back
+/// it serves both.
+#[test]
+fn a_restarted_member_answers_not_ready_until_it_has_loaded_the_clusters_users() {
+    let _serial = serial();
+    let temp = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("corelog test CA");
+    let broker_cert = ca.issue("broker", &["127.0.0.1"], Validity::Now);
+    let admin_cert = ca.issue("admin", &["admin"], Validity::Now);
+    let carol_cert = ca.issue("carol", &["carol"], Validity::Now);
+    let ca_file = path(&ca.ca_file());
+    let mut args = broker_tls_args(&broker_cert);
+    args.extend(
+        [
+            "--tls-client-ca",
+            &ca_file,
+            "--tls-client-auth",
+            "optional",
+            "--authentication",
+            "required",
+            "--authorization",
+            "on",
+            "--super-users",
+            "admin",
+        ]
+        .map(str::to_owned),
+    );
+    let mut brokers = start_cluster(3, &as_strs(&args));
+    let (cert, key) = (path(&admin_cert.cert), path(&admin_cert.key));
+    let admin = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];
+    let (cert, key) = (path(&carol_cert.cert), path(&carol_cert.key));
+    let carol = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];
+    let alice_file = password_file(temp.path(), "alice", "wonderland");
+    let alice = [
+        &["--tls-ca", ca_file.as_str()][..],
+        &login("alice", &alice_file),
+    ]
+    .concat();
+    let until_ok = |broker: &Broker, tls: &[&str], args: &[&str], stdin: Option<&str>| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let output = corelog_tls(broker, tls, args, stdin);
+            if output.status.success() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{}", text(&output.stderr));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    until_ok(
+        &brokers[0],
+        &admin,
+        &["user", "create", "alice", "--password-stdin"],
+        Some("wonderland"),
+    );
+    // Every member knows alice before the restart.
+    until_ok(&brokers[2], &alice, &["topic", "list"], None);
+    until_ok(
+        &brokers[0],
+        &admin,
+        &[
+            "topic",
+            "create",
+            "kept",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    for rule in [
+        ["alice", "--operation", "fetch", "--topic", "kept"],
+        ["alice", "--operation", "group-read", "--group", "watchers"],
+        ["carol", "--operation", "describe", "--topic", "kept"],
+    ] {
+        until_ok(
+            &brokers[0],
+            &admin,
+            &[&["acl", "add", "--allow"][..], &rule].concat(),
+            None,
+        );
+    }
+    // A group member of alice's reads through member 2 and keeps going
+    // across the restart.
+    let follow = [
+        &alice[..],
+        &[
+            "consume",
+            "--topic",
+            "kept",
+            "--group",
+            "watchers",
+            "--from-beginning",
+            "--follow",
+        ],
+    ]
+    .concat();
+    let mut follower = cli::Running(cli::spawn(&brokers[2].addr.to_string(), &follow));
+    let printed = lines_of(follower.0.stdout.take().unwrap());
+    until_ok(
+        &brokers[0],
+        &admin,
+        &["produce", "--topic", "kept"],
+        Some("before"),
+    );
+    let seen = printed.recv_timeout(Duration::from_secs(30));
+    assert_eq!(seen.as_deref(), Ok("before"));
+
+    for broker in &mut brokers {
+        broker.terminate();
+    }
+    brokers[2].spawn();
+    let login = corelog_tls(&brokers[2], &alice, &["topic", "list"], None);
+    let said = text(&login.stderr);
+    assert!(!login.status.success());
+    assert!(
+        said.contains("BROKER_NOT_READY") && !said.contains("AUTHENTICATION_FAILED"),
+        "{said}"
+    );
+    // A certificate needs no users, but its ACLs are not known yet either
+    // (a super user's requests need none, and are served).
+    let certified = corelog_tls(&brokers[2], &carol, &["topic", "list"], None);
+    assert!(!certified.status.success(), "{}", text(&certified.stdout));
+    assert!(
+        text(&certified.stderr).contains("BROKER_NOT_READY"),
+        "{}",
+        text(&certified.stderr)
+    );
+    assert_eq!(
+        counter(&brokers[2], "corelog_authentications_total", "failed"),
+        0,
+        "a login the broker could not check is no failed login"
+    );
+
+    // The follower keeps trying member 2 meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+
+    brokers[0].spawn();
+    until_ok(&brokers[2], &alice, &["topic", "list"], None);
+    until_ok(&brokers[2], &carol, &["topic", "describe", "kept"], None);
+    until_ok(
+        &brokers[0],
+        &admin,
+        &["produce", "--topic", "kept"],
+        Some("after"),
+    );
+    // ("before" may come again: the group may not have committed it.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|line| line == "after") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match printed.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    let (exited, stderr) = follower.stop();
+    assert!(
+        seen.iter().any(|line| line == "after"),
+        "the follower printed {seen:?}, exit {exited:?}: {stderr}"
+    );
+}
+
 /// `--client-config FILE` carries the connection settings (paths relative
 /// to the file), and a flag wins over the file.
 #[test]

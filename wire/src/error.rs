@@ -215,6 +215,8 @@ error_codes! {
         "This entity has no quota of its own; list them with `corelog quota describe`.";
     TooManyConnectionsForPrincipal = 91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", retriable: false,
         "This principal (or source address) has as many connections open as its quota allows; close some, or ask for a higher connection quota.";
+    BrokerNotReady = 92, "BROKER_NOT_READY", retriable: true,
+        "This broker has just started and has not loaded the cluster's users and ACLs from the controller yet; retry in a moment, or through another broker.";
 }
 
 impl ErrorCode {
@@ -328,6 +330,7 @@ mod tests {
         (89, "ACL_NOT_FOUND", false),
         (90, "QUOTA_NOT_FOUND", false),
         (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
+        (92, "BROKER_NOT_READY", true),
     ];
 
     #[test]

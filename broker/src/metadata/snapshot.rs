@@ -115,6 +115,15 @@ impl MetadataSnapshot {
         }
     }
 
+    /// Whether this snapshot holds the controller's metadata at all: a
+    /// member that has just started serves its peers at once but knows no
+    /// user, ACL or topic until the controller answered (every state it
+    /// sends has version 1 or later).
+    #[must_use]
+    pub fn is_loaded(&self) -> bool {
+        self.version > 0
+    }
+
     /// A snapshot of the controller's `state`: every topic, each partition
     /// with its replica set and leadership, owned (when this broker holds a
     /// replica) by the shard the placement gave it. Data signals carry

@@ -47,17 +47,14 @@ impl Access {
         principal: Option<&Principal>,
         metadata: Arc<MetadataSnapshot>,
     ) -> Access {
-        let name = match principal {
-            Some(Principal::User { name, .. } | Principal::Certificate(name)) => Some(name.clone()),
-            Some(Principal::Broker(_)) => return Access::unrestricted(),
-            None => None,
-        };
+        if let Some(Principal::Broker(_)) = principal {
+            return Access::unrestricted();
+        }
+        let name = principal.and_then(Principal::name);
         let everything = config.authorization == Authorization::Off
-            || name
-                .as_ref()
-                .is_some_and(|name| config.super_users.iter().any(|user| user == name));
+            || name.is_some_and(|name| config.super_users.iter().any(|user| user == name));
         Access {
-            principal: name,
+            principal: name.map(str::to_owned),
             restricted_by: (!everything).then_some(metadata),
         }
     }
@@ -73,6 +70,18 @@ impl Access {
     #[must_use]
     pub fn restricts(&self) -> bool {
         self.restricted_by.is_some()
+    }
+
+    /// Whether the ACLs that decide are not known yet: a cluster member
+    /// that has just started has no metadata until the controller
+    /// answers, and would refuse everything by default (for good, as far
+    /// as the client can tell). Such requests are answered
+    /// `BROKER_NOT_READY`, which clients retry.
+    #[must_use]
+    pub fn is_undecided(&self) -> bool {
+        self.restricted_by
+            .as_ref()
+            .is_some_and(|metadata| !metadata.is_loaded())
     }
 
     /// Whether the request may do `operation` to the named resource.

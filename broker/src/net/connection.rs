@@ -553,6 +553,7 @@ async fn authenticate(
     let credentials = Credentials {
         cluster_secret: shard.config.cluster_secret.as_ref(),
         user: &lookup,
+        users_loaded: snapshot.is_loaded(),
         decoy_key: &decoy_key,
     };
     let step = session.authenticate(&credentials, request, nonce);
@@ -682,19 +683,11 @@ fn caller(shard: &Shard, session: &Session) -> Caller {
     let snapshot = shard.snapshot();
     let throttle = match session.principal() {
         Some(Principal::Broker(_)) => Throttle::none(),
-        principal => Throttle::of(&snapshot, principal.and_then(principal_name)),
+        principal => Throttle::of(&snapshot, principal.and_then(Principal::name)),
     };
     Caller {
         access: Access::of(&shard.config, session.principal(), snapshot),
         throttle,
-    }
-}
-
-/// The name ACLs and quotas know a principal by; `None` for a broker.
-fn principal_name(principal: &Principal) -> Option<&str> {
-    match principal {
-        Principal::User { name, .. } | Principal::Certificate(name) => Some(name),
-        Principal::Broker(_) => None,
     }
 }
 
@@ -712,7 +705,7 @@ impl PrincipalSlot {
     /// # Errors
     /// The quota entity at its connection limit.
     fn count(shard: &Rc<Shard>, session: &Session) -> Result<Option<PrincipalSlot>, String> {
-        let Some(name) = session.principal().and_then(principal_name) else {
+        let Some(name) = session.principal().and_then(Principal::name) else {
             return Ok(None);
         };
         let snapshot = shard.snapshot();

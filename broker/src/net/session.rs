@@ -47,6 +47,18 @@ pub enum Principal {
     Certificate(String),
 }
 
+impl Principal {
+    /// The name ACLs and quotas know this principal by; `None` for a
+    /// broker, which neither applies to.
+    #[must_use]
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Principal::User { name, .. } | Principal::Certificate(name) => Some(name),
+            Principal::Broker(_) => None,
+        }
+    }
+}
+
 /// One connection's authentication state.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -78,6 +90,10 @@ pub struct Credentials<'a> {
     pub cluster_secret: Option<&'a ClusterSecret>,
     /// Looks a user up in the current metadata.
     pub user: &'a dyn Fn(&str) -> Option<UserRecord>,
+    /// Whether this broker has loaded the cluster's users at all: a member
+    /// that has just started knows none until the controller answers, and
+    /// must not tell a user with the right password that it is wrong.
+    pub users_loaded: bool,
     /// Key of the decoy credentials of unknown users: the same on every
     /// broker of a cluster (derived from its secret), so that no broker
     /// answers differently for a user that does not exist.
@@ -305,6 +321,13 @@ impl Session {
                 return Step::failed(ErrorCode::AuthenticationFailed, error.to_string(), "failed");
             }
         };
+        if !credentials.users_loaded {
+            return Step::failed(
+                ErrorCode::BrokerNotReady,
+                "this broker has not loaded the cluster's users yet; retry".to_owned(),
+                "not_ready",
+            );
+        }
         let record = (credentials.user)(&client_first.username);
         let (credential, changed_at) = match record
             .as_ref()
@@ -446,6 +469,7 @@ mod tests {
         let credentials = Credentials {
             cluster_secret: secret,
             user,
+            users_loaded: true,
             decoy_key: b"decoy key of the test cluster",
         };
         session.authenticate(&credentials, archived, [9; NONCE_BYTES])
@@ -534,6 +558,7 @@ mod tests {
         let credentials = Credentials {
             cluster_secret: None,
             user: &alice,
+            users_loaded: true,
             decoy_key: b"k",
         };
         let request = |payload: Vec<u8>| {
@@ -555,6 +580,55 @@ mod tests {
             "{replayed:?}"
         );
         assert!(session.principal().is_none());
+    }
+
+    /// A member that has not heard from the controller yet knows no user:
+    /// it answers a login "not ready" (retriable, no failure delay) rather
+    /// than "wrong password", and still lets brokers prove the secret (so
+    /// that it can catch up at all).
+    #[test]
+    fn a_broker_that_has_not_loaded_its_users_answers_not_ready_and_still_admits_brokers() {
+        let request = |mechanism: &str, payload: Vec<u8>| {
+            rkyv::to_bytes::<rancor::Error>(&AuthenticateRequest {
+                mechanism: mechanism.to_owned(),
+                payload,
+            })
+            .unwrap()
+        };
+        let shared = secret("the cluster's shared secret");
+        let credentials = Credentials {
+            cluster_secret: Some(&shared),
+            user: &alice,
+            users_loaded: false,
+            decoy_key: b"k",
+        };
+        let client =
+            ScramClient::new(ScramMechanism::Sha256, "alice", "wonderland", "nonce").unwrap();
+        let first = request(SHA256, client.first());
+        let first = rkyv::access::<ArchivedAuthenticateRequest, rancor::Error>(&first).unwrap();
+        let mut session = Session::default();
+        let login = session.authenticate(&credentials, first, [3; NONCE_BYTES]);
+        assert_eq!(
+            login.response.error_code,
+            ErrorCode::BrokerNotReady.code(),
+            "{login:?}"
+        );
+        assert!(ErrorCode::BrokerNotReady.is_retriable());
+        assert!(login.close && !login.is_failed_proof(), "{login:?}");
+        assert_eq!(login.outcome, Some("not_ready"));
+        assert!(session.principal().is_none());
+
+        let broker = ClientExchange::new(shared.clone(), 3, [1; NONCE_BYTES]);
+        let first = request(cluster::MECHANISM, broker.first());
+        let first = rkyv::access::<ArchivedAuthenticateRequest, rancor::Error>(&first).unwrap();
+        let mut session = Session::default();
+        let server_first = session.authenticate(&credentials, first, [5; NONCE_BYTES]);
+        let answer = broker.answer(&server_first.response.payload).unwrap();
+        let last = request(cluster::MECHANISM, answer);
+        let last = rkyv::access::<ArchivedAuthenticateRequest, rancor::Error>(&last).unwrap();
+        let done = session.authenticate(&credentials, last, [6; NONCE_BYTES]);
+        assert!(done.response.complete, "{done:?}");
+        assert_eq!(session.broker(), Some(3));
     }
 
     #[test]

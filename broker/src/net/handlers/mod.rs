@@ -92,6 +92,9 @@ pub async fn dispatch(
             if api_key.is_inter_broker() && shard.config.is_single_node() {
                 return Err(ErrorCode::UnsupportedVersion);
             }
+            if access.is_undecided() && api_key != ApiKey::ApiVersions {
+                return Err(ErrorCode::BrokerNotReady);
+            }
             peer
         }
         Origin::Loopback => None,
