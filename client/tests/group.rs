@@ -439,6 +439,46 @@ async fn skip_audits_and_moves_past_the_record() {
     assert_eq!(audit[0].principal, "search-worker");
 }
 
+/// A skip is done only with its audit record: when the broker refuses the
+/// audit (the principal lacks group-admin), the partition stops at the
+/// poison record and `run` returns, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_whose_audit_is_refused_stops_the_partition_and_run_returns() {
+    let broker = FakeBroker::start().await;
+    broker.create_topic("orders", 1);
+    produce(&broker, "orders", 1, &["ok-0", "poison-1", "ok-2"]).await;
+    broker.refuse_audits(ErrorCode::GroupAuthorizationFailed);
+    let mut settings = config(&broker, "g", &["orders"]);
+    settings.poison = PoisonPolicy::skip().with_retries(0, Duration::from_millis(1));
+    let mut consumer = GroupConsumer::connect(settings).await.unwrap();
+    let error = run_with_poison(&mut consumer, 100).await.unwrap_err();
+    let ClientError::PoisonStopped {
+        partition: 0,
+        offset: 1,
+        ref error,
+        ..
+    } = error
+    else {
+        panic!("expected a stop at orders/0@1, got {error}");
+    };
+    assert!(
+        error.contains("GROUP_AUTHORIZATION_FAILED") && error.contains("skip was not done"),
+        "{error}"
+    );
+    assert_eq!(broker.refused_audits(), 1);
+    assert!(broker.audit_records().is_empty());
+    assert_eq!(
+        broker.committed("g", "orders", 0),
+        Some(1),
+        "the offset stays at the poison record"
+    );
+    assert_eq!(consumer.stopped()[0].partition, p("orders", 0));
+    tokio::time::timeout(Duration::from_secs(10), consumer.close())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_lists_describes_resets_with_an_audit_reason_and_deletes_groups() {
     let broker = FakeBroker::start().await;

@@ -62,6 +62,11 @@ pub struct Groups {
     pub heartbeats: u64,
     /// LeaveGroup requests received.
     pub leaves: u64,
+    /// Answer WriteAudit with this code instead of appending (a broker
+    /// that refuses the principal group-admin).
+    refuse_audits: Option<ErrorCode>,
+    /// WriteAudit requests refused.
+    pub refused_audits: u64,
 }
 
 #[derive(Debug, Default)]
@@ -264,6 +269,17 @@ impl FakeBroker {
         self.groups.lock().unwrap().leaves
     }
 
+    /// Refuses every WriteAudit from now on with `code`, as a broker does
+    /// for a principal without group-admin.
+    pub fn refuse_audits(&self, code: ErrorCode) {
+        self.groups.lock().unwrap().refuse_audits = Some(code);
+    }
+
+    /// WriteAudit requests refused so far.
+    pub fn refused_audits(&self) -> u64 {
+        self.groups.lock().unwrap().refused_audits
+    }
+
     /// Every audit record appended so far.
     pub fn audit_records(&self) -> Vec<AuditRecord> {
         if !self.state.lock().unwrap().topics.contains_key(AUDIT_TOPIC) {
@@ -444,6 +460,19 @@ impl FakeBroker {
             }
             ApiKey::ResetOffsets => encode(&self.reset_offsets(owned(body))),
             ApiKey::WriteAudit => {
+                let refusal = {
+                    let mut groups = self.groups.lock().unwrap();
+                    let refusal = groups.refuse_audits;
+                    groups.refused_audits += u64::from(refusal.is_some());
+                    refusal
+                };
+                if let Some(code) = refusal {
+                    return encode(&WriteAuditResponse {
+                        error_code: code.code(),
+                        error_message: None,
+                        audit_offset: -1,
+                    });
+                }
                 let request: WriteAuditRequest = owned(body);
                 let offset = self.write_audit(AuditRecord {
                     kind: AuditKind::from(request.action),
