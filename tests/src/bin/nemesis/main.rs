@@ -143,6 +143,15 @@ async fn resolve(target: Target, fallback: usize, client: &ClientConfig) -> usiz
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The workload's client library logs what it retries; RUST_LOG (for
+    // example `corelog_client=debug`) shows it when a run needs explaining.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .init();
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
