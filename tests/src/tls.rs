@@ -164,3 +164,27 @@ pub fn broker_tls_args(issued: &Issued) -> Vec<String> {
         issued.key.display().to_string(),
     ]
 }
+
+/// The broker flags of a secured cluster: TLS with `issued`, client
+/// certificates of `ca` accepted as logins, a login required, ACLs on, and
+/// `super_user` (a certificate's common name) allowed everything.
+#[must_use]
+pub fn secured_broker_args(issued: &Issued, ca: &TestCa, super_user: &str) -> Vec<String> {
+    let mut args = broker_tls_args(issued);
+    args.extend(
+        [
+            "--tls-client-ca",
+            &ca.ca_file().display().to_string(),
+            "--tls-client-auth",
+            "optional",
+            "--authentication",
+            "required",
+            "--authorization",
+            "on",
+            "--super-users",
+            super_user,
+        ]
+        .map(str::to_owned),
+    );
+    args
+}

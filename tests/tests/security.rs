@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use corelog_tests::cli::{self, corelog, text};
 use corelog_tests::cluster_client::serial;
 use corelog_tests::process::{as_strs, free_port, test_cluster_secret_file};
-use corelog_tests::tls::{Issued, TestCa, Validity, broker_tls_args};
+use corelog_tests::tls::{Issued, TestCa, Validity, broker_tls_args, secured_broker_args};
 use corelog_tests::wire_client::{Body, Client};
 use corelog_tests::{Broker, binary, start_cluster};
 use corelog_wire::error::ErrorCode;
@@ -944,22 +944,7 @@ fn a_restarted_member_answers_not_ready_until_it_has_loaded_the_clusters_users()
     let admin_cert = ca.issue("admin", &["admin"], Validity::Now);
     let carol_cert = ca.issue("carol", &["carol"], Validity::Now);
     let ca_file = path(&ca.ca_file());
-    let mut args = broker_tls_args(&broker_cert);
-    args.extend(
-        [
-            "--tls-client-ca",
-            &ca_file,
-            "--tls-client-auth",
-            "optional",
-            "--authentication",
-            "required",
-            "--authorization",
-            "on",
-            "--super-users",
-            "admin",
-        ]
-        .map(str::to_owned),
-    );
+    let args = secured_broker_args(&broker_cert, &ca, "admin");
     let mut brokers = start_cluster(3, &as_strs(&args));
     let (cert, key) = (path(&admin_cert.cert), path(&admin_cert.key));
     let admin = ["--tls-ca", &ca_file, "--tls-cert", &cert, "--tls-key", &key];

@@ -14,7 +14,7 @@ use corelog_client::{
     Admin, ClientConfig, ClientError, ClientTls, Operation, PatternType, Permission, ResourceType,
     SaslCredentials, ScramMechanism,
 };
-use corelog_tests::tls::{Issued, TestCa, Validity, broker_tls_args};
+use corelog_tests::tls::{Issued, TestCa, Validity, secured_broker_args};
 
 /// The administrator's name: its certificate's common name.
 const ADMIN: &str = "nemesis-admin";
@@ -53,23 +53,7 @@ impl Secured {
 
     /// The brokers' security flags.
     pub fn broker_args(&self) -> Vec<String> {
-        let mut args = broker_tls_args(&self.broker);
-        args.extend(
-            [
-                "--tls-client-ca",
-                &self.ca.ca_file().display().to_string(),
-                "--tls-client-auth",
-                "optional",
-                "--authentication",
-                "required",
-                "--authorization",
-                "on",
-                "--super-users",
-                ADMIN,
-            ]
-            .map(str::to_owned),
-        );
-        args
+        secured_broker_args(&self.broker, &self.ca, ADMIN)
     }
 
     /// Creates the workload's user and ACLs as the administrator, retrying
