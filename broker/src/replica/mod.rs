@@ -406,12 +406,15 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// # Errors
     /// [`ReplicaError::LeaderNotReady`] on a leader that has not committed
     /// its epoch's marker yet; `OFFSET_OUT_OF_RANGE` below the log start or
-    /// above the high watermark; storage errors as [`Partition::read`].
+    /// above the high watermark, [`ReplicaError::NotLeader`] instead above
+    /// it on a replica that does not lead (it cannot tell where the log
+    /// ends); storage errors as [`Partition::read`].
     pub async fn read(&self, from: Offset, max_bytes: usize) -> Result<ReadOutcome, ReplicaError> {
         self.check_serves_reads()?;
         let high_watermark = self.high_watermark();
         let log = self.partition.log();
         if from > high_watermark {
+            self.check_knows_the_end()?;
             return Err(StorageError::OffsetOutOfRange {
                 requested: from,
                 log_start: log.log_start(),
@@ -458,7 +461,10 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.check_serves_reads()?;
         let high_watermark = self.high_watermark();
         match query {
-            OffsetQuery::Latest => Ok(Some((high_watermark, corelog_wire::types::TimestampMs(-1)))),
+            OffsetQuery::Latest => {
+                self.check_knows_the_end()?;
+                Ok(Some((high_watermark, corelog_wire::types::TimestampMs(-1))))
+            }
             OffsetQuery::Earliest | OffsetQuery::Timestamp(_) => Ok(self
                 .partition
                 .list_offset(query)
@@ -471,6 +477,19 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// epoch's marker: before, a restarted or newly elected leader's
     /// committed end can be below what readers already saw, and a consumer
     /// at the tail would be told its position is out of range.
+    /// Only the leader knows where the committed log ends: a follower's
+    /// high watermark is what it last heard, and a replica that has just
+    /// restarted has none (it starts at the log start). Told "the log ends
+    /// at 0" in the moment before it takes a leadership the metadata
+    /// already names it for, a reader would fail or start over from the
+    /// beginning; told `NOT_LEADER`, it looks the leader up again.
+    fn check_knows_the_end(&self) -> Result<(), ReplicaError> {
+        match self.role() {
+            RoleView::Leader { .. } => Ok(()),
+            role => Err(ReplicaError::NotLeader { role }),
+        }
+    }
+
     fn check_serves_reads(&self) -> Result<(), ReplicaError> {
         match self.replica.borrow().leader_catching_up() {
             Some(epoch) => Err(ReplicaError::LeaderNotReady { epoch }),

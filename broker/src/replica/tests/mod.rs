@@ -933,6 +933,59 @@ fn a_new_leader_serves_reads_once_its_marker_is_committed() {
     });
 }
 
+/// A replica that has just restarted knows no high watermark (it starts at
+/// the log start). In the moment before it takes a leadership the
+/// metadata already names it for, it must not tell a reader that the log
+/// ends there (the soak saw "offset 15859 is past the end of the log ...
+/// the log holds 0..0" for 38 s): it answers NOT_LEADER, and the reader
+/// looks the leader up again.
+#[test]
+fn a_replica_that_does_not_lead_never_says_the_log_ends_below_a_reader() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        cluster.publish(IDS[0], LeaderEpoch(1)).await;
+        let leader = cluster.node(IDS[0]);
+        for tag in 0..3 {
+            leader
+                .produce(plain(tag), Acks::Quorum, LONG)
+                .await
+                .unwrap();
+        }
+        let committed_end = leader.high_watermark();
+        let restarted = cluster.crash_and_reopen(IDS[0]).await;
+        assert_eq!(restarted.role(), RoleView::Offline);
+        assert!(restarted.high_watermark() < committed_end);
+        let read = restarted.read(committed_end, 64 << 10).await;
+        assert!(
+            matches!(&read, Err(error @ ReplicaError::NotLeader { .. }) if error.code() == ErrorCode::NotLeader),
+            "{read:?}"
+        );
+        let latest = restarted.list_offset(OffsetQuery::Latest).await;
+        assert!(
+            matches!(latest, Err(ReplicaError::NotLeader { .. })),
+            "{latest:?}"
+        );
+        // What it holds below its high watermark it still serves, and the
+        // leader still tells a reader ahead of the log where it ends.
+        let leader = cluster.node(IDS[1]);
+        leader.become_leader(LeaderEpoch(2), &IDS).await.unwrap();
+        cluster
+            .node(IDS[2])
+            .become_follower(LeaderEpoch(2), IDS[1])
+            .await
+            .unwrap();
+        wait_until("the new leader commits its marker", || {
+            leader.high_watermark() > committed_end
+        })
+        .await;
+        let ahead = leader.read(leader.high_watermark().plus(5), 64 << 10).await;
+        assert!(
+            matches!(&ahead, Err(error) if error.code() == ErrorCode::OffsetOutOfRange),
+            "{ahead:?}"
+        );
+    });
+}
+
 /// A push that truncates a divergent tail and raises the high watermark
 /// past it in one step: while the truncation is carried out (the yielding
 /// disk interleaves a reader), no read below the high watermark may serve
