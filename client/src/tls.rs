@@ -89,10 +89,26 @@ impl ClientTls {
         tokio_rustls::TlsConnector::from(self.config.clone())
             .connect(name, stream)
             .await
-            .map_err(|error| ClientError::Tls {
-                addr: addr.to_owned(),
-                detail: explain(&error, &self.ca.display()),
-            })
+            .map_err(|error| handshake_failure(addr, &error, &self.ca.display()))
+    }
+}
+
+/// The error of a failed handshake. A TLS error (the broker's certificate
+/// is not trusted, it refused ours, it does not speak TLS) says what to do
+/// and is not retried. A connection that broke off before the handshake
+/// ended (end of stream, reset) is retriable: it is what a broker that died
+/// behind an address that still accepts looks like (a proxy, a load
+/// balancer), and giving up on it for good stopped a group member.
+fn handshake_failure(addr: &str, error: &std::io::Error, ca: &dyn fmt::Display) -> ClientError {
+    if rustls_error(error).is_none() {
+        return ClientError::ConnectionLost {
+            addr: addr.to_owned(),
+            reason: format!("the TLS handshake broke off: {error}"),
+        };
+    }
+    ClientError::Tls {
+        addr: addr.to_owned(),
+        detail: explain(error, ca),
     }
 }
 
@@ -190,6 +206,31 @@ mod tests {
         assert_eq!(server_host("broker-1.example:7100"), "broker-1.example");
         assert_eq!(server_host("127.0.0.1:7100"), "127.0.0.1");
         assert_eq!(server_host("[::1]:7100"), "::1");
+    }
+
+    #[test]
+    fn a_handshake_that_broke_off_is_retried_and_a_refused_one_is_not() {
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        let broke_off = handshake_failure("127.0.0.1:7100", &eof, &"ca.pem");
+        assert!(broke_off.is_retriable(), "{broke_off}");
+        assert!(
+            broke_off
+                .to_string()
+                .contains("the TLS handshake broke off"),
+            "{broke_off}"
+        );
+        let distrusted = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
+        );
+        let refused = handshake_failure("127.0.0.1:7100", &distrusted, &"ca.pem");
+        assert!(!refused.is_retriable(), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("not signed by the CA of ca.pem"),
+            "{refused}"
+        );
     }
 
     #[test]
