@@ -473,10 +473,6 @@ impl<D: Disk> ReplicatedPartition<D> {
         }
     }
 
-    /// A leader serves reads once its high watermark has reached its
-    /// epoch's marker: before, a restarted or newly elected leader's
-    /// committed end can be below what readers already saw, and a consumer
-    /// at the tail would be told its position is out of range.
     /// Only the leader knows where the committed log ends: a follower's
     /// high watermark is what it last heard, and a replica that has just
     /// restarted has none (it starts at the log start). Told "the log ends
@@ -490,6 +486,10 @@ impl<D: Disk> ReplicatedPartition<D> {
         }
     }
 
+    /// A leader serves reads once its high watermark has reached its
+    /// epoch's marker: before, a restarted or newly elected leader's
+    /// committed end can be below what readers already saw, and a consumer
+    /// at the tail would be told its position is out of range.
     fn check_serves_reads(&self) -> Result<(), ReplicaError> {
         match self.replica.borrow().leader_catching_up() {
             Some(epoch) => Err(ReplicaError::LeaderNotReady { epoch }),

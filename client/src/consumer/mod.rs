@@ -604,7 +604,7 @@ impl Consumer {
         let mut outcomes = Vec::new();
         for (fetched, result) in results {
             match result {
-                Ok(fetched) => outcomes.extend(fetched),
+                Ok(answered) => outcomes.extend(answered),
                 Err(error) if error.is_connect_failure() && reached_any => {
                     outcomes.extend(fetched.into_iter().map(|(key, offset)| {
                         let error = error.clone();
