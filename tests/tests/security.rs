@@ -1065,8 +1065,9 @@ fn a_restarted_member_answers_not_ready_until_it_has_loaded_the_clusters_users()
         &["produce", "--topic", "kept"],
         Some("after"),
     );
-    // ("before" may come again: the group may not have committed it.)
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // ("before" may come again: the group may not have committed it. The
+    // member may have to wait out its session and rejoin: a minute.)
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = Vec::new();
     while !seen.iter().any(|line| line == "after") {
         let left = deadline.saturating_duration_since(Instant::now());
