@@ -15,6 +15,11 @@ use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::storage::LogConfig;
 use crate::storage::retention::DEFAULT_RETENTION_MS;
 
+/// Partition replicas a shard holds at most unless configured: Redpanda's
+/// order of magnitude per core. An idle partition costs no descriptor (its
+/// files are opened through a bounded cache) but some memory.
+pub const DEFAULT_PARTITIONS_PER_SHARD: u32 = 5_000;
+
 /// Everything `corelogd` needs to run, resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BrokerConfig {
@@ -75,8 +80,14 @@ pub struct BrokerConfig {
     pub replica_lag_max_ms: u64,
     /// Largest request frame, bytes after the length field.
     pub max_frame_bytes: u32,
-    /// Open client connections per broker.
+    /// Open client connections per broker (lowered at start when the
+    /// descriptor limit cannot hold them, see `crate::descriptors`).
     pub max_connections: u32,
+    /// Partition replicas one shard may hold. Applied by the controller
+    /// leader to every broker (times its shards) before it commits a
+    /// topic: a partition costs memory while it lives, though no
+    /// descriptor while idle.
+    pub max_partitions_per_shard: u32,
     /// Requests one connection may have in flight; further frames are not
     /// read until one completes (backpressure).
     pub max_in_flight_per_connection: u32,
@@ -151,6 +162,7 @@ impl Default for BrokerConfig {
             replica_lag_max_ms: 10_000,
             max_frame_bytes: 16 << 20,
             max_connections: 10_000,
+            max_partitions_per_shard: DEFAULT_PARTITIONS_PER_SHARD,
             max_in_flight_per_connection: 64,
             connection_idle_timeout_ms: 10 * 60 * 1000,
             frame_read_timeout_ms: 30_000,
@@ -437,9 +449,14 @@ pub struct Flags {
     /// Largest request frame in bytes [default: 16 MiB].
     #[arg(long)]
     pub max_frame_bytes: Option<u32>,
-    /// Connection limit [default: 10000].
+    /// Connection limit [default: 10000, or fewer if the descriptor limit
+    /// cannot hold them].
     #[arg(long)]
     pub max_connections: Option<u32>,
+    /// Partition replicas one shard may hold; a topic that would place
+    /// more on a broker is refused [default: 5000].
+    #[arg(long)]
+    pub max_partitions_per_shard: Option<u32>,
     /// In-flight requests per connection [default: 64].
     #[arg(long)]
     pub max_in_flight_per_connection: Option<u32>,
@@ -534,6 +551,7 @@ struct FileSettings {
     replica_lag_max_ms: Option<u64>,
     max_frame_bytes: Option<u32>,
     max_connections: Option<u32>,
+    max_partitions_per_shard: Option<u32>,
     max_in_flight_per_connection: Option<u32>,
     connection_idle_timeout_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
@@ -645,6 +663,7 @@ impl BrokerConfig {
             replica_lag_max_ms,
             max_frame_bytes,
             max_connections,
+            max_partitions_per_shard,
             max_in_flight_per_connection,
             connection_idle_timeout_ms,
             frame_read_timeout_ms,
@@ -756,6 +775,9 @@ impl BrokerConfig {
         }
         if self.max_in_flight_per_connection == 0 {
             return invalid("max_in_flight_per_connection", "must be at least 1");
+        }
+        if self.max_partitions_per_shard == 0 {
+            return invalid("max_partitions_per_shard", "must be at least 1");
         }
         if self.frame_read_timeout_ms == 0 {
             return invalid("frame_read_timeout_ms", "must be at least 1");

@@ -27,20 +27,24 @@
 //!
 //! Beside them: [`server`] (the process: it wires `net` onto `runtime`),
 //! [`identity`] (which node and cluster a data directory belongs to),
+//! [`descriptors`] (the open file limit and how it is divided),
 //! [`migration`] (upgrading a standalone data directory), [`metadata`]
 //! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
 //! itself in-process), [`api`] (encoded replies), [`executor`] (the
 //! runtime seam the replica shell runs on, so the simulator can run it),
 //! [`tls`] (certificates and handshakes for the listener and peers),
-//! [`metrics`], [`config`] and [`clock`].
+//! [`metrics`], [`config`], [`clock`] and [`log_limit`] (rate limits for
+//! log lines a client can repeat).
 
 pub mod api;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod descriptors;
 pub mod executor;
 pub mod group;
 pub mod identity;
+pub mod log_limit;
 pub mod metadata;
 pub mod metrics;
 pub mod migration;

@@ -26,6 +26,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::cluster::raft_log::RaftLogFile;
 use crate::cluster::{ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
 use crate::config::BrokerConfig;
+use crate::descriptors::{DescriptorBudget, raise_soft_limit};
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
 use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
@@ -223,6 +224,10 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         config.cluster_id.as_deref(),
     )
     .map_err(RunError::Identity)?;
+    let descriptors = descriptor_budget(&config)?;
+    let open_files_per_shard = descriptors.open_files_per_shard;
+    let mut config = config;
+    config.max_connections = descriptors.connections;
     refuse_ports_in_use(&config)?;
     migration::check_configuration(&config).map_err(RunError::Configuration)?;
     let tls = match &config.tls {
@@ -271,7 +276,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                     peers,
                     inbox,
                     metrics,
-                    Listeners {
+                    ShardShared {
+                        open_files_per_shard,
                         open_connections,
                         shard_ports,
                         topic_deletions,
@@ -314,6 +320,30 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         senders,
         executors,
     })
+}
+
+/// Raises the open file limit to its hard limit and divides it (see
+/// [`crate::descriptors`]), logging the outcome.
+fn descriptor_budget(config: &BrokerConfig) -> Result<DescriptorBudget, RunError> {
+    let raised = raise_soft_limit().map_err(RunError::Configuration)?;
+    let budget = DescriptorBudget::plan(raised.after, config.shards, config.max_connections)
+        .map_err(RunError::Configuration)?;
+    tracing::info!(
+        limit = budget.limit,
+        raised_from = (raised.before != raised.after).then_some(raised.before),
+        connections = budget.connections,
+        open_files_per_shard = budget.open_files_per_shard,
+        "file descriptors: the open file limit and how it is divided"
+    );
+    if budget.connections < config.max_connections {
+        tracing::warn!(
+            configured = config.max_connections,
+            allowed = budget.connections,
+            limit = budget.limit,
+            "the open file limit cannot hold --max-connections: accepting fewer connections; raise the limit (LimitNOFILE=) to accept more"
+        );
+    }
+    Ok(budget)
 }
 
 fn stop_all(senders: &[flume::Sender<ShardCommand>]) {
@@ -401,7 +431,10 @@ fn first_failure(reports: &mpsc::Receiver<Result<u16, RunError>>, count: u16) ->
 }
 
 /// What a shard's listeners share with the other shards'.
-struct Listeners {
+struct ShardShared {
+    /// Segment files the shard's cache keeps open (its share of the
+    /// descriptor budget).
+    open_files_per_shard: usize,
     /// Client connections open on the broker, against its limit.
     open_connections: Arc<AtomicU32>,
     /// The port each shard accepts on alone.
@@ -425,7 +458,7 @@ async fn start_shard(
     peers: Vec<flume::Sender<ShardCommand>>,
     inbox: flume::Receiver<ShardCommand>,
     metrics: Arc<BrokerMetrics>,
-    listeners: Listeners,
+    listeners: ShardShared,
 ) -> Result<Rc<Shard>, String> {
     crate::peer::bind_outbound_to(config.listen.ip());
     if let Some(secret) = &config.cluster_secret {
@@ -435,7 +468,7 @@ async fn start_shard(
         crate::peer::connect_with_tls(connector);
     }
     let data_dir = config.data_dir.clone();
-    let disk = GlommioDisk::for_shard(&data_dir)
+    let disk = GlommioDisk::for_shard(&data_dir, listeners.open_files_per_shard)
         .await
         .map_err(|error| format!("cannot use data directory {}: {error}", data_dir.display()))?;
     let mut storage = shard_storage(&disk, &data_dir, &config, &shard_metrics);
@@ -605,6 +638,7 @@ async fn start_cluster_role(shard: &Rc<Shard>, disk: GlommioDisk) -> Result<(), 
             log,
             recovered,
             Duration::from_millis(config.broker_session_timeout_ms),
+            config.max_partitions_per_shard,
             clock.clone(),
         )
         .map_err(|error| format!("cannot start the controller role: {error}"))?;

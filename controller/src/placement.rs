@@ -49,6 +49,34 @@ pub enum PlacementError {
     /// Partition count out of range.
     #[error("partition count {0} must be between 1 and {PARTITIONS_MAX}")]
     InvalidPartitions(u32),
+    /// The live brokers' shards would hold more replicas than they may.
+    #[error(
+        "{needed} partition replicas do not fit: the live brokers have room for {room} more, \
+         at most {per_shard} per shard (broker {} holds {} of its {})",
+        fullest.node.0, fullest.held, fullest.capacity
+    )]
+    PartitionLimit {
+        /// Replicas the topic needs (partitions × replication factor).
+        needed: u64,
+        /// Replicas the live brokers can still take, at most one per
+        /// partition each.
+        room: u64,
+        /// The limit per shard.
+        per_shard: u32,
+        /// The live broker with the least room left.
+        fullest: BrokerRoom,
+    },
+}
+
+/// How full one broker is against its partition limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BrokerRoom {
+    /// The broker.
+    pub node: NodeId,
+    /// Replicas it holds.
+    pub held: u64,
+    /// Replicas it may hold: the limit per shard times its shards.
+    pub capacity: u64,
 }
 
 /// Replicas and preferred leaderships already placed, per broker and per
@@ -120,6 +148,19 @@ impl PlacementLoad {
     pub fn leaders_on_shard(&self, node: NodeId, shard: ShardId) -> u32 {
         self.shard_leaders.get(&(node, shard)).copied().unwrap_or(0)
     }
+
+    /// Replicas `broker` can still take with at most `per_shard` on each
+    /// of its shards.
+    #[must_use]
+    pub fn room_on(&self, broker: &BrokerRecord, per_shard: u32) -> u64 {
+        (0..broker.shard_count)
+            .map(|shard| {
+                u64::from(
+                    per_shard.saturating_sub(self.replicas_on_shard(broker.id, ShardId(shard))),
+                )
+            })
+            .sum()
+    }
 }
 
 /// A failure domain: the rack, or the broker itself when it has no rack.
@@ -149,6 +190,22 @@ pub fn place<'a>(
     replication_factor: u16,
     load: &PlacementLoad,
 ) -> Result<Vec<Vec<Replica>>, PlacementError> {
+    place_within(brokers, partition_count, replication_factor, load, u32::MAX)
+}
+
+/// [`place`], with no shard holding more than `per_shard` replicas (the
+/// existing ones included): a topic that does not fit is refused whole.
+///
+/// # Errors
+/// As [`place`]; [`PlacementError::PartitionLimit`] when the replicas do
+/// not fit under the limit.
+pub fn place_within<'a>(
+    brokers: impl IntoIterator<Item = &'a BrokerRecord>,
+    partition_count: u32,
+    replication_factor: u16,
+    load: &PlacementLoad,
+    per_shard: u32,
+) -> Result<Vec<Vec<Replica>>, PlacementError> {
     let live: BTreeMap<NodeId, &BrokerRecord> = brokers
         .into_iter()
         .filter(|broker| !broker.fenced && broker.shard_count > 0)
@@ -164,24 +221,50 @@ pub fn place<'a>(
     if partition_count == 0 || partition_count > PARTITIONS_MAX {
         return Err(PlacementError::InvalidPartitions(partition_count));
     }
-    let mut load = load.clone();
+    let refusal = |load: &PlacementLoad| PlacementError::PartitionLimit {
+        needed: u64::from(partition_count) * factor as u64,
+        room: live
+            .values()
+            .map(|broker| {
+                load.room_on(broker, per_shard)
+                    .min(u64::from(partition_count))
+            })
+            .sum(),
+        per_shard,
+        fullest: live
+            .values()
+            .map(|broker| BrokerRoom {
+                node: broker.id,
+                held: u64::from(load.replicas_on(broker.id)),
+                capacity: u64::from(per_shard) * u64::from(broker.shard_count),
+            })
+            .min_by_key(|room| (room.capacity.saturating_sub(room.held), room.node))
+            .expect("at least one live broker"),
+    };
+    let mut placed = load.clone();
     let mut assignments = Vec::with_capacity(partition_count as usize);
     for _ in 0..partition_count {
-        let replicas = place_partition(&live, factor, &load);
-        load.add(&replicas);
+        let replicas =
+            place_partition(&live, factor, &placed, per_shard).ok_or_else(|| refusal(load))?;
+        placed.add(&replicas);
         assignments.push(replicas);
     }
     Ok(assignments)
 }
 
+/// One partition's replicas, or `None` when fewer than `factor` brokers
+/// have a shard with room under `per_shard`.
 fn place_partition(
     live: &BTreeMap<NodeId, &BrokerRecord>,
     factor: usize,
     load: &PlacementLoad,
-) -> Vec<Replica> {
+    per_shard: u32,
+) -> Option<Vec<Replica>> {
+    let has_room = |broker: &&&BrokerRecord| load.room_on(broker, per_shard) > 0;
     let mut chosen: Vec<&BrokerRecord> = Vec::with_capacity(factor);
     let leader = live
         .values()
+        .filter(has_room)
         .min_by_key(|broker| {
             (
                 load.leaders_on(broker.id),
@@ -197,6 +280,7 @@ fn place_partition(
             chosen.iter().map(|broker| domain(broker)).collect();
         let candidates = live
             .values()
+            .filter(has_room)
             .filter(|broker| !used_nodes.contains(&broker.id));
         let new_domain = candidates
             .clone()
@@ -211,24 +295,31 @@ fn place_partition(
                 )
             })
             .copied();
-        match next {
-            Some(broker) => chosen.push(broker),
-            // Unreachable: the factor was checked against the live count.
-            None => break,
-        }
+        // None left: the factor was checked against the live count, so
+        // the others are full.
+        chosen.push(next?);
     }
-    chosen
-        .iter()
-        .enumerate()
-        .map(|(position, broker)| Replica {
-            node: broker.id,
-            shard: pick_shard(broker, position == 0, load),
-        })
-        .collect()
+    Some(
+        chosen
+            .iter()
+            .enumerate()
+            .map(|(position, broker)| Replica {
+                node: broker.id,
+                shard: pick_shard(broker, position == 0, load, per_shard),
+            })
+            .collect(),
+    )
 }
 
-fn pick_shard(broker: &BrokerRecord, leader: bool, load: &PlacementLoad) -> ShardId {
-    let shards = (0..broker.shard_count).map(ShardId);
+fn pick_shard(
+    broker: &BrokerRecord,
+    leader: bool,
+    load: &PlacementLoad,
+    per_shard: u32,
+) -> ShardId {
+    let shards = (0..broker.shard_count)
+        .map(ShardId)
+        .filter(|&shard| load.replicas_on_shard(broker.id, shard) < per_shard);
     let leaders = |shard| load.leaders_on_shard(broker.id, shard);
     let replicas = |shard| load.replicas_on_shard(broker.id, shard);
     let chosen = if leader {

@@ -203,3 +203,56 @@ proptest! {
         prop_assert_eq!(&first, &place(&rotated, partitions, factor, &PlacementLoad::default()));
     }
 }
+
+#[test]
+fn no_shard_is_given_more_than_its_partition_limit() {
+    let brokers = [broker(1, None, 2), broker(2, None, 1), broker(3, None, 2)];
+    // 10 per shard: rooms 20, 10 and 20; three-replica partitions fit 10
+    // times (broker 2 is in every one).
+    let assignments = place_within(&brokers, 10, 3, &PlacementLoad::default(), 10).unwrap();
+    let load = load_of(&assignments);
+    for broker in &brokers {
+        for shard in 0..broker.shard_count {
+            assert!(load.replicas_on_shard(broker.id, ShardId(shard)) <= 10);
+        }
+    }
+    let error = place_within(&brokers, 1, 3, &load, 10).unwrap_err();
+    let PlacementError::PartitionLimit {
+        needed,
+        room,
+        per_shard,
+        fullest,
+    } = error.clone()
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!((needed, room, per_shard), (3, 2, 10));
+    assert_eq!(
+        fullest,
+        BrokerRoom {
+            node: NodeId(2),
+            held: 10,
+            capacity: 10
+        }
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("room for 2 more") && message.contains("broker 2 holds 10 of its 10"),
+        "{message}"
+    );
+    // Two-replica partitions still fit on the brokers with room.
+    assert!(place_within(&brokers, 10, 2, &load, 10).is_ok());
+}
+
+#[test]
+fn a_topic_that_does_not_fit_whole_is_refused_whole() {
+    let brokers = [broker(1, None, 1)];
+    let held = place_within(&brokers, 60, 1, &PlacementLoad::default(), 100).unwrap();
+    let load = load_of(&held);
+    let error = place_within(&brokers, 41, 1, &load, 100).unwrap_err();
+    assert!(
+        matches!(error, PlacementError::PartitionLimit { room: 40, .. }),
+        "{error:?}"
+    );
+    assert_eq!(place_within(&brokers, 40, 1, &load, 100).unwrap().len(), 40);
+}

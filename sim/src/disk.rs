@@ -23,6 +23,7 @@ use bytes::Bytes;
 use corelog_broker::replica::meta_file::meta_path;
 use corelog_broker::storage::disk::{Disk, DiskFile};
 use corelog_broker::storage::memory_disk::{MemoryDisk, MemoryFile};
+use corelog_broker::storage::open_files::OpenFiles;
 use corelog_broker::storage::segment::SegmentPaths;
 use corelog_replication::ReplicaMeta;
 use corelog_wire::batch::{self, BatchLimits};
@@ -62,13 +63,23 @@ impl SyncDelay {
 pub struct SimDisk {
     disk: MemoryDisk,
     delay: Rc<SyncDelay>,
+    /// Few: the simulated replicas close and reopen segment files as a
+    /// broker with many partitions does.
+    open_files: OpenFiles<SimFile>,
 }
+
+/// Segment files a simulated node keeps open.
+const OPEN_FILES_MAX: usize = 4;
 
 impl SimDisk {
     /// `disk` with syncs delayed by `delay`.
     #[must_use]
     pub fn new(disk: MemoryDisk, delay: Rc<SyncDelay>) -> SimDisk {
-        SimDisk { disk, delay }
+        SimDisk {
+            disk,
+            delay,
+            open_files: OpenFiles::new(OPEN_FILES_MAX),
+        }
     }
 }
 
@@ -109,6 +120,10 @@ impl Disk for SimDisk {
 
     fn free_bytes(&self, dir: &Path) -> io::Result<u64> {
         self.disk.free_bytes(dir)
+    }
+
+    fn open_files(&self) -> &OpenFiles<SimFile> {
+        &self.open_files
     }
 }
 

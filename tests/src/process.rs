@@ -104,6 +104,9 @@ pub struct Broker {
     /// Where [`Broker::spawn`] appends the process's output; discarded
     /// when `None`.
     output_log: Option<PathBuf>,
+    /// `RLIMIT_NOFILE` (soft and hard) of every later [`Broker::spawn`],
+    /// set by `prlimit` before it executes the broker.
+    descriptor_limit: Option<u64>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -143,8 +146,18 @@ impl Broker {
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
             env: Vec::new(),
             output_log: None,
+            descriptor_limit: None,
             _temp: None,
         }
+    }
+
+    /// Starts every later [`Broker::spawn`] with at most `limit` open file
+    /// descriptors, soft and hard, so that the broker cannot raise it:
+    /// how a host with a low `LimitNOFILE=` runs it.
+    #[must_use]
+    pub fn with_descriptor_limit(mut self, limit: u64) -> Broker {
+        self.descriptor_limit = Some(limit);
+        self
     }
 
     /// Appends the output of every later [`Broker::spawn`] to `log`.
@@ -204,7 +217,19 @@ impl Broker {
     /// environment), shared by every way of spawning it; output is left
     /// to the caller.
     fn command(&self) -> Command {
-        let mut command = Command::new(test_broker_binary());
+        let mut command = match self.descriptor_limit {
+            // `prlimit` sets the limit on itself and executes the broker:
+            // the same process, so signals and `Child` reach the broker.
+            Some(limit) => {
+                let mut command = Command::new("prlimit");
+                command
+                    .arg(format!("--nofile={limit}:{limit}"))
+                    .arg("--")
+                    .arg(test_broker_binary());
+                command
+            }
+            None => Command::new(test_broker_binary()),
+        };
         command
             .arg("--listen")
             .arg(self.addr.to_string())

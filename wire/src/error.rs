@@ -157,6 +157,10 @@ error_codes! {
         "The broker's request queue is full; back off and retry.";
     TooManyConnections = 52, "TOO_MANY_CONNECTIONS", retriable: true,
         "The broker has reached its connection limit; close idle connections and retry later.";
+    OutOfFileDescriptors = 53, "OUT_OF_FILE_DESCRIPTORS", retriable: true,
+        "The broker ran out of file descriptors for a moment; nothing it acknowledged is lost. Retry (as after a timeout, the records may be stored already: an idempotent producer's retry is not duplicated), and tell an operator to raise the broker's descriptor limit (LimitNOFILE=) or lower its connection limit.";
+    PartitionLimitReached = 54, "PARTITION_LIMIT_REACHED", retriable: false,
+        "The brokers would hold more partition replicas than they are configured for; delete unused topics, create fewer partitions, add brokers, or raise --max-partitions-per-shard.";
 
     IllegalGeneration = 60, "ILLEGAL_GENERATION", retriable: false,
         "The group generation is stale; rejoin the group before committing.";
@@ -303,6 +307,8 @@ mod tests {
         (50, "TOO_MANY_REQUESTS", true),
         (51, "QUEUE_FULL", true),
         (52, "TOO_MANY_CONNECTIONS", true),
+        (53, "OUT_OF_FILE_DESCRIPTORS", true),
+        (54, "PARTITION_LIMIT_REACHED", false),
         (60, "ILLEGAL_GENERATION", false),
         (61, "NOT_OWNER", false),
         (62, "OFFSET_BEYOND_HIGH_WATERMARK", false),

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementError,
-    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place,
+    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place_within,
 };
 use corelog_replication::QueryAnswer;
 use corelog_wire::error::ErrorCode;
@@ -207,6 +207,12 @@ pub struct ControllerService {
     elections: RefCell<ElectionBook>,
     halted: RefCell<Option<String>>,
     session_timeout: Duration,
+    /// Partition replicas each shard of a broker may hold (user topics).
+    partitions_per_shard_max: u32,
+    /// Held from planning a topic to its commit: a second creation plans
+    /// against the first one's replicas, so that two cannot together pass
+    /// a broker's partition limit.
+    creating: async_lock::Mutex<()>,
     /// Stamps topics' creation times.
     clock: Rc<dyn Clock>,
 }
@@ -232,6 +238,7 @@ impl ControllerService {
         log: RaftLogFile,
         recovered: RecoveredLog,
         session_timeout: Duration,
+        partitions_per_shard_max: u32,
         clock: Rc<dyn Clock>,
     ) -> Result<Rc<ControllerService>, String> {
         // Each process draws other election jitter than its predecessor's.
@@ -260,6 +267,8 @@ impl ControllerService {
             elections: RefCell::new(ElectionBook::new()),
             halted: RefCell::new(None),
             session_timeout,
+            partitions_per_shard_max,
+            creating: async_lock::Mutex::new(()),
             clock,
         });
         glommio::spawn_local(service.clone().drive(log)).detach();
@@ -476,11 +485,19 @@ impl ControllerService {
         state
             .check_new_topic(&topic.name, topic.internal, &topic.config)
             .map_err(|error| refused(&error))?;
-        let assignments = place(
+        // The cluster's own topics are small and it cannot work without
+        // them: they count against the limit but are never refused by it.
+        let per_shard = if topic.internal {
+            u32::MAX
+        } else {
+            self.partitions_per_shard_max
+        };
+        let assignments = place_within(
             state.brokers().values(),
             topic.partitions,
             replication_factor,
             &PlacementLoad::from_state(state),
+            per_shard,
         )
         .map_err(|error| {
             let code = match error {
@@ -488,6 +505,7 @@ impl ControllerService {
                 PlacementError::InvalidReplicationFactor { .. } => {
                     ErrorCode::InvalidReplicationFactor
                 }
+                PlacementError::PartitionLimit { .. } => ErrorCode::PartitionLimitReached,
             };
             ControllerRequestError::refused(code, error.to_string())
         })?;
@@ -509,6 +527,7 @@ impl ControllerService {
     /// As [`ControllerService::plan_topic`] and
     /// [`ControllerService::propose`].
     pub async fn create_topic(&self, topic: &NewTopic) -> Result<u64, ControllerRequestError> {
+        let _creating = self.creating.lock().await;
         let command = self.plan_topic(topic)?;
         match self.propose(command).await? {
             Outcome::TopicCreated { topic_id } => Ok(topic_id.0),

@@ -404,7 +404,7 @@ mod tests {
             .make()
             .expect("glommio executor starts");
         executor.run(async move {
-            let disk = GlommioDisk::for_shard(&data_dir).await.expect("disk");
+            let disk = GlommioDisk::for_shard(&data_dir, 16).await.expect("disk");
             test(disk, data_dir).await;
         });
     }

@@ -19,6 +19,7 @@ use corelog_wire::batch::{self, BatchError, BatchHeader, BatchLimits, HEADER_BYT
 use corelog_wire::error::ErrorCode;
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 
+use crate::log_limit::LogLimit;
 use crate::metadata::TopicConfig;
 use crate::metadata::topic_config::log_config;
 use crate::storage::disk::Disk;
@@ -93,6 +94,7 @@ impl From<StorageError> for PartitionError {
             StorageError::InvalidConfig(_) => ErrorCode::UnknownServerError,
             StorageError::OutOfSequence { .. } => ErrorCode::InvalidRequest,
             StorageError::Busy(_) => ErrorCode::LeaderNotAvailable,
+            StorageError::OutOfDescriptors { .. } => ErrorCode::OutOfFileDescriptors,
         };
         let gap = match &error {
             StorageError::OffsetOutOfRange {
@@ -118,14 +120,26 @@ impl From<StorageError> for PartitionError {
             }),
             _ => None,
         };
+        if matches!(
+            code,
+            ErrorCode::StorageError | ErrorCode::CorruptSegment | ErrorCode::OutOfFileDescriptors
+        ) && let Some(left_out) = STORAGE_FAILURE_LOG.admit()
+        {
+            // The client is told without the broker's paths; the log keeps them.
+            tracing::warn!(%error, %code, similar_lines_left_out = left_out, "storage failure answered to a request");
+        }
         PartitionError {
             code,
-            message: error.to_string(),
+            message: error.client_message(),
             gap,
             bounds,
         }
     }
 }
+
+/// Storage failures answered to clients: a client retrying against a
+/// damaged segment would otherwise write a line per request.
+static STORAGE_FAILURE_LOG: LogLimit = LogLimit::every(std::time::Duration::from_secs(10));
 
 impl From<BatchError> for PartitionError {
     fn from(error: BatchError) -> Self {

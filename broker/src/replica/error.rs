@@ -129,11 +129,32 @@ fn refused_code(error: &ReplicationError) -> ErrorCode {
     }
 }
 
+impl ReplicaError {
+    /// The error as a client may read it: without the broker's paths or a
+    /// fenced replica's cause, which the broker's log names (it logged them
+    /// when the replica was fenced or its metadata failed).
+    #[must_use]
+    pub fn client_message(&self) -> String {
+        match self {
+            ReplicaError::Partition(inner) => inner.message.clone(),
+            ReplicaError::Meta { .. } => {
+                "the replica's metadata file is damaged or unreadable (the broker's log names it)"
+                    .to_owned()
+            }
+            ReplicaError::Broken { .. } => {
+                "this replica was fenced after a failure (the broker's log names it); another replica serves the partition"
+                    .to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 impl From<ReplicaError> for PartitionError {
     fn from(error: ReplicaError) -> Self {
         match error {
             ReplicaError::Partition(inner) => inner,
-            other => PartitionError::new(other.code(), other.to_string()),
+            other => PartitionError::new(other.code(), other.client_message()),
         }
     }
 }

@@ -208,6 +208,10 @@ pub struct ReplicatedPartition<D: Disk> {
     /// The fence came from a full disk: the shard reopens the replica once
     /// space is back.
     broken_no_space: Cell<bool>,
+    /// The fence came from running out of file descriptors (its metadata
+    /// or a rewrite could not open a file): the shard reopens the replica
+    /// at its next maintenance round.
+    broken_out_of_descriptors: Cell<bool>,
 }
 
 impl<D: Disk> std::fmt::Debug for ReplicatedPartition<D> {
@@ -277,6 +281,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             acks_received: RefCell::new(BTreeMap::new()),
             broken: RefCell::new(None),
             broken_no_space: Cell::new(false),
+            broken_out_of_descriptors: Cell::new(false),
         });
         this.carry_out(actions, high_watermark).await?;
         Ok(this)
@@ -352,6 +357,13 @@ impl<D: Disk> ReplicatedPartition<D> {
     pub fn fenced_no_space(&self) -> bool {
         (self.broken.borrow().is_some() && self.broken_no_space.get())
             || self.partition.log().fenced_no_space()
+    }
+
+    /// Whether the replica is fenced for want of file descriptors, and so
+    /// waits to be reopened.
+    #[must_use]
+    pub fn fenced_out_of_descriptors(&self) -> bool {
+        self.broken.borrow().is_some() && self.broken_out_of_descriptors.get()
     }
 
     /// Leading: offsets not yet durable on a follower, summed over the
@@ -604,6 +616,8 @@ impl<D: Disk> ReplicatedPartition<D> {
             *broken = Some(error.to_string());
             self.broken_no_space
                 .set(error.code() == ErrorCode::DiskFull);
+            self.broken_out_of_descriptors
+                .set(error.code() == ErrorCode::OutOfFileDescriptors);
         }
         drop(broken);
         self.high_watermark_changed.notify(usize::MAX);

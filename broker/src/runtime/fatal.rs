@@ -119,7 +119,10 @@ pub fn on_controller_log_failed(error: &RaftLogError) {
 /// moves its leaderships to replicas whose disks work, and a restart
 /// recovers the log from what the disk really holds.
 pub fn on_log_fenced(dir: &Path, error: &StorageError) {
-    if error.is_no_space() {
+    // Running out of descriptors is not a failed disk: nothing was written
+    // (`on_fenced` sees it from a replica whose metadata could not be
+    // stored; the shard reopens that replica).
+    if error.is_no_space() || error.is_out_of_descriptors() {
         return;
     }
     tracing::error!(

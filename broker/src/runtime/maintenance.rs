@@ -1,6 +1,6 @@
 //! A shard's periodic housekeeping: retention and producer expiry on every
-//! replica, reopening logs fenced by a full disk once space is back
-//! ([`super::reopen`]), the gauges sampled on the way, and filling the
+//! replica, reopening logs fenced by a full disk once space is back or by
+//! a shortage of file descriptors ([`super::reopen`]), the gauges sampled on the way, and filling the
 //! segments of logs whose batches wait in the shard journal.
 
 use std::rc::Rc;
@@ -34,7 +34,7 @@ impl Shard {
         while !self.is_stopping() {
             glommio::timer::sleep(interval).await;
             self.maintain_replicas().await;
-            self.reopen_after_disk_full().await;
+            self.reopen_after_shortage().await;
             self.metrics
                 .disk_free_bytes
                 .set(self.storage.space.free_bytes() as i64);

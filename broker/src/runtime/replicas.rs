@@ -33,10 +33,11 @@ use super::deletion::Doomed;
 use super::fatal;
 use super::shard::{Replica, Shard};
 use crate::group::service::GROUPS_TOPIC;
+use crate::log_limit::LogLimit;
 use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
 use crate::metrics::FollowerLagSample;
-use crate::partition::PartitionSpec;
+use crate::partition::{PartitionError, PartitionSpec};
 use crate::replica::peer_transport::{self, PeerFrameCarrier};
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
@@ -69,6 +70,10 @@ impl RoleChanges {
         self.pending.get() == 0
     }
 }
+
+/// Replicas that cannot open for want of descriptors, logged at most once
+/// a minute: every maintenance round retries them.
+static OPEN_SHORTAGE_LOG: LogLimit = LogLimit::every(std::time::Duration::from_secs(60));
 
 impl Shard {
     /// Opens the replicas `snapshot` places on this shard and starts
@@ -174,10 +179,17 @@ impl Shard {
             Err(error) => {
                 // Damaged stored data stops the broker (exit code 4).
                 fatal::on_replica_open_failed(name, index, &dir, &error);
-                tracing::error!(topic = %name, partition = index, %error, "cannot open replica");
-                self.failed
-                    .borrow_mut()
-                    .insert(id, format!("replica failed to open: {error}"));
+                // Out of descriptors, every maintenance round tries again.
+                if error.code() != ErrorCode::OutOfFileDescriptors {
+                    tracing::error!(topic = %name, partition = index, %error, "cannot open replica");
+                } else if let Some(left_out) = OPEN_SHORTAGE_LOG.admit() {
+                    tracing::warn!(topic = %name, partition = index, %error, similar_lines_left_out = left_out, "cannot open replica for want of file descriptors; retrying");
+                }
+                let answer = PartitionError::new(
+                    error.code(),
+                    format!("the replica failed to open: {}", error.client_message()),
+                );
+                self.failed.borrow_mut().insert(id, answer);
                 None
             }
         }

@@ -80,8 +80,8 @@ impl Shard {
         if let Some(found) = self.replicas.borrow().get(&partition) {
             return Ok(found.clone());
         }
-        if let Some(reason) = self.failed.borrow().get(&partition) {
-            return Err(PartitionError::new(ErrorCode::StorageError, reason.clone()));
+        if let Some(failed) = self.failed.borrow().get(&partition) {
+            return Err(failed.clone());
         }
         Err(PartitionError::new(
             ErrorCode::LeaderNotAvailable,

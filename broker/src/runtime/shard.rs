@@ -31,6 +31,7 @@ use crate::group::service::Coordinator;
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::metrics::{FollowerLagSample, ShardMetrics};
 use crate::net::shard_ports::ShardPortTable;
+use crate::partition::PartitionError;
 use crate::peer::Peers;
 use crate::replica::ReplicatedPartition;
 use crate::replica::stream::ReplicationStreams;
@@ -63,8 +64,9 @@ pub struct Shard {
     pub(super) streams: std::cell::OnceCell<Rc<ReplicationStreams>>,
     /// Group coordinators of the `__groups` partitions this shard leads, by index.
     pub(super) coordinators: RefCell<AHashMap<u32, Rc<Coordinator>>>,
-    /// Partitions this shard should host but could not open, with why.
-    pub(super) failed: RefCell<AHashMap<PartitionId, String>>,
+    /// Partitions this shard should host but could not open, with what
+    /// a request for one is answered (no paths: the log has those).
+    pub(super) failed: RefCell<AHashMap<PartitionId, PartitionError>>,
     /// The follower lag series last published, so that those of
     /// leaderships gone are removed.
     pub(super) follower_lag_series: RefCell<Vec<FollowerLagSample>>,

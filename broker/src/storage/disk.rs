@@ -17,6 +17,8 @@ use std::io;
 use std::ops::Deref;
 use std::path::Path;
 
+use super::open_files::OpenFiles;
+
 /// A filesystem holding partition directories.
 #[allow(
     async_fn_in_trait,
@@ -75,6 +77,11 @@ pub trait Disk: Clone + 'static {
     /// # Errors
     /// The filesystem's error.
     fn free_bytes(&self, dir: &Path) -> io::Result<u64>;
+
+    /// The shard's bounded cache of open segment files: segments open
+    /// their file through it instead of holding it open for life, so that
+    /// a shard's partition count is not bounded by its descriptors.
+    fn open_files(&self) -> &OpenFiles<Self::File>;
 }
 
 /// An open file with positional, aligned, explicitly synced I/O.

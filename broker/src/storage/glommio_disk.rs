@@ -4,11 +4,13 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use glommio::GlommioError;
 use glommio::io::{Directory, DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
 use super::disk::{Disk, DiskFile};
 #[cfg(feature = "fault-injection")]
 use super::fault_hooks;
+use super::open_files::OpenFiles;
 
 /// Name of the non-empty file opened first on every shard; see [`GlommioDisk::for_shard`].
 const DMA_PROBE_SENTINEL: &str = ".dma-probe";
@@ -20,7 +22,18 @@ const FILESYSTEM_BLOCK_BYTES: u64 = 4096;
 /// The production disk: glommio DMA files on the calling shard's executor.
 #[derive(Clone, Debug)]
 pub struct GlommioDisk {
-    _private: (),
+    open_files: OpenFiles<GlommioFile>,
+}
+
+/// glommio's error as an I/O error that keeps the operating system's error
+/// number: glommio's own conversion keeps only the kind, and `EMFILE` has
+/// no kind of its own (see `StorageError::io`). The path is added by the
+/// caller.
+fn os_error<T>(error: GlommioError<T>) -> io::Error {
+    match error {
+        GlommioError::EnhancedIoError { source, .. } | GlommioError::IoError(source) => source,
+        other => io::Error::from(other),
+    }
 }
 
 impl GlommioDisk {
@@ -34,9 +47,12 @@ impl GlommioDisk {
     /// every later read fails with EOPNOTSUPP. Opening a non-empty sentinel
     /// first makes the probe see the device's real answer.
     ///
+    /// Keeps at most `open_files_max` segment files open (see
+    /// [`OpenFiles`]).
+    ///
     /// # Errors
     /// The filesystem's error creating or opening the sentinel.
-    pub async fn for_shard(data_dir: &Path) -> io::Result<GlommioDisk> {
+    pub async fn for_shard(data_dir: &Path, open_files_max: usize) -> io::Result<GlommioDisk> {
         #[cfg(feature = "fault-injection")]
         fault_hooks::install();
         std::fs::create_dir_all(data_dir)?;
@@ -47,9 +63,11 @@ impl GlommioDisk {
         if !is_ready {
             std::fs::write(&sentinel, vec![0u8; DMA_PROBE_SENTINEL_BYTES])?;
         }
-        let probe = DmaFile::open(&sentinel).await.map_err(io::Error::from)?;
-        probe.close().await.map_err(io::Error::from)?;
-        Ok(GlommioDisk { _private: () })
+        let probe = DmaFile::open(&sentinel).await.map_err(os_error)?;
+        probe.close().await.map_err(os_error)?;
+        Ok(GlommioDisk {
+            open_files: OpenFiles::new(open_files_max),
+        })
     }
 }
 
@@ -65,7 +83,7 @@ impl Disk for GlommioDisk {
             .create(create)
             .dma_open(path)
             .await
-            .map_err(io::Error::from)?;
+            .map_err(os_error)?;
         #[cfg(feature = "fault-injection")]
         fault_hooks::opened(path, existed);
         Ok(GlommioFile {
@@ -75,25 +93,23 @@ impl Disk for GlommioDisk {
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {
-        glommio::io::remove(path).await.map_err(io::Error::from)?;
+        glommio::io::remove(path).await.map_err(os_error)?;
         #[cfg(feature = "fault-injection")]
         fault_hooks::removed(path);
         Ok(())
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        glommio::io::rename(from, to)
-            .await
-            .map_err(io::Error::from)?;
+        glommio::io::rename(from, to).await.map_err(os_error)?;
         #[cfg(feature = "fault-injection")]
         fault_hooks::renamed(from, to);
         Ok(())
     }
 
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let directory = Directory::open(dir).await.map_err(io::Error::from)?;
-        directory.sync().await.map_err(io::Error::from)?;
-        directory.close().await.map_err(io::Error::from)
+        let directory = Directory::open(dir).await.map_err(os_error)?;
+        directory.sync().await.map_err(os_error)?;
+        directory.close().await.map_err(os_error)
     }
 
     async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -123,6 +139,10 @@ impl Disk for GlommioDisk {
     fn free_bytes(&self, dir: &Path) -> io::Result<u64> {
         let stats = rustix::fs::statvfs(dir).map_err(io::Error::from)?;
         Ok(stats.f_bavail.saturating_mul(stats.f_frsize))
+    }
+
+    fn open_files(&self) -> &OpenFiles<GlommioFile> {
+        &self.open_files
     }
 }
 
@@ -174,7 +194,7 @@ impl DiskFile for GlommioFile {
             .file
             .write_at(buffer.0, position)
             .await
-            .map_err(io::Error::from)?;
+            .map_err(os_error)?;
         if written != expected {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
@@ -190,36 +210,30 @@ impl DiskFile for GlommioFile {
     }
 
     async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadResult> {
-        self.file
-            .read_at(position, len)
-            .await
-            .map_err(io::Error::from)
+        self.file.read_at(position, len).await.map_err(os_error)
     }
 
     async fn sync_data(&self) -> io::Result<()> {
         #[cfg(feature = "fault-injection")]
         let durable_len = fault_hooks::before_sync(&self.path)?;
-        self.file.fdatasync().await.map_err(io::Error::from)?;
+        self.file.fdatasync().await.map_err(os_error)?;
         #[cfg(feature = "fault-injection")]
         fault_hooks::synced(&self.path, durable_len);
         Ok(())
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
-        self.file.truncate(len).await.map_err(io::Error::from)?;
+        self.file.truncate(len).await.map_err(os_error)?;
         #[cfg(feature = "fault-injection")]
         fault_hooks::truncated(&self.path, len);
         Ok(())
     }
 
     async fn preallocate(&self, len: u64) -> io::Result<()> {
-        self.file
-            .pre_allocate(len, false)
-            .await
-            .map_err(io::Error::from)
+        self.file.pre_allocate(len, false).await.map_err(os_error)
     }
 
     async fn size(&self) -> io::Result<u64> {
-        self.file.file_size().await.map_err(io::Error::from)
+        self.file.file_size().await.map_err(os_error)
     }
 }

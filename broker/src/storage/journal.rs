@@ -661,6 +661,16 @@ impl<D: Disk> ShardJournal<D> {
                 None => {
                     let guard = CommitGuard { journal: self };
                     let result = self.write_frame().await;
+                    if let Err(error) = result.as_ref()
+                        && error.is_out_of_descriptors()
+                    {
+                        // The next file could not be opened: nothing was
+                        // written. The guard puts the entries back at the
+                        // head of the queue, in order, for the next commit;
+                        // this waiter is told, and its log is not fenced.
+                        drop(guard);
+                        return result;
+                    }
                     if let Err(error) = result {
                         let mut state = self.state.borrow_mut();
                         tracing::error!(dir = %self.dir.display(), %error, "shard journal commit failed");

@@ -6,6 +6,10 @@
 //!   `sync_dir` covered. Handles opened before the crash stop working.
 //! - [`MemoryDisk::fail_next`] makes the next write, sync or read fail with
 //!   `EIO`, and a capacity makes writes past it fail with `ENOSPC`.
+//! - Its cache of open segment files ([`Disk::open_files`]) is small by
+//!   default, so that storage tests reopen files as a broker with many
+//!   partitions does; [`MemoryDisk::set_descriptor_limit`] makes opens past
+//!   a number of open handles fail with `EMFILE`.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +18,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use super::disk::{Disk, DiskFile};
+use super::open_files::OpenFiles;
+
+/// Files a memory disk's cache keeps open unless told otherwise: few, so
+/// that tests exercise closing and reopening segment files.
+const OPEN_FILES_DEFAULT: usize = 4;
 
 /// An operation a test can make fail once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +39,8 @@ pub enum Fault {
 #[derive(Clone, Debug)]
 pub struct MemoryDisk {
     state: Rc<RefCell<State>>,
+    /// Not in `state`: files hold `state`, and the cache holds files.
+    open_files: OpenFiles<MemoryFile>,
 }
 
 #[derive(Debug)]
@@ -50,6 +61,8 @@ struct State {
     /// Whether every operation yields to the executor once before acting,
     /// so that tests can interleave concurrent appends, flushes and reads.
     yields: bool,
+    /// Open handles past which an open fails with `EMFILE`.
+    descriptor_limit: Option<u32>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -103,8 +116,29 @@ impl MemoryDisk {
                 syncs: 0,
                 generation: 0,
                 yields: false,
+                descriptor_limit: None,
             })),
+            open_files: OpenFiles::new(OPEN_FILES_DEFAULT),
         }
+    }
+
+    /// This disk with a cache of `capacity` open files.
+    #[must_use]
+    pub fn with_open_files_max(mut self, capacity: usize) -> Self {
+        self.open_files = OpenFiles::new(capacity);
+        self
+    }
+
+    /// Makes opens fail with `EMFILE` while `limit` handles are open, as a
+    /// process at its `RLIMIT_NOFILE` does (`None`: no limit).
+    pub fn set_descriptor_limit(&self, limit: Option<u32>) {
+        self.state.borrow_mut().descriptor_limit = limit;
+    }
+
+    /// Handles open now, on every file.
+    #[must_use]
+    pub fn open_handle_count(&self) -> u32 {
+        open_handles(&self.state.borrow())
     }
 
     /// Power loss: files keep only synced bytes, directories only synced entries.
@@ -217,18 +251,14 @@ impl MemoryDisk {
                 syncs: 0,
                 generation: 0,
                 yields: state.yields,
+                descriptor_limit: state.descriptor_limit,
             })),
+            open_files: OpenFiles::new(self.open_files.capacity()),
         }
-    }
-
-    fn touch(&self) {
-        self.state.borrow_mut().generation += 1;
     }
 
     async fn maybe_yield(&self) {
-        if self.state.borrow().yields {
-            YieldOnce(false).await;
-        }
+        maybe_yield(&self.state).await;
     }
 
     /// `sync_data` calls that succeeded, on every file.
@@ -243,17 +273,6 @@ impl MemoryDisk {
         self.state.borrow().names.keys().cloned().collect()
     }
 
-    fn take_fault(&self, fault: Fault) -> io::Result<()> {
-        let mut state = self.state.borrow_mut();
-        if let Some(index) = state.faults.iter().position(|pending| *pending == fault) {
-            state.faults.remove(index);
-            return Err(io::Error::from_raw_os_error(
-                rustix::io::Errno::IO.raw_os_error(),
-            ));
-        }
-        Ok(())
-    }
-
     fn used_bytes(state: &State) -> u64 {
         state
             .inodes
@@ -261,6 +280,31 @@ impl MemoryDisk {
             .map(|inode| inode.data.len() as u64)
             .sum()
     }
+}
+
+fn touch(state: &RefCell<State>) {
+    state.borrow_mut().generation += 1;
+}
+
+async fn maybe_yield(state: &RefCell<State>) {
+    if state.borrow().yields {
+        YieldOnce(false).await;
+    }
+}
+
+fn take_fault(state: &RefCell<State>, fault: Fault) -> io::Result<()> {
+    let mut state = state.borrow_mut();
+    if let Some(index) = state.faults.iter().position(|pending| *pending == fault) {
+        state.faults.remove(index);
+        return Err(io::Error::from_raw_os_error(
+            rustix::io::Errno::IO.raw_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+fn open_handles(state: &State) -> u32 {
+    state.inodes.values().map(|inode| inode.open_handles).sum()
 }
 
 /// A future that is pending once, then ready.
@@ -303,6 +347,14 @@ impl Disk for MemoryDisk {
         if !state.dirs.contains(&parent(path)) {
             return Err(not_found(&parent(path)));
         }
+        if state
+            .descriptor_limit
+            .is_some_and(|limit| open_handles(&state) >= limit)
+        {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::MFILE.raw_os_error(),
+            ));
+        }
         let inode = match state.names.get(path) {
             Some(inode) => *inode,
             None if create => {
@@ -318,7 +370,7 @@ impl Disk for MemoryDisk {
             found.open_handles += 1;
         }
         Ok(MemoryFile {
-            disk: self.clone(),
+            state: Rc::clone(&self.state),
             inode,
             incarnation: state.incarnation,
         })
@@ -415,12 +467,16 @@ impl Disk for MemoryDisk {
             .capacity_bytes
             .saturating_sub(Self::used_bytes(&state)))
     }
+
+    fn open_files(&self) -> &OpenFiles<MemoryFile> {
+        &self.open_files
+    }
 }
 
 /// An open in-memory file.
 #[derive(Debug)]
 pub struct MemoryFile {
-    disk: MemoryDisk,
+    state: Rc<RefCell<State>>,
     inode: u64,
     incarnation: u64,
 }
@@ -430,7 +486,7 @@ impl MemoryFile {
         &self,
         action: impl FnOnce(&mut Inode, &State) -> io::Result<T>,
     ) -> io::Result<T> {
-        let mut state = self.disk.state.borrow_mut();
+        let mut state = self.state.borrow_mut();
         if state.incarnation != self.incarnation {
             return Err(io::Error::other("file handle from before a crash"));
         }
@@ -450,7 +506,7 @@ fn invalid(message: &str) -> io::Error {
 
 impl Drop for MemoryFile {
     fn drop(&mut self) {
-        let mut state = self.disk.state.borrow_mut();
+        let mut state = self.state.borrow_mut();
         if state.incarnation != self.incarnation {
             return;
         }
@@ -466,7 +522,7 @@ impl DiskFile for MemoryFile {
     type Read = Vec<u8>;
 
     fn alignment(&self) -> u64 {
-        self.disk.state.borrow().alignment
+        self.state.borrow().alignment
     }
 
     fn alloc_buffer(&self, len: usize) -> Vec<u8> {
@@ -476,8 +532,8 @@ impl DiskFile for MemoryFile {
     }
 
     async fn write_at(&self, buffer: Vec<u8>, position: u64) -> io::Result<()> {
-        self.disk.maybe_yield().await;
-        self.disk.take_fault(Fault::Write)?;
+        maybe_yield(&self.state).await;
+        take_fault(&self.state, Fault::Write)?;
         self.with_inode(|inode, state| {
             let alignment = state.alignment;
             if !position.is_multiple_of(alignment)
@@ -501,13 +557,13 @@ impl DiskFile for MemoryFile {
             inode.version += 1;
             Ok(())
         })?;
-        self.disk.touch();
+        touch(&self.state);
         Ok(())
     }
 
     async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.disk.maybe_yield().await;
-        self.disk.take_fault(Fault::Read)?;
+        maybe_yield(&self.state).await;
+        take_fault(&self.state, Fault::Read)?;
         self.with_inode(|inode, _| {
             let start = (position as usize).min(inode.data.len());
             let end = start.saturating_add(len).min(inode.data.len());
@@ -516,14 +572,14 @@ impl DiskFile for MemoryFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
-        self.disk.maybe_yield().await;
-        self.disk.take_fault(Fault::Sync)?;
+        maybe_yield(&self.state).await;
+        take_fault(&self.state, Fault::Sync)?;
         self.with_inode(|inode, _| {
             inode.synced.clone_from(&inode.data);
             Ok(())
         })?;
-        self.disk.state.borrow_mut().syncs += 1;
-        self.disk.touch();
+        self.state.borrow_mut().syncs += 1;
+        touch(&self.state);
         Ok(())
     }
 
@@ -533,12 +589,12 @@ impl DiskFile for MemoryFile {
             inode.version += 1;
             Ok(())
         })?;
-        self.disk.touch();
+        touch(&self.state);
         Ok(())
     }
 
     async fn preallocate(&self, len: u64) -> io::Result<()> {
-        self.disk.maybe_yield().await;
+        maybe_yield(&self.state).await;
         self.with_inode(|inode, state| {
             let growth = (len as usize).saturating_sub(inode.data.len()) as u64;
             let used = MemoryDisk::used_bytes(state) + inode.data.len() as u64;
@@ -553,7 +609,7 @@ impl DiskFile for MemoryFile {
             }
             Ok(())
         })?;
-        self.disk.touch();
+        touch(&self.state);
         Ok(())
     }
 

@@ -14,7 +14,9 @@
 //! - [`tail_cache`], [`disk_space`]: per-shard resources shared by logs.
 //! - [`sealed`]: the format of a partition directory's small files.
 //! - [`disk`]: the file-system seam, with [`glommio_disk`] for production
-//!   and [`memory_disk`] for tests that crash and inject faults.
+//!   and [`memory_disk`] for tests that crash and inject faults;
+//!   [`open_files`]: the bounded cache of open segment files each shard's
+//!   disk keeps, so that partitions cost no descriptor while idle.
 
 mod appender;
 pub mod checkpoint;
@@ -27,6 +29,7 @@ pub mod index;
 pub mod journal;
 pub mod log;
 pub mod memory_disk;
+pub mod open_files;
 mod recovery;
 pub mod retention;
 pub mod sealed;
@@ -239,6 +242,17 @@ pub enum StorageError {
     /// The log is briefly unavailable (being truncated); retry.
     #[error("{0}")]
     Busy(String),
+    /// The process or the system ran out of file descriptors (`EMFILE`,
+    /// `ENFILE`) opening a file. Nothing on the disk changed and the disk
+    /// is healthy: the log is not fenced, and the operation can be retried
+    /// once descriptors are free again.
+    #[error("out of file descriptors opening {}: {message}", path.display())]
+    OutOfDescriptors {
+        /// The file that could not be opened.
+        path: PathBuf,
+        /// The error's text.
+        message: String,
+    },
 }
 
 impl StorageError {
@@ -272,13 +286,83 @@ impl StorageError {
         }
     }
 
-    /// An I/O error on `path`.
+    /// Whether the failure is running out of file descriptors: a refusal
+    /// that changed nothing on disk, never a reason to fence a log or stop
+    /// the broker.
+    #[must_use]
+    pub fn is_out_of_descriptors(&self) -> bool {
+        matches!(self, StorageError::OutOfDescriptors { .. })
+    }
+
+    /// The error as a client may read it: without the broker's paths
+    /// (where its data directory is, how it is laid out), which only its
+    /// log shows. A file is named by its name alone.
+    #[must_use]
+    pub fn client_message(&self) -> String {
+        match self {
+            StorageError::Corrupt {
+                path,
+                position,
+                reason,
+            } => format!(
+                "corrupt data in {} at byte {position}: {reason}",
+                file_name(path)
+            ),
+            StorageError::Io { path, kind, .. } => {
+                format!("I/O error on {}: {kind}", file_name(path))
+            }
+            StorageError::OutOfDescriptors { path, .. } => {
+                format!("out of file descriptors opening {}", file_name(path))
+            }
+            StorageError::Fenced { no_space: true, .. } => {
+                "the log was fenced by a full disk; it reopens once space is freed".to_owned()
+            }
+            StorageError::Fenced { .. } => {
+                "the log was fenced after an I/O failure (the broker's log names it)".to_owned()
+            }
+            StorageError::OffsetOutOfRange { .. }
+            | StorageError::DiskFull(_)
+            | StorageError::InvalidBatch(_)
+            | StorageError::InvalidConfig(_)
+            | StorageError::OutOfSequence { .. }
+            | StorageError::Busy(_) => self.to_string(),
+        }
+    }
+
+    /// An I/O error on `path`; running out of descriptors is
+    /// [`StorageError::OutOfDescriptors`], not a disk failure.
     #[must_use]
     pub fn io(path: &Path, error: io::Error) -> Self {
+        if is_out_of_descriptors(&error) {
+            return StorageError::OutOfDescriptors {
+                path: path.to_path_buf(),
+                message: error.to_string(),
+            };
+        }
         StorageError::Io {
             path: path.to_path_buf(),
             kind: error.kind(),
             message: error.to_string(),
         }
     }
+}
+
+/// The last component of `path`, for messages that must not show where the
+/// data directory is.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || "a file".to_owned(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// Whether `error` is the process (`EMFILE`) or the system (`ENFILE`)
+/// running out of file descriptors: a resource running out, not a disk
+/// failing.
+#[must_use]
+pub fn is_out_of_descriptors(error: &io::Error) -> bool {
+    error.raw_os_error().is_some_and(|code| {
+        code == rustix::io::Errno::MFILE.raw_os_error()
+            || code == rustix::io::Errno::NFILE.raw_os_error()
+    })
 }

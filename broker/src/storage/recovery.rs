@@ -138,7 +138,7 @@ async fn validate_segment<D: Disk>(
             // One flush writes at most FLUSH_BYTES_CAP plus the partial blocks at
             // both ends; a valid batch beyond that was written by a later, completed
             // flush, so the damage before it is not a torn write.
-            let alignment = segment.file().alignment();
+            let alignment = segment.alignment();
             let torn_window = FLUSH_BYTES_CAP as u64 + 2 * alignment;
             let beyond = scan.valid_bytes + torn_window;
             if let Some(valid_at) = segment.has_valid_batch_at_or_after(beyond, limits).await? {
@@ -181,14 +181,11 @@ async fn validate_segment<D: Disk>(
 
 async fn truncate_to<D: Disk>(segment: &Segment<D>, len: u64) -> Result<(), StorageError> {
     let path = &segment.paths().log;
-    segment
-        .file()
-        .truncate(len)
+    let file = segment.file().await?;
+    file.truncate(len)
         .await
         .map_err(|error| StorageError::io(path, error))?;
-    segment
-        .file()
-        .sync_data()
+    file.sync_data()
         .await
         .map_err(|error| StorageError::io(path, error))
 }
@@ -239,7 +236,7 @@ pub(super) async fn read_tail_block<D: Disk>(
     segment: &Segment<D>,
 ) -> Result<Vec<u8>, StorageError> {
     let size = segment.size();
-    let block_start = align_down(size, segment.file().alignment());
+    let block_start = align_down(size, segment.alignment());
     if block_start == size {
         return Ok(Vec::new());
     }

@@ -5,10 +5,16 @@
 //! and fdatasync'ed (the appender only grows the size after the sync that
 //! covers it), so readers never see bytes that a crash could take back.
 //! Closed segments never change until retention deletes them; readers hold an
-//! `Rc<Segment>` and finish on it even after its files are unlinked.
+//! `Rc<Segment>` and finish on it even after its files are unlinked (the
+//! segment pins its file open before the unlink, [`Segment::pin_open`]).
+//!
+//! Descriptors: a segment opens its file through the shard's bounded cache
+//! ([`Disk::open_files`]) when it is used, and does not hold it open: an
+//! idle partition costs no descriptor.
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use corelog_wire::batch::{self, BatchAt, BatchError, BatchHeader, BatchLimits};
 use corelog_wire::types::{Offset, TimestampMs};
@@ -16,6 +22,7 @@ use corelog_wire::types::{Offset, TimestampMs};
 use super::StorageError;
 use super::disk::{Disk, DiskFile, read_whole_file};
 use super::index::{OffsetIndex, SegmentSummary};
+use super::open_files::FileKey;
 use super::time_index::TimeIndex;
 
 /// Digits in a segment file name: enough for any u64 offset, so that names
@@ -96,7 +103,14 @@ impl SegmentContents {
 pub struct Segment<D: Disk> {
     base: Offset,
     paths: SegmentPaths,
-    file: D::File,
+    disk: D,
+    /// The segment's file in the shard's cache of open files.
+    file_key: FileKey,
+    /// The file, held open for good once it is about to be unlinked: the
+    /// cache could close it, and its name is then gone.
+    pinned: RefCell<Option<Rc<D::File>>>,
+    /// O_DIRECT alignment of the file, learnt when it was first opened.
+    alignment: u64,
     index_interval_bytes: u64,
     contents: RefCell<SegmentContents>,
     /// Byte position of the first batch that failed its checksum, if any:
@@ -146,15 +160,14 @@ impl<D: Disk> Segment<D> {
         file.truncate(0)
             .await
             .map_err(|error| StorageError::io(&paths.log, error))?;
-        Ok(Segment {
+        Ok(Self::with_file(
+            disk,
             base,
             paths,
             file,
             index_interval_bytes,
-            contents: RefCell::new(SegmentContents::empty(base)),
-            corrupt_at: Cell::new(None),
-            created_at: now,
-        })
+            now,
+        ))
     }
 
     /// Opens an existing segment file; its contents are set by recovery.
@@ -170,15 +183,40 @@ impl<D: Disk> Segment<D> {
             .open(&paths.log, false)
             .await
             .map_err(|error| StorageError::io(&paths.log, error))?;
-        Ok(Segment {
+        Ok(Self::with_file(
+            disk,
             base,
             paths,
             file,
             index_interval_bytes,
+            now,
+        ))
+    }
+
+    /// A segment whose file was just opened; the file goes to the cache.
+    fn with_file(
+        disk: &D,
+        base: Offset,
+        paths: SegmentPaths,
+        file: D::File,
+        index_interval_bytes: u64,
+        now: TimestampMs,
+    ) -> Self {
+        let file_key = disk.open_files().new_key();
+        let alignment = file.alignment();
+        disk.open_files().insert(file_key, Rc::new(file));
+        Segment {
+            base,
+            paths,
+            disk: disk.clone(),
+            file_key,
+            pinned: RefCell::new(None),
+            alignment,
+            index_interval_bytes,
             contents: RefCell::new(SegmentContents::empty(base)),
             corrupt_at: Cell::new(None),
             created_at: now,
-        })
+        }
     }
 
     /// Offset of the first batch.
@@ -224,8 +262,44 @@ impl<D: Disk> Segment<D> {
         }
     }
 
-    pub(super) fn file(&self) -> &D::File {
-        &self.file
+    /// The segment's open file, for the length of one operation: from the
+    /// shard's cache, opened again if the cache closed it.
+    ///
+    /// # Errors
+    /// [`StorageError::OutOfDescriptors`] or [`StorageError::Io`] opening it.
+    pub(super) async fn file(&self) -> Result<Rc<D::File>, StorageError> {
+        if let Some(pinned) = self.pinned.borrow().as_ref() {
+            return Ok(Rc::clone(pinned));
+        }
+        let files = self.disk.open_files();
+        if let Some(file) = files.get(self.file_key) {
+            return Ok(file);
+        }
+        let file = Rc::new(
+            self.disk
+                .open(&self.paths.log, false)
+                .await
+                .map_err(|error| StorageError::io(&self.paths.log, error))?,
+        );
+        files.insert(self.file_key, Rc::clone(&file));
+        Ok(file)
+    }
+
+    /// Holds the file open for as long as this segment lives, before its
+    /// name is unlinked: readers holding the segment finish on it.
+    ///
+    /// # Errors
+    /// As [`Segment::file`]; the caller then must not unlink the file yet.
+    pub(super) async fn pin_open(&self) -> Result<(), StorageError> {
+        let file = self.file().await?;
+        *self.pinned.borrow_mut() = Some(file);
+        self.disk.open_files().forget(self.file_key);
+        Ok(())
+    }
+
+    /// O_DIRECT alignment of the file's writes.
+    pub(super) fn alignment(&self) -> u64 {
+        self.alignment
     }
 
     /// The error for reads reaching this segment's damage, if it has any.
@@ -598,14 +672,16 @@ impl<D: Disk> Segment<D> {
         position: u64,
         len: usize,
     ) -> Result<<D::File as DiskFile>::Read, StorageError> {
-        self.file
+        self.file()
+            .await?
             .read_at(position, len)
             .await
             .map_err(|error| StorageError::io(&self.paths.log, error))
     }
 
     async fn file_size(&self) -> Result<u64, StorageError> {
-        self.file
+        self.file()
+            .await?
             .size()
             .await
             .map_err(|error| StorageError::io(&self.paths.log, error))
@@ -652,5 +728,11 @@ impl<D: Disk> Segment<D> {
             );
             from = next_offset;
         }
+    }
+}
+
+impl<D: Disk> Drop for Segment<D> {
+    fn drop(&mut self) {
+        self.disk.open_files().forget(self.file_key);
     }
 }

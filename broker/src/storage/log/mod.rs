@@ -369,7 +369,7 @@ impl<D: Disk> PartitionLog<D> {
             .next_back()
             .expect("recovery leaves a segment");
         let durable_end = active.next_offset();
-        let alignment = active.file().alignment();
+        let alignment = active.alignment();
         let appender = Appender::new(alignment, active.size(), recovered.tail_block);
         shard.cache.truncate_from(cache_key, Offset(0));
         let state = LogState {
@@ -639,8 +639,11 @@ impl<D: Disk> PartitionLog<D> {
                     let guard = FlushGuard { log: self };
                     let result = self.flush_round(Offset(u64::MAX)).await;
                     drop(guard);
-                    if let Err(error) = result {
-                        self.fence(&error);
+                    match result {
+                        // Nothing was written: the batches stay pending.
+                        Err(error) if error.is_out_of_descriptors() => return Err(error),
+                        Err(error) => self.fence(&error),
+                        Ok(()) => {}
                     }
                 }
             }
@@ -703,17 +706,22 @@ impl<D: Disk> PartitionLog<D> {
                     let guard = FlushGuard { log: self };
                     let result = self.bypass_journal(end).await;
                     drop(guard);
-                    // The next pass answers `Fenced`, as every waiter gets.
-                    if let Err(error) = result {
-                        self.fence(&error);
+                    match result {
+                        Err(error) if error.is_out_of_descriptors() => return Err(error),
+                        // The next pass answers `Fenced`, as every waiter gets.
+                        Err(error) => self.fence(&error),
+                        Ok(()) => {}
                     }
                 }
-                Step::Commit(ticket) => {
-                    if let Err(error) = journal.commit(ticket).await {
+                Step::Commit(ticket) => match journal.commit(ticket).await {
+                    // The journal keeps the entries queued for its next commit.
+                    Err(error) if error.is_out_of_descriptors() => return Err(error),
+                    Err(error) => {
                         self.fence(&error);
                         return Err(error);
                     }
-                }
+                    Ok(()) => {}
+                },
             }
         }
     }
@@ -847,7 +855,9 @@ impl<D: Disk> PartitionLog<D> {
                     let result = self.flush_round(target).await;
                     drop(guard);
                     if let Err(error) = result {
-                        self.fence(&error);
+                        if !error.is_out_of_descriptors() {
+                            self.fence(&error);
+                        }
                         return Err(error);
                     }
                 }
@@ -875,9 +885,16 @@ impl<D: Disk> PartitionLog<D> {
         if self.roll_due() {
             self.roll().await?;
         }
-        let (active, plan, alignment) = {
+        let active = self.state.borrow().active().clone();
+        // Opened (or taken from the shard's cache) before any batch is
+        // taken: running out of descriptors leaves them pending.
+        let file = active.file().await?;
+        let (plan, alignment) = {
             let mut state = self.state.borrow_mut();
-            let active = state.active().clone();
+            assert!(
+                Rc::ptr_eq(&active, state.active()),
+                "a flush owns the log: nothing rolls or rewrites it meanwhile"
+            );
             let size = active.size();
             let room = self.config.segment_bytes.saturating_sub(size);
             let Some(plan) = state
@@ -886,9 +903,9 @@ impl<D: Disk> PartitionLog<D> {
             else {
                 return Ok(());
             };
-            (active, plan, active_alignment(&state))
+            (plan, active_alignment(&state))
         };
-        let mut buffer = active.file().alloc_buffer(plan.write_len(alignment));
+        let mut buffer = file.alloc_buffer(plan.write_len(alignment));
         let new_tail_block = {
             let state = self.state.borrow();
             state.appender.fill(&plan, buffer.as_mut());
@@ -898,16 +915,13 @@ impl<D: Disk> PartitionLog<D> {
         self.state.borrow_mut().in_flight = Some(plan);
         let started = Instant::now();
         let path = &active.paths().log;
-        active
-            .file()
-            .write_at(buffer, write_position)
+        file.write_at(buffer, write_position)
             .await
             .map_err(|error| StorageError::io(path, error))?;
-        active
-            .file()
-            .sync_data()
+        file.sync_data()
             .await
             .map_err(|error| StorageError::io(path, error))?;
+        drop(file);
 
         let mut state = self.state.borrow_mut();
         let plan = state
@@ -979,14 +993,14 @@ impl<D: Disk> PartitionLog<D> {
         let old = self.state.borrow().active().clone();
         let size = old.size();
         let path = &old.paths().log;
-        old.file()
-            .truncate(size)
+        let file = old.file().await?;
+        file.truncate(size)
             .await
             .map_err(|error| StorageError::io(path, error))?;
-        old.file()
-            .sync_data()
+        file.sync_data()
             .await
             .map_err(|error| StorageError::io(path, error))?;
+        drop(file);
         old.persist_indexes(&self.disk).await?;
         let base = old.next_offset();
         let segment = Segment::create(
@@ -1309,16 +1323,14 @@ impl<D: Disk> PartitionLog<D> {
         self.state.borrow_mut().closed = true;
         let active = self.state.borrow().active().clone();
         let path = &active.paths().log;
-        active
-            .file()
-            .truncate(active.size())
+        let file = active.file().await?;
+        file.truncate(active.size())
             .await
             .map_err(|error| StorageError::io(path, error))?;
-        active
-            .file()
-            .sync_data()
+        file.sync_data()
             .await
             .map_err(|error| StorageError::io(path, error))?;
+        drop(file);
         active.persist_indexes(&self.disk).await?;
         self.store_checkpoint(true).await
     }
@@ -1444,7 +1456,7 @@ impl<D: Disk> PartitionLog<D> {
 }
 
 fn active_alignment<D: Disk>(state: &LogState<D>) -> u64 {
-    state.active().file().alignment()
+    state.active().alignment()
 }
 
 /// The first record of a batch whose timestamp reaches `target`, checking

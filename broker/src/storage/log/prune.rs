@@ -135,7 +135,7 @@ impl<D: Disk> PartitionLog<D> {
         ledger.store(&self.disk, &self.dir).await?;
         drop(metadata);
         self.store_checkpoint(false).await?;
-        remove_segment_files(&self.disk, &self.dir, victim.base()).await?;
+        unlink_segment(&self.disk, &self.dir, &victim).await?;
         self.disk
             .sync_dir(&self.dir)
             .await
@@ -267,14 +267,14 @@ impl<D: Disk> PartitionLog<D> {
         };
         let cut = keep.cut_position(offset, &self.config.batch_limits).await?;
         let path = keep.paths().log.clone();
-        keep.file()
-            .truncate(cut)
+        let file = keep.file().await?;
+        file.truncate(cut)
             .await
             .map_err(|error| StorageError::io(&path, error))?;
-        keep.file()
-            .sync_data()
+        file.sync_data()
             .await
             .map_err(|error| StorageError::io(&path, error))?;
+        drop(file);
         keep.scan(&self.config.batch_limits).await?;
         for index_file in [&keep.paths().index, &keep.paths().time_index] {
             match self.disk.remove(index_file).await {
@@ -284,7 +284,7 @@ impl<D: Disk> PartitionLog<D> {
             }
         }
         for victim in &victims {
-            remove_segment_files(&self.disk, &self.dir, victim.base()).await?;
+            unlink_segment(&self.disk, &self.dir, victim).await?;
         }
         self.disk
             .sync_dir(&self.dir)
@@ -298,7 +298,7 @@ impl<D: Disk> PartitionLog<D> {
             for victim in &victims {
                 state.segments.remove(&victim.base());
             }
-            let alignment = keep.file().alignment();
+            let alignment = keep.alignment();
             state.appender =
                 super::super::appender::Appender::new(alignment, keep.size(), tail_block);
             state.next_offset = new_end;
@@ -350,7 +350,7 @@ impl<D: Disk> PartitionLog<D> {
             (victims, state.log_start, state.next_offset)
         };
         for victim in &victims {
-            remove_segment_files(&self.disk, &self.dir, victim.base()).await?;
+            unlink_segment(&self.disk, &self.dir, victim).await?;
         }
         let segment = Segment::create(
             &self.disk,
@@ -368,7 +368,7 @@ impl<D: Disk> PartitionLog<D> {
         let ledger = {
             let mut state = self.state.borrow_mut();
             state.segments.clear();
-            let alignment = segment.file().alignment();
+            let alignment = segment.alignment();
             state.segments.insert(offset, Rc::new(segment));
             state.appender = super::super::appender::Appender::new(alignment, 0, Vec::new());
             state.log_start = offset;
@@ -396,4 +396,19 @@ impl<D: Disk> PartitionLog<D> {
         tracing::info!(dir = %self.dir.display(), offset = offset.0, "reset the log to start at the leader's log start");
         Ok(())
     }
+}
+
+/// Unlinks `victim`'s files. A reader may still hold the segment and finish
+/// on it: its file is pinned open first (see [`Segment::pin_open`]). A pin
+/// refused for want of descriptors does not stop the deletion: such a
+/// reader then fails, and retries below the new log start.
+async fn unlink_segment<D: Disk>(
+    disk: &D,
+    dir: &std::path::Path,
+    victim: &Segment<D>,
+) -> Result<(), StorageError> {
+    if let Err(error) = victim.pin_open().await {
+        tracing::debug!(dir = %dir.display(), base = victim.base().0, %error, "deleting a segment whose file could not be kept open for its readers");
+    }
+    remove_segment_files(disk, dir, victim.base()).await
 }

@@ -166,3 +166,91 @@ fn an_io_failure_other_than_no_space_is_not_disk_full() {
     assert!(!error.is_no_space(), "{error:?}");
     assert!(!log.fenced_no_space());
 }
+
+/// Opens the log of partition `index` beside the harness's own.
+fn open_partition(harness: &Harness, disk: &MemoryDisk, index: u64) -> PartitionLog<MemoryDisk> {
+    let dir = harness.dir.with_file_name(format!("partition-{index}"));
+    block_on(PartitionLog::open(
+        disk.clone(),
+        &dir,
+        harness.config,
+        harness.shard_for(disk, &dir),
+        CacheKey(100 + index),
+    ))
+    .expect("log opens")
+}
+
+#[test]
+fn many_logs_share_a_few_open_files_and_read_back_after_theirs_were_closed() {
+    let harness = Harness::new(small_config());
+    let disk = harness.disk.clone().with_open_files_max(3);
+    let logs: Vec<_> = (0..12)
+        .map(|index| open_partition(&harness, &disk, index))
+        .collect();
+    for round in 0..4 {
+        for (index, log) in logs.iter().enumerate() {
+            let tag = round * 100 + index as u64;
+            block_on(log.append(make_batch(tag, 3, 900, T0))).expect("append");
+        }
+        assert!(
+            disk.open_handle_count() <= 3,
+            "{} files open with a cache of 3",
+            disk.open_handle_count()
+        );
+    }
+    for (index, log) in logs.iter().enumerate() {
+        assert!(log.segment_count() > 1, "the small segments rolled");
+        let read = block_on(read_all(log));
+        let expected: Vec<Bytes> = (0..4)
+            .map(|round| {
+                Bytes::copy_from_slice(&make_batch(round * 100 + index as u64, 3, 900, T0))
+            })
+            .collect();
+        assert_eq!(read.len(), expected.len());
+        for ((_, _, bytes), batch) in read.iter().zip(&expected) {
+            assert_eq!(&bytes[61..], &batch[61..], "records after the header");
+        }
+    }
+    let stats = disk.open_files().stats();
+    assert!(stats.evicted > 0 && stats.hits > 0, "{stats:?}");
+    assert!(disk.open_handle_count() <= 3);
+}
+
+#[test]
+fn running_out_of_descriptors_refuses_an_append_without_fencing_the_log() {
+    let harness = Harness::new(small_config());
+    let disk = harness.disk.clone().with_open_files_max(1);
+    let log = open_partition(&harness, &disk, 0);
+    block_on(log.append(make_batch(1, 2, 50, T0))).expect("first append");
+    // A second log takes the only cached file: the first one's is closed.
+    let other = open_partition(&harness, &disk, 1);
+    block_on(other.append(make_batch(9, 1, 50, T0))).expect("other append");
+    disk.set_descriptor_limit(Some(disk.open_handle_count()));
+
+    let error = block_on(log.append(make_batch(2, 2, 50, T0))).expect_err("no descriptor");
+    assert!(error.is_out_of_descriptors(), "{error:?}");
+    assert_eq!(log.fenced(), None, "a healthy disk is not fenced");
+    assert!(!error.fences_the_log());
+    assert!(
+        !error.client_message().contains("/data"),
+        "{}",
+        error.client_message()
+    );
+
+    // Descriptors are back: the log goes on, with nothing lost or skipped.
+    disk.set_descriptor_limit(None);
+    block_on(log.append(make_batch(3, 2, 50, T0))).expect("append after");
+    let offsets: Vec<(Offset, Offset)> = block_on(read_all(&log))
+        .into_iter()
+        .map(|(base, next, _)| (base, next))
+        .collect();
+    assert_eq!(
+        offsets,
+        [
+            (Offset(0), Offset(2)),
+            (Offset(2), Offset(4)),
+            (Offset(4), Offset(6))
+        ],
+        "the refused batch kept its offsets and was written with the next flush"
+    );
+}

@@ -12,6 +12,10 @@ use super::super::segment::SegmentPaths;
 use super::super::{RetentionPolicy, StorageError};
 use super::*;
 
+/// Segment files the disks below keep open: two, so that the tests close
+/// and reopen real files as a shard with many partitions does.
+const OPEN_FILES: usize = 2;
+
 /// Runs `test` on a fresh single-threaded glommio executor with 1 MiB of
 /// registered I/O memory (this machine's locked-memory limit is 8 MiB).
 fn on_executor<Fut: Future<Output = ()>>(test: impl FnOnce() -> Fut) {
@@ -41,7 +45,7 @@ async fn open_real(
 fn appends_reads_rolls_and_reopens_on_dma_files() {
     on_executor(|| async {
         let temp = tempfile::tempdir().expect("temp dir");
-        let disk = GlommioDisk::for_shard(temp.path())
+        let disk = GlommioDisk::for_shard(temp.path(), OPEN_FILES)
             .await
             .expect("dma probe");
         let dir = temp.path().join("orders-0");
@@ -73,7 +77,7 @@ fn appends_reads_rolls_and_reopens_on_dma_files() {
 fn cutting_a_dma_segment_at_every_byte_of_its_last_batch_recovers_the_prefix() {
     on_executor(|| async {
         let temp = tempfile::tempdir().expect("temp dir");
-        let disk = GlommioDisk::for_shard(temp.path())
+        let disk = GlommioDisk::for_shard(temp.path(), OPEN_FILES)
             .await
             .expect("dma probe");
         let dir = temp.path().join("orders-0");
@@ -116,7 +120,7 @@ fn cutting_a_dma_segment_at_every_byte_of_its_last_batch_recovers_the_prefix() {
 fn concurrent_appends_share_fdatasyncs_on_dma_files() {
     on_executor(|| async {
         let temp = tempfile::tempdir().expect("temp dir");
-        let disk = GlommioDisk::for_shard(temp.path())
+        let disk = GlommioDisk::for_shard(temp.path(), OPEN_FILES)
             .await
             .expect("dma probe");
         let dir = temp.path().join("orders-0");
@@ -145,7 +149,7 @@ fn concurrent_appends_share_fdatasyncs_on_dma_files() {
 fn retention_unlinks_while_a_held_segment_stays_readable() {
     on_executor(|| async {
         let temp = tempfile::tempdir().expect("temp dir");
-        let disk = GlommioDisk::for_shard(temp.path())
+        let disk = GlommioDisk::for_shard(temp.path(), OPEN_FILES)
             .await
             .expect("dma probe");
         let dir = temp.path().join("orders-0");
@@ -185,7 +189,7 @@ fn retention_unlinks_while_a_held_segment_stays_readable() {
 fn the_reserve_is_measured_with_statvfs() {
     on_executor(|| async {
         let temp = tempfile::tempdir().expect("temp dir");
-        let disk = GlommioDisk::for_shard(temp.path())
+        let disk = GlommioDisk::for_shard(temp.path(), OPEN_FILES)
             .await
             .expect("dma probe");
         let dir = temp.path().join("orders-0");
@@ -207,7 +211,7 @@ fn the_shard_journal_on_dma_files_brings_back_batches_no_segment_holds() {
     use super::super::log::replay_shard_journal;
     on_executor(|| async {
         let temp = tempfile::tempdir().expect("temp dir");
-        let disk = GlommioDisk::for_shard(temp.path())
+        let disk = GlommioDisk::for_shard(temp.path(), OPEN_FILES)
             .await
             .expect("dma probe");
         let journal_dir = temp.path().join("journal");
