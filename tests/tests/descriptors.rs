@@ -13,6 +13,7 @@ use corelog_client::{
     Admin, ClientConfig, ClientError, Consumer, ConsumerConfig, NewTopic, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
 };
+use corelog_tests::process::{as_strs, member_args, voters_list};
 use corelog_tests::{Broker, free_port};
 use corelog_wire::error::ErrorCode;
 
@@ -110,6 +111,72 @@ async fn a_broker_serves_and_restarts_with_more_partitions_than_it_may_open_file
         text.contains("file descriptors"),
         "the broker logs its descriptor budget at start: {text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_topic_with_more_partitions_than_descriptors_keeps_every_broker_up() {
+    let temp = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..3)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        .collect();
+    let voters = voters_list(&addrs);
+    let mut brokers: Vec<Broker> = addrs
+        .iter()
+        .enumerate()
+        .map(|(index, addr)| {
+            let args = member_args(index, &voters, None, &[]);
+            let dir = temp.path().join(format!("broker-{}", index + 1));
+            std::fs::create_dir_all(&dir).unwrap();
+            Broker::unstarted(*addr, &dir.join("data"), &as_strs(&args))
+                .with_descriptor_limit(DESCRIPTOR_LIMIT)
+                .with_output_log(dir.join("broker.log"))
+        })
+        .collect();
+    for broker in &mut brokers {
+        broker.spawn();
+    }
+    // Every broker holds a replica of every partition.
+    let partitions = 800;
+    let admin = Admin::connect(ClientConfig::new(addrs[0].to_string()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut topic = NewTopic::new("replicated-wide", partitions);
+        topic.replication_factor = 3;
+        match admin.create_topic(topic).await {
+            Ok(()) => break,
+            // Until all three brokers registered, a factor of 3 is refused.
+            Err(error)
+                if (error.is_retriable()
+                    || matches!(
+                        &error,
+                        ClientError::Broker {
+                            code: ErrorCode::InvalidReplicationFactor,
+                            ..
+                        }
+                    ))
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("cannot create the topic: {error}"),
+        }
+    }
+    produce_one_per_partition(&addrs[0].to_string(), "replicated-wide", partitions).await;
+    for (index, broker) in brokers.iter_mut().enumerate() {
+        assert_eq!(
+            broker.exit_status(),
+            None,
+            "broker {} exited; its log is in {}",
+            index + 1,
+            temp.path().display()
+        );
+    }
+    let values = read_one_per_partition(&addrs[1].to_string(), "replicated-wide", partitions).await;
+    for (partition, value) in values.iter().enumerate() {
+        assert_eq!(value, &format!("record of partition {partition}"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
