@@ -26,6 +26,7 @@
 //!   recovery, retention, the tail cache.
 //!
 //! Beside them: [`server`] (the process: it wires `net` onto `runtime`),
+//! [`data_dir`] (the data directory, private to the broker's user),
 //! [`identity`] (which node and cluster a data directory belongs to),
 //! [`descriptors`] (the open file limit and how it is divided),
 //! [`migration`] (upgrading a standalone data directory), [`metadata`]
@@ -40,6 +41,7 @@ pub mod api;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod data_dir;
 pub mod descriptors;
 pub mod executor;
 pub mod group;

@@ -26,6 +26,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::cluster::raft_log::RaftLogFile;
 use crate::cluster::{ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
 use crate::config::BrokerConfig;
+use crate::data_dir::{self, Privacy};
 use crate::descriptors::{DescriptorBudget, raise_soft_limit};
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
 use crate::metadata::{ShardId, TopicConfig};
@@ -211,13 +212,14 @@ impl RunningBroker {
 /// # Errors
 /// [`RunError`] when any shard cannot start; the others are stopped.
 pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|error| RunError::ShardStart {
-        shard: 0,
-        message: format!(
-            "cannot create data directory {}: {error}",
-            config.data_dir.display()
+    match data_dir::make_private(&config.data_dir).map_err(RunError::Configuration)? {
+        Privacy::AlreadyPrivate => {}
+        Privacy::Tightened { was } => tracing::warn!(
+            data_dir = %config.data_dir.display(),
+            was = %format_args!("{was:o}"),
+            "the data directory could be read by other users; made it private (700): it holds records and the users' credentials"
         ),
-    })?;
+    }
     crate::identity::establish(
         &config.data_dir,
         config.node_id,
