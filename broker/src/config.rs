@@ -134,6 +134,9 @@ pub struct BrokerConfig {
     pub log: LogConfig,
     /// `tracing` filter, e.g. `info` or `corelog_broker=debug`.
     pub log_level: String,
+    /// Rebuild the catalog of a single node whose controller log was lost
+    /// from its topic directories (see `crate::migration::rebuild`).
+    pub rebuild_catalog: bool,
 }
 
 impl Default for BrokerConfig {
@@ -189,6 +192,7 @@ impl Default for BrokerConfig {
             group_timeout_max_ms: 1_800_000,
             log,
             log_level: "info".to_owned(),
+            rebuild_catalog: false,
         }
     }
 }
@@ -518,6 +522,11 @@ pub struct Flags {
     /// Log filter [default: info].
     #[arg(long)]
     pub log_level: Option<String>,
+    /// A single node whose controller/raft.log was lost: rebuild its
+    /// catalog of topics from the topic directories, then run. Settings,
+    /// users, ACLs and quotas are not recoverable this way (see the README).
+    #[arg(long)]
+    pub rebuild_catalog: bool,
 }
 
 /// The same settings as [`Flags`], read from TOML.
@@ -717,6 +726,8 @@ impl BrokerConfig {
             config.cluster_secret = Some(read_cluster_secret(&path)?);
         }
         config.tls = resolve_tls(flags, &file)?;
+        // A one-off repair: a flag only, never in a file that every start reads.
+        config.rebuild_catalog = flags.rebuild_catalog;
         let topic = &mut config.topic_defaults;
         if let Some(ms) = flags.retention_ms.or(file.retention_ms) {
             topic.retention_ms = (ms >= 0).then_some(ms);

@@ -1,4 +1,5 @@
-//! The data directory as a whole: private to the broker's user.
+//! The data directory as a whole: private to the broker's user, and never
+//! started without the controller log it had.
 //!
 //! It holds every record and, in the controller log, the users' SCRAM
 //! credentials, so nobody else on the host may read it. The broker creates
@@ -10,7 +11,9 @@
 //! below, whatever their own modes.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::config::BrokerConfig;
 
 /// Bits of a mode that give anyone but the owner access.
 const OTHERS_MASK: u32 = 0o077;
@@ -59,6 +62,67 @@ pub fn make_private(dir: &Path) -> Result<Privacy, String> {
         },
     )?;
     Ok(Privacy::Tightened { was: mode & 0o7777 })
+}
+
+/// The controller's Raft log in `data_dir`.
+#[must_use]
+pub fn controller_log_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("controller").join("raft.log")
+}
+
+/// Refuses to start a controller voter whose data directory has an
+/// identity but no controller log.
+///
+/// A directory gets its identity only after its first start created the
+/// controller log (`crate::identity::establish`), so such a log was lost,
+/// not yet to be made. The log is the catalog (topics, settings, users,
+/// ACLs, quotas) and this voter's Raft term and vote: starting without it
+/// would empty a single node's catalog while its topics' data stays on
+/// disk (and hand out their ids again), and let a cluster voter vote twice
+/// in one term. A single node may rebuild its catalog with
+/// `--rebuild-catalog`; a cluster voter may not.
+///
+/// # Errors
+/// What happened and what to do, for the operator.
+pub fn check_controller_log(config: &BrokerConfig) -> Result<(), String> {
+    let log = controller_log_path(&config.data_dir);
+    let voters = config.voters();
+    let is_voter = voters.contains_key(&config.node_id);
+    let sole_voter = is_voter && voters.len() == 1;
+    if config.rebuild_catalog && !sole_voter {
+        return Err(
+            "--rebuild-catalog is for a single node (its own only controller voter): a voter of a \
+             larger cluster gets the catalog from the other voters; see the README, \"Losing \
+             brokers\""
+                .to_owned(),
+        );
+    }
+    if !is_voter || !crate::identity::is_recorded(&config.data_dir) || log.exists() {
+        return Ok(());
+    }
+    if sole_voter {
+        if config.rebuild_catalog {
+            return Ok(());
+        }
+        return Err(format!(
+            "the controller log {} is missing, but this data directory ran before: the log \
+             is the catalog of topics, their settings, users, ACLs and quotas, and starting \
+             without it would hide every topic and reuse their ids. Restore the file from a \
+             backup of this node, or rebuild the catalog from the topic directories with \
+             `corelogd --rebuild-catalog` (same flags otherwise): topics keep their ids and \
+             records, their settings go back to the defaults, and users, ACLs and quotas must \
+             be created again",
+            log.display()
+        ));
+    }
+    Err(format!(
+        "the controller log {} is missing, but this data directory ran before: it held this \
+         controller voter's Raft term and vote, and a voter that forgot its vote could vote \
+         twice in one term and let two leaders commit. Restore the file from a backup of this \
+         node; without one, keep this node stopped (the other voters go on while they are a \
+         majority) until the cluster can replace a voter (see the README, \"Losing brokers\")",
+        log.display()
+    ))
 }
 
 #[cfg(test)]

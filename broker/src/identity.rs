@@ -161,37 +161,53 @@ pub fn decide(
     Ok(Decision::Matches(recorded))
 }
 
-/// Reads, checks and (for a directory without one) records the identity
-/// of `data_dir`, before anything else in it is opened.
+/// Reads and checks the identity of `data_dir`, before anything else in it
+/// is opened: [`Decision::Matches`] for a directory that has one,
+/// [`Decision::Record`] with the identity to [`record`] for one that has
+/// none yet.
+///
+/// A new identity is recorded only once the broker has started (its
+/// controller log, on a voter, exists then): a directory with an identity
+/// and without a controller log lost its log, rather than crashed during
+/// its first start (see `crate::data_dir::check_controller_log`).
 ///
 /// # Errors
-/// A directory of another node or cluster, an unreadable or malformed
-/// identity file, or a failed write: what to do, for the operator.
+/// A directory of another node or cluster, or an unreadable or malformed
+/// identity file: what to do, for the operator.
 pub fn establish(
     data_dir: &Path,
     node_id: u32,
     cluster_id: Option<&str>,
-) -> Result<DataDirIdentity, String> {
+) -> Result<Decision, String> {
+    let recorded = read(&data_dir.join(META_FILE))?;
+    decide(data_dir, recorded, node_id, cluster_id, random_cluster_id)
+}
+
+/// Whether `data_dir` has an identity file.
+#[must_use]
+pub fn is_recorded(data_dir: &Path) -> bool {
+    data_dir.join(META_FILE).exists()
+}
+
+/// Records `identity` in `data_dir`, durably.
+///
+/// # Errors
+/// The failed write, for the operator.
+pub fn record(data_dir: &Path, identity: &DataDirIdentity) -> Result<(), String> {
     let path = data_dir.join(META_FILE);
-    let recorded = read(&path)?;
-    match decide(data_dir, recorded, node_id, cluster_id, random_cluster_id)? {
-        Decision::Matches(identity) => Ok(identity),
-        Decision::Record(identity) => {
-            write(&path, &identity).map_err(|error| {
-                format!(
-                    "cannot record the data directory's identity in {}: {error}",
-                    path.display()
-                )
-            })?;
-            tracing::info!(
-                node_id = identity.node_id,
-                cluster_id = %identity.cluster_id,
-                file = %path.display(),
-                "recorded the data directory's identity"
-            );
-            Ok(identity)
-        }
-    }
+    write(&path, identity).map_err(|error| {
+        format!(
+            "cannot record the data directory's identity in {}: {error}",
+            path.display()
+        )
+    })?;
+    tracing::info!(
+        node_id = identity.node_id,
+        cluster_id = %identity.cluster_id,
+        file = %path.display(),
+        "recorded the data directory's identity"
+    );
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Option<DataDirIdentity>, String> {

@@ -29,6 +29,7 @@ use crate::config::BrokerConfig;
 use crate::data_dir::{self, Privacy};
 use crate::descriptors::{DescriptorBudget, raise_soft_limit};
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
+use crate::identity::Decision;
 use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::migration;
@@ -73,6 +74,9 @@ pub enum RunError {
     /// The TLS certificate, key or CA files cannot be used.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// A data directory that ran before has no controller log.
+    #[error("{0}")]
+    ControllerLogMissing(String),
 }
 
 impl RunError {
@@ -82,6 +86,8 @@ impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Identity(_) | RunError::Tls(_) => 2,
+            // Stored data is missing, as when it is damaged.
+            RunError::ControllerLogMissing(_) => fatal::STORAGE_CORRUPT_EXIT_CODE,
             _ => 1,
         }
     }
@@ -220,12 +226,13 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
             "the data directory could be read by other users; made it private (700): it holds records and the users' credentials"
         ),
     }
-    crate::identity::establish(
+    let identity = crate::identity::establish(
         &config.data_dir,
         config.node_id,
         config.cluster_id.as_deref(),
     )
     .map_err(RunError::Identity)?;
+    data_dir::check_controller_log(&config).map_err(RunError::ControllerLogMissing)?;
     let descriptors = descriptor_budget(&config)?;
     let open_files_per_shard = descriptors.open_files_per_shard;
     let mut config = config;
@@ -305,6 +312,15 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     drop(started);
     drop(listening);
     let mut failure = first_failure(&start_reports, shard_count);
+    if failure.is_none()
+        && let Decision::Record(identity) = &identity
+    {
+        // Only now: a voter's controller log exists (see
+        // `data_dir::check_controller_log`).
+        failure = crate::identity::record(&config.data_dir, identity)
+            .err()
+            .map(RunError::Identity);
+    }
     if failure.is_none() {
         // A single node listens once it serves: after its partitions
         // opened and lead, which the shards log as they go.
@@ -672,6 +688,24 @@ async fn start_cluster_role(shard: &Rc<Shard>, disk: GlommioDisk) -> Result<(), 
     });
     if let Some(controller) = &controller {
         migration::migrate_if_standalone(&disk, &config, controller, incarnation).await?;
+        if config.rebuild_catalog {
+            let internal = internal_topics(&config);
+            let internal_config = |name: &str| {
+                internal
+                    .iter()
+                    .find(|topic| topic.name == name)
+                    .map(|topic| topic.config.clone())
+            };
+            migration::rebuild::rebuild_catalog(
+                &disk,
+                &config,
+                internal_config,
+                controller,
+                incarnation,
+                clock.now().0,
+            )
+            .await?;
+        }
         controller.set_internal_topics(internal_topics(&config));
     }
     Ok(())

@@ -26,6 +26,7 @@ use corelog_wire::sasl::scram::StoredCredential;
 use crate::acls::AclBinding;
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::quotas::{QUOTA_ENTITY_BYTES_MAX, QuotaEntity, QuotaLimits, read_quota, write_quota};
+use crate::state::IMPORTED_LEADER_EPOCH;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use crate::users::{USERNAME_BYTES_MAX, read_credentials, write_credentials};
 
@@ -67,6 +68,10 @@ const TAG_DELETE_TOPIC: u8 = 5;
 const TAG_SET_LEADER: u8 = 6;
 const TAG_ALLOCATE_PRODUCER_IDS: u8 = 7;
 const TAG_IMPORT_TOPICS: u8 = 8;
+/// [`Command::ImportTopics`] with each partition's leader epoch, for a
+/// catalog rebuilt from partition directories whose logs were written in
+/// later epochs than [`crate::state::IMPORTED_LEADER_EPOCH`].
+const TAG_IMPORT_TOPICS_AT_EPOCHS: u8 = 18;
 const TAG_RESIGN_LEADER: u8 = 9;
 const TAG_PUT_USER: u8 = 10;
 const TAG_DELETE_USER: u8 = 11;
@@ -165,11 +170,14 @@ pub enum Command {
         epoch: LeaderEpoch,
     },
     /// Takes in the topics of a data directory written by a standalone
-    /// broker (before single nodes became one-voter clusters), under the
-    /// ids its catalog gave them, so that their directories, named by id,
-    /// are found again. Each partition is led by its first replica at
-    /// [`crate::state::IMPORTED_LEADER_EPOCH`], above the epoch 0 the
-    /// standalone broker stamped on every batch. A topic already present
+    /// broker (before single nodes became one-voter clusters), or of a
+    /// single node whose catalog is rebuilt from its partition directories
+    /// after its controller log was lost, under the ids they had, so that
+    /// their directories, named by id, are found again. Each partition is
+    /// led by its first replica at its [`ImportedTopic::leader_epochs`]
+    /// entry: [`crate::state::IMPORTED_LEADER_EPOCH`] for a standalone
+    /// broker's (above the epoch 0 it stamped on every batch), or above
+    /// every epoch a rebuilt partition's log records. A topic already present
     /// with the same id, name and partition count is skipped, so a
     /// migration that crashed after its import committed can propose it
     /// again. A large catalog is imported in several commands.
@@ -232,6 +240,9 @@ pub struct ImportedTopic {
     pub config: BTreeMap<String, String>,
     /// Replicas per partition (one, on the importing broker).
     pub partitions: Vec<Vec<Replica>>,
+    /// The leader epoch of each partition, as many as partitions, each at
+    /// least [`crate::state::IMPORTED_LEADER_EPOCH`].
+    pub leader_epochs: Vec<LeaderEpoch>,
     /// When it was created.
     pub created_at_ms: i64,
 }
@@ -419,7 +430,20 @@ impl Command {
                 next_topic_id,
                 producer_id_block_end,
             } => {
-                writer.u8(TAG_IMPORT_TOPICS);
+                // The older tag while every epoch is the standalone import's,
+                // so that a migration's log stays readable by the releases
+                // before epochs were carried.
+                let at_epochs = topics.iter().any(|topic| {
+                    topic
+                        .leader_epochs
+                        .iter()
+                        .any(|epoch| *epoch != IMPORTED_LEADER_EPOCH)
+                });
+                writer.u8(if at_epochs {
+                    TAG_IMPORT_TOPICS_AT_EPOCHS
+                } else {
+                    TAG_IMPORT_TOPICS
+                });
                 writer.len(topics.len());
                 for topic in topics {
                     writer.u64(topic.id.0);
@@ -427,8 +451,12 @@ impl Command {
                     writer.bool(topic.internal);
                     write_config(writer, &topic.config);
                     writer.len(topic.partitions.len());
-                    for replicas in &topic.partitions {
+                    for (index, replicas) in topic.partitions.iter().enumerate() {
                         write_replicas(writer, replicas);
+                        if at_epochs {
+                            let epoch = topic.leader_epochs.get(index).copied();
+                            writer.u32(epoch.unwrap_or(IMPORTED_LEADER_EPOCH).0);
+                        }
                     }
                     writer.i64(topic.created_at_ms);
                 }
@@ -558,7 +586,8 @@ impl Command {
                 leader: NodeId(reader.u64("leader")?),
                 epoch: LeaderEpoch(reader.u32("leader epoch")?),
             },
-            TAG_IMPORT_TOPICS => {
+            tag @ (TAG_IMPORT_TOPICS | TAG_IMPORT_TOPICS_AT_EPOCHS) => {
+                let at_epochs = tag == TAG_IMPORT_TOPICS_AT_EPOCHS;
                 // A topic takes at least 27 bytes: id, name, flag, counts, time.
                 let count = reader.len("imported topics", IMPORTED_TOPICS_MAX, 27)?;
                 let mut topics = Vec::with_capacity(count);
@@ -569,8 +598,14 @@ impl Command {
                     let config = read_config(reader)?;
                     let partition_count = reader.len("partitions", PARTITIONS_MAX as usize, 4)?;
                     let mut partitions = Vec::with_capacity(partition_count);
+                    let mut leader_epochs = Vec::with_capacity(partition_count);
                     for _ in 0..partition_count {
                         partitions.push(read_replicas(reader)?);
+                        leader_epochs.push(if at_epochs {
+                            LeaderEpoch(reader.u32("leader epoch")?)
+                        } else {
+                            IMPORTED_LEADER_EPOCH
+                        });
                     }
                     topics.push(ImportedTopic {
                         id,
@@ -578,6 +613,7 @@ impl Command {
                         internal,
                         config,
                         partitions,
+                        leader_epochs,
                         created_at_ms: reader.i64("created at")?,
                     });
                 }
@@ -735,10 +771,30 @@ mod tests {
                         node: NodeId(1),
                         shard: ShardId(1),
                     }]],
+                    leader_epochs: vec![IMPORTED_LEADER_EPOCH],
                     created_at_ms: 1_796_159_008_892,
                 }],
                 next_topic_id: 5,
                 producer_id_block_end: 2048,
+            },
+            Command::ImportTopics {
+                topics: vec![ImportedTopic {
+                    id: TopicId(7),
+                    name: "rebuilt".to_owned(),
+                    internal: false,
+                    config: BTreeMap::new(),
+                    partitions: vec![
+                        vec![Replica {
+                            node: NodeId(1),
+                            shard: ShardId(0),
+                        }];
+                        2
+                    ],
+                    leader_epochs: vec![LeaderEpoch(12), IMPORTED_LEADER_EPOCH],
+                    created_at_ms: 1_796_159_008_892,
+                }],
+                next_topic_id: 8,
+                producer_id_block_end: 1 << 40,
             },
         ];
         for command in commands {

@@ -740,14 +740,25 @@ impl MetadataState {
                     for (partition, replicas) in (0u32..).zip(&topic.partitions) {
                         self.validate_replicas(partition, replicas)?;
                     }
+                    if topic.leader_epochs.len() != topic.partitions.len()
+                        || topic
+                            .leader_epochs
+                            .iter()
+                            .any(|epoch| *epoch < IMPORTED_LEADER_EPOCH)
+                    {
+                        return Err(conflict(format!(
+                            "it needs one leader epoch of at least {} per partition",
+                            IMPORTED_LEADER_EPOCH.0
+                        )));
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Takes in topics a standalone broker's catalog held, under their own
-    /// ids; see [`Command::ImportTopics`].
+    /// Takes in topics a standalone broker's catalog held, or a rebuilt
+    /// catalog, under their own ids; see [`Command::ImportTopics`].
     fn import_topics(
         &mut self,
         topics: &[ImportedTopic],
@@ -769,10 +780,11 @@ impl MetadataState {
                 partitions: topic
                     .partitions
                     .iter()
-                    .map(|replicas| PartitionRecord {
+                    .zip(&topic.leader_epochs)
+                    .map(|(replicas, epoch)| PartitionRecord {
                         replicas: replicas.clone(),
                         leader: replicas.first().map(|replica| replica.node),
-                        leader_epoch: IMPORTED_LEADER_EPOCH,
+                        leader_epoch: *epoch,
                     })
                     .collect(),
                 created_at_ms: topic.created_at_ms,

@@ -462,6 +462,7 @@ fn imported(id: u64, name: &str, partitions: u32) -> ImportedTopic {
         internal: name.starts_with("__"),
         config: BTreeMap::from([("retention.ms".to_owned(), "-1".to_owned())]),
         partitions: (0..partitions).map(|_| vec![replica(1, 0)]).collect(),
+        leader_epochs: vec![IMPORTED_LEADER_EPOCH; partitions as usize],
         created_at_ms: 1_796_159_008_892,
     }
 }
@@ -799,4 +800,46 @@ mod quotas {
         ));
         assert!(state.quotas().is_empty());
     }
+}
+
+#[test]
+fn a_rebuilt_catalog_is_imported_at_each_partitions_epoch() {
+    let mut state = two_live_brokers();
+    let mut topic = imported(3, "orders", 2);
+    topic.leader_epochs = vec![LeaderEpoch(7), LeaderEpoch(1)];
+    let import = Command::ImportTopics {
+        topics: vec![topic.clone()],
+        next_topic_id: 4,
+        producer_id_block_end: 1 << 40,
+    };
+    assert_eq!(
+        state.apply(state.version() + 1, &import),
+        Ok(Outcome::TopicsImported { imported: 1 })
+    );
+    let orders = state.topic_by_name("orders").unwrap();
+    let epochs: Vec<LeaderEpoch> = orders.partitions.iter().map(|p| p.leader_epoch).collect();
+    assert_eq!(epochs, [LeaderEpoch(7), LeaderEpoch(1)]);
+
+    let mut state = two_live_brokers();
+    topic.leader_epochs = vec![LeaderEpoch(0), LeaderEpoch(1)];
+    let refused = Command::ImportTopics {
+        topics: vec![topic.clone()],
+        next_topic_id: 4,
+        producer_id_block_end: 1 << 40,
+    };
+    assert!(matches!(
+        state.apply(state.version() + 1, &refused),
+        Err(CommandError::ImportConflict { .. })
+    ));
+    topic.leader_epochs = vec![LeaderEpoch(2)];
+    assert!(
+        state
+            .check(&Command::ImportTopics {
+                topics: vec![topic],
+                next_topic_id: 4,
+                producer_id_block_end: 1 << 40,
+            })
+            .is_err(),
+        "one epoch per partition"
+    );
 }

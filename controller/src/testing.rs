@@ -123,17 +123,22 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
                     arb_name(),
                     any::<bool>(),
                     arb_config(),
-                    proptest::collection::vec(arb_replicas(), 0..4),
+                    proptest::collection::vec((arb_replicas(), 0u32..4), 0..4),
                     any::<i64>()
                 )
                     .prop_map(
                         |(id, name, internal, config, partitions, created_at_ms)| {
+                            let (partitions, leader_epochs) = partitions
+                                .into_iter()
+                                .map(|(replicas, epoch)| (replicas, LeaderEpoch(epoch)))
+                                .unzip();
                             ImportedTopic {
                                 id: TopicId(id),
                                 name,
                                 internal,
                                 config,
                                 partitions,
+                                leader_epochs,
                                 created_at_ms,
                             }
                         }

@@ -41,9 +41,11 @@ pub enum RaftLogError {
     },
     /// The file is damaged beyond its tail or contradicts itself.
     #[error(
-        "controller log {path} cannot be recovered: {source}; restore this node's \
-         data directory, or remove {path} so that it copies the metadata from the \
-         other controllers (only if a majority of them is healthy)"
+        "controller log {path} cannot be recovered: {source}; restore it from a backup of \
+         this node. A single node can instead move it aside and start once with \
+         --rebuild-catalog (topics keep their ids and records; settings, users, ACLs and \
+         quotas must be set again). A voter of a larger cluster must not start without it \
+         (see the README, \"Losing brokers\")"
     )]
     Unrecoverable {
         /// The file.

@@ -25,12 +25,13 @@
 //! (the catalog holds them).
 
 pub mod legacy_catalog;
+pub mod rebuild;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use corelog_controller::command::IMPORTED_TOPICS_MAX;
-use corelog_controller::{Command, ImportedTopic, NodeId, Replica, TopicId};
+use corelog_controller::{Command, IMPORTED_LEADER_EPOCH, ImportedTopic, NodeId, Replica, TopicId};
 use corelog_replication::{EpochHistory, ReplicaMeta};
 use corelog_wire::types::{LeaderEpoch, Offset, ShardId};
 
@@ -112,28 +113,8 @@ pub async fn migrate_if_standalone<D: Disk>(
     );
     write_replica_metas(disk, data_dir, &legacy).await?;
     wait_for_registration(controller, config.node_id, incarnation).await;
-    for command in import_commands(&legacy, config.node_id, config.shards) {
-        let imported = loop {
-            match controller.import_topics(command.clone()).await {
-                Ok(imported) => break imported,
-                // The one voter is electing itself, or a proposal was lost
-                // in a Ready: nothing applied twice harms (see the docs).
-                Err(crate::cluster::ControllerRequestError::NotController { .. }) => {
-                    glommio::timer::sleep(Duration::from_millis(100)).await;
-                }
-                Err(error) => {
-                    return Err(format!(
-                        "the migration of {} was refused: {error}",
-                        data_dir.display()
-                    ));
-                }
-            }
-        };
-        tracing::info!(
-            imported,
-            "standalone topics imported into the controller's metadata"
-        );
-    }
+    let commands = import_commands(&legacy, config.node_id, config.shards);
+    import(controller, commands, data_dir, "migration").await?;
     crash_point("imported");
     let catalog = legacy_catalog::path(data_dir);
     let migrated = data_dir.join(legacy_catalog::MIGRATED_FILE_NAME);
@@ -249,11 +230,30 @@ fn import_commands(legacy: &LegacyMetadata, node_id: u32, shard_count: u16) -> V
                     }]
                 })
                 .collect(),
+            leader_epochs: vec![IMPORTED_LEADER_EPOCH; topic.partitions as usize],
             created_at_ms: topic.created_at_ms,
         })
         .collect();
     topics.sort_by_key(|topic| topic.id);
-    let mut commands = Vec::new();
+    import_chunks(
+        topics,
+        legacy.catalog.next_topic_id,
+        legacy.producer_id_block_end,
+    )
+}
+
+/// `topics` (sorted by id) as import commands of bounded size. Each chunk
+/// but the last says its own highest id + 1 is the next topic id, the last
+/// one `next_topic_id`: the state machine refuses an id below the next one
+/// it knows (it may have been used), so a chunk that raised it to the
+/// catalog's would make the next chunk's ids refused.
+fn import_chunks(
+    topics: Vec<ImportedTopic>,
+    next_topic_id: u64,
+    producer_id_block_end: i64,
+) -> Vec<Command> {
+    debug_assert!(topics.windows(2).all(|pair| pair[0].id < pair[1].id));
+    let mut chunks: Vec<Vec<ImportedTopic>> = Vec::new();
     let mut chunk: Vec<ImportedTopic> = Vec::new();
     let mut chunk_partitions = 0;
     for topic in topics {
@@ -261,23 +261,66 @@ fn import_commands(legacy: &LegacyMetadata, node_id: u32, shard_count: u16) -> V
             && (chunk.len() == IMPORTED_TOPICS_MAX
                 || chunk_partitions + topic.partitions.len() > PARTITIONS_PER_IMPORT_MAX)
         {
-            commands.push(std::mem::take(&mut chunk));
+            chunks.push(std::mem::take(&mut chunk));
             chunk_partitions = 0;
         }
         chunk_partitions += topic.partitions.len();
         chunk.push(topic);
     }
     if !chunk.is_empty() {
-        commands.push(chunk);
+        chunks.push(chunk);
     }
-    commands
+    let last = chunks.len().saturating_sub(1);
+    chunks
         .into_iter()
-        .map(|topics| Command::ImportTopics {
-            topics,
-            next_topic_id: legacy.catalog.next_topic_id,
-            producer_id_block_end: legacy.producer_id_block_end,
+        .enumerate()
+        .map(|(index, topics)| {
+            let next_topic_id = if index == last {
+                next_topic_id
+            } else {
+                topics.last().map_or(next_topic_id, |topic| topic.id.0 + 1)
+            };
+            Command::ImportTopics {
+                topics,
+                next_topic_id,
+                producer_id_block_end,
+            }
         })
         .collect()
+}
+
+/// Proposes `commands` one after the other, retrying while the one voter
+/// elects itself; `what` names the work in the log and errors.
+async fn import(
+    controller: &ControllerService,
+    commands: Vec<Command>,
+    data_dir: &Path,
+    what: &str,
+) -> Result<(), String> {
+    for command in commands {
+        let imported = loop {
+            match controller.import_topics(command.clone()).await {
+                Ok(imported) => break imported,
+                // The one voter is electing itself, or a proposal was lost
+                // in a Ready: nothing applied twice harms (see the docs).
+                Err(crate::cluster::ControllerRequestError::NotController { .. }) => {
+                    glommio::timer::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => {
+                    return Err(format!(
+                        "the {what} of {} was refused: {error}",
+                        data_dir.display()
+                    ));
+                }
+            }
+        };
+        tracing::info!(
+            imported,
+            what,
+            "topics imported into the controller's metadata"
+        );
+    }
+    Ok(())
 }
 
 /// The shard a standalone broker gave partition `partition` of topic
@@ -397,6 +440,42 @@ mod tests {
                 .all(|command| command.encode().len()
                     < corelog_controller::command::COMMAND_BYTES_MAX)
         );
+    }
+
+    #[test]
+    fn every_chunk_of_a_large_catalog_applies() {
+        let names: Vec<String> = (0..2_500).map(|id| format!("topic-{id}")).collect();
+        let topics: Vec<(u64, &str, u32)> = names
+            .iter()
+            .enumerate()
+            .map(|(id, name)| (id as u64, name.as_str(), 1))
+            .collect();
+        let mut legacy = legacy(&topics);
+        legacy.catalog.next_topic_id = 2_600;
+        let mut state = corelog_controller::MetadataState::default();
+        for command in [
+            Command::RegisterBroker {
+                node: NodeId(1),
+                host: "127.0.0.1".to_owned(),
+                port: 7100,
+                rack: None,
+                shard_count: 1,
+                incarnation: 1,
+            },
+            Command::UnfenceBroker {
+                node: NodeId(1),
+                incarnation: 1,
+            },
+        ] {
+            state.apply(state.version() + 1, &command).unwrap();
+        }
+        // Before the chunks named their own next ids, the second chunk's
+        // ids were below the first one's "next topic id" and refused.
+        for command in import_commands(&legacy, 1, 1) {
+            state.apply(state.version() + 1, &command).unwrap();
+        }
+        assert_eq!(state.topics().len(), 2_500);
+        assert_eq!(state.next_topic_id(), TopicId(2_600));
     }
 
     #[test]
