@@ -38,6 +38,7 @@ pub mod api;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod decoy_key;
 pub mod executor;
 pub mod group;
 pub mod identity;

@@ -2,7 +2,12 @@
 //! shared port, reads frames with bounded memory and in-flight count, hands
 //! each request to its handler and writes responses as they complete.
 //!
-//! - [`listener`]: accept loop and the connection limit.
+//! - [`listener`]: accept loop and the connection limits.
+//! - [`edge`]: what every shard's connections share (connection counts,
+//!   quota buckets, failed logins), with [`connection_counts`],
+//!   [`quota`] and [`login_ledger`], its pure parts.
+//! - [`accept_backoff`], [`log_limit`]: loops that fail or warn on a
+//!   client's behalf pause and stay quiet.
 //! - [`port`]: client ports bound at start, listening once the shard serves.
 //! - [`connection`]: one connection's frames, handshake, backpressure.
 //! - [`handlers`]: one module per API.
@@ -11,10 +16,15 @@
 //! - [`shard_ports`]: the port each shard also accepts on alone, for
 //!   shard-aware clients.
 
+pub mod accept_backoff;
 pub mod access;
 pub mod connection;
+pub mod connection_counts;
+pub mod edge;
 pub mod handlers;
 pub mod listener;
+pub mod log_limit;
+pub mod login_ledger;
 pub mod loopback;
 pub mod port;
 pub mod quota;
