@@ -175,15 +175,16 @@ pub fn lines_containing(log: &Path, needle: &str) -> usize {
         .count()
 }
 
-/// A counter or gauge of the broker's `/metrics`, summed over its label
-/// sets that contain `labels`; 0 when absent.
+/// A counter or gauge of the broker's `/metrics` named exactly `name`,
+/// summed over its label sets that contain `labels`; 0 when absent.
 #[must_use]
 pub fn metric(broker: &Broker, name: &str, labels: &str) -> u64 {
+    let (labelled, bare) = (format!("{name}{{"), format!("{name} "));
     broker
         .metrics()
         .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter(|line| line.starts_with(name) && line.contains(labels))
+        .filter(|line| line.starts_with(&labelled) || line.starts_with(&bare))
+        .filter(|line| line.contains(labels))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
