@@ -228,7 +228,7 @@ pub struct Tenants {
 
 impl Tenants {
     /// Starts one with `users` and, before security is on, `topics` (one
-    /// partition each).
+    /// partition each); `extra` flags from the first start on.
     #[must_use]
     pub fn start(users: &[&str], topics: &[&str], extra: &[&str]) -> Tenants {
         let temp = tempfile::tempdir().unwrap();
@@ -236,7 +236,7 @@ impl Tenants {
         let mut broker = Broker::unstarted(
             SocketAddr::from(([127, 0, 0, 1], crate::free_port())),
             &temp.path().join("data"),
-            &[],
+            extra,
         )
         .with_output_log(log.clone());
         broker.spawn();
@@ -258,12 +258,9 @@ impl Tenants {
             assert!(created.status.success(), "{}", text(&created.stderr));
         }
         broker.terminate();
-        broker.extra_args.extend(
-            ["--authentication", "required"]
-                .iter()
-                .chain(extra)
-                .map(|arg| (*arg).to_owned()),
-        );
+        broker
+            .extra_args
+            .extend(["--authentication", "required"].map(str::to_owned));
         broker.spawn();
         Tenants { broker, log, temp }
     }

@@ -44,7 +44,12 @@ fn batch_of(bytes: usize) -> Vec<u8> {
 /// A broker where `tenant-a` has `quota` (`quota set user:tenant-a …`
 /// arguments) and `admin` none.
 fn tenants_with(quota: &[&str]) -> Tenants {
-    let tenants = Tenants::start(&["admin", "tenant-a"], &["tenant-a.data"], &[]);
+    tenants_on(quota, &[])
+}
+
+/// As [`tenants_with`], the broker started with `extra` flags.
+fn tenants_on(quota: &[&str], extra: &[&str]) -> Tenants {
+    let tenants = Tenants::start(&["admin", "tenant-a"], &["tenant-a.data"], extra);
     let set = [&["quota", "set", "user:tenant-a"][..], quota].concat();
     let _said = tenants.ok("admin", &set, None);
     tenants
@@ -78,6 +83,24 @@ fn assert_held_to_quota(start: Instant, acks: &[(Instant, usize)]) {
 #[test]
 fn reconnecting_does_not_get_a_tenant_past_its_produce_quota() {
     let tenants = tenants_with(&["--produce-rate", "64KiB"]);
+    let batch = batch_of(REQUEST_BYTES - 100);
+    let start = Instant::now();
+    let mut acks = Vec::new();
+    while start.elapsed() < Duration::from_secs(5) {
+        let mut client = tenants.client_as(host(1), "tenant-a");
+        let (code, _) = client.produce("tenant-a.data", 0, &batch);
+        assert_eq!(code, ErrorCode::None);
+        acks.push((Instant::now(), batch.len()));
+    }
+    assert_held_to_quota(start, &acks);
+}
+
+/// The same over two shards: the kernel spreads the new connections over
+/// both, and each shard used to keep its own bucket (and its own half of
+/// the quota) for the principal.
+#[test]
+fn reconnecting_over_two_shards_does_not_get_a_tenant_past_its_produce_quota() {
+    let tenants = tenants_on(&["--produce-rate", "64KiB"], &["--shards", "2"]);
     let batch = batch_of(REQUEST_BYTES - 100);
     let start = Instant::now();
     let mut acks = Vec::new();

@@ -10,8 +10,9 @@
 //!
 //! - connection counts: once when a connection is accepted, once when it
 //!   logs in, once when it closes;
-//! - quota buckets: once or twice per request of a principal that has a
-//!   quota (a request of a principal without one never takes the lock);
+//! - quota buckets: two or three times per request of a principal that
+//!   has a quota (before its frame is read, and as what it used is
+//!   known); a request of a principal without one never takes the lock;
 //! - failed logins: once per `Authenticate` step.
 //!
 //! Chosen over shard 0 owning this state behind cross-shard messages: a
