@@ -38,10 +38,16 @@ use corelog_wire::message;
 
 /// How long a refused connection has to send its first request.
 const REFUSAL_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Refusals one accept loop answers at once; past them a refused
-/// connection is closed without an answer, so that a flood of refused
-/// connections cannot hold descriptors for the refusals' timeouts.
+/// Refusals one accept loop waits for at once (each for up to
+/// [`REFUSAL_READ_TIMEOUT`]); past them a refused connection is answered
+/// only if its first request is there within [`QUICK_REFUSAL_TIMEOUT`]
+/// (a client sends it right after connecting), else closed, so that a
+/// flood of silent connections cannot hold descriptors for the refusals'
+/// timeouts.
 const REFUSALS_IN_FLIGHT_MAX: u32 = 64;
+/// How long a refused connection past [`REFUSALS_IN_FLIGHT_MAX`] has to
+/// send its first request.
+const QUICK_REFUSAL_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Accepts connections until the shard stops.
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls: Option<ListenerTls>) {
@@ -142,7 +148,13 @@ fn refuse_later(
         Refusal::Entity(_) => "connection_quota",
     });
     if refusing.get() >= REFUSALS_IN_FLIGHT_MAX {
-        drop(stream);
+        // No TLS handshake for these: it would take round trips.
+        if tls.is_none() {
+            glommio::spawn_local(async move {
+                answer_first_request(stream, code, QUICK_REFUSAL_TIMEOUT).await;
+            })
+            .detach();
+        }
         return;
     }
     refusing.set(refusing.get() + 1);
@@ -237,7 +249,7 @@ async fn refuse(stream: TcpStream, code: ErrorCode, tls: Option<ListenerTls>) {
         tracing::debug!(%error, "cannot set a read timeout");
     }
     let Some(acceptor) = tls else {
-        answer_first_request(stream, code).await;
+        answer_first_request(stream, code, REFUSAL_READ_TIMEOUT).await;
         return;
     };
     match first_byte_is_tls(&stream, REFUSAL_READ_TIMEOUT).await {
@@ -245,22 +257,22 @@ async fn refuse(stream: TcpStream, code: ErrorCode, tls: Option<ListenerTls>) {
             if let Some(Ok((secured, _))) =
                 within(REFUSAL_READ_TIMEOUT, acceptor.accept(stream)).await
             {
-                answer_first_request(secured, code).await;
+                answer_first_request(secured, code, REFUSAL_READ_TIMEOUT).await;
             }
         }
-        Some(false) => answer_first_request(stream, code).await,
+        Some(false) => answer_first_request(stream, code, REFUSAL_READ_TIMEOUT).await,
         None => {}
     }
 }
 
-/// Reads a request header from `stream` and answers it with `code`, then
-/// closes the stream.
-async fn answer_first_request<S>(mut stream: S, code: ErrorCode)
+/// Reads a request header from `stream` within `timeout` and answers it
+/// with `code`, then closes the stream.
+async fn answer_first_request<S>(mut stream: S, code: ErrorCode, timeout: Duration)
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
 {
     let mut header = [0u8; REQUEST_HEADER_BYTES];
-    let read = within(REFUSAL_READ_TIMEOUT, stream.read_exact(&mut header)).await;
+    let read = within(timeout, stream.read_exact(&mut header)).await;
     if !matches!(read, Some(Ok(()))) {
         return;
     }
