@@ -15,6 +15,10 @@ use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::storage::LogConfig;
 use crate::storage::retention::DEFAULT_RETENTION_MS;
 
+pub mod edge;
+
+pub use edge::{MetricsToken, Toggle};
+
 /// Partition replicas a shard holds at most unless configured: Redpanda's
 /// order of magnitude per core. An idle partition costs no descriptor (its
 /// files are opened through a bounded cache) but some memory.
@@ -137,6 +141,24 @@ pub struct BrokerConfig {
     /// Rebuild the catalog of a single node whose controller log was lost
     /// from its topic directories (see `crate::migration::rebuild`).
     pub rebuild_catalog: bool,
+    /// Client connections one source address may hold, unless a quota
+    /// (`ip:ADDRESS` or `ip:*`) says otherwise; 0: no limit.
+    pub max_connections_per_address: u32,
+    /// A client connection that has not logged in this long after it was
+    /// accepted (with authentication required; else, that has not done its
+    /// handshake) is closed.
+    pub login_timeout_ms: u64,
+    /// Failed logins of one user name (within 10 minutes) that lock it out
+    /// from addresses it never logged in from.
+    pub login_failures_max: u32,
+    /// How long such a lockout lasts.
+    pub login_lockout_ms: u64,
+    /// The bearer token a scrape of `/metrics` must present; `None`:
+    /// anyone who reaches the metrics port may read it.
+    pub metrics_token: Option<MetricsToken>,
+    /// Whether `/metrics` carries the series labelled with tenants' names
+    /// (topics, groups, quota entities).
+    pub metrics_tenant_series: Toggle,
 }
 
 impl Default for BrokerConfig {
@@ -193,6 +215,12 @@ impl Default for BrokerConfig {
             log,
             log_level: "info".to_owned(),
             rebuild_catalog: false,
+            max_connections_per_address: edge::MAX_CONNECTIONS_PER_ADDRESS,
+            login_timeout_ms: edge::LOGIN_TIMEOUT_MS,
+            login_failures_max: edge::LOGIN_FAILURES_MAX,
+            login_lockout_ms: edge::LOGIN_LOCKOUT_MS,
+            metrics_token: None,
+            metrics_tenant_series: Toggle::On,
         }
     }
 }
@@ -527,6 +555,30 @@ pub struct Flags {
     /// users, ACLs and quotas are not recoverable this way (see the README).
     #[arg(long)]
     pub rebuild_catalog: bool,
+    /// Client connections one source address may hold, unless a quota
+    /// says otherwise; 0: no limit [default: 1000].
+    #[arg(long)]
+    pub max_connections_per_address: Option<u32>,
+    /// Close a connection that has not logged in (with authentication
+    /// required; else, done its handshake) this long after it opened, ms
+    /// [default: 10000].
+    #[arg(long)]
+    pub login_timeout_ms: Option<u64>,
+    /// Failed logins of a user name (within 10 min) that lock it out from
+    /// addresses it never logged in from [default: 10].
+    #[arg(long)]
+    pub login_failures_max: Option<u32>,
+    /// How long such a lockout lasts, ms [default: 15 min].
+    #[arg(long)]
+    pub login_lockout_ms: Option<u64>,
+    /// File holding the bearer token a scrape of /metrics must present
+    /// (`Authorization: Bearer TOKEN`) [default: none, no token].
+    #[arg(long)]
+    pub metrics_token_file: Option<PathBuf>,
+    /// `off`: leave the series that name topics, groups and quota entities
+    /// out of /metrics [default: on].
+    #[arg(long)]
+    pub metrics_tenant_series: Option<Toggle>,
 }
 
 /// The same settings as [`Flags`], read from TOML.
@@ -580,6 +632,12 @@ struct FileSettings {
     producer_state_retention_ms: Option<i64>,
     maintenance_interval_ms: Option<u64>,
     log_level: Option<String>,
+    max_connections_per_address: Option<u32>,
+    login_timeout_ms: Option<u64>,
+    login_failures_max: Option<u32>,
+    login_lockout_ms: Option<u64>,
+    metrics_token_file: Option<PathBuf>,
+    metrics_tenant_series: Option<Toggle>,
 }
 
 /// Why the configuration cannot be used.
@@ -687,7 +745,19 @@ impl BrokerConfig {
             producer_state_retention_ms,
             maintenance_interval_ms,
             log_level,
+            max_connections_per_address,
+            login_timeout_ms,
+            login_failures_max,
+            login_lockout_ms,
+            metrics_tenant_series,
         );
+        if let Some(path) = flags
+            .metrics_token_file
+            .clone()
+            .or(file.metrics_token_file.clone())
+        {
+            config.metrics_token = Some(edge::read_metrics_token(&path)?);
+        }
         if let Some(voters) = flags
             .controller_voters
             .clone()
@@ -835,6 +905,11 @@ impl BrokerConfig {
         if self.topic_defaults.segment_bytes < u64::from(self.topic_defaults.max_message_bytes) {
             return invalid("segment_bytes", "must be at least max_message_bytes");
         }
+        edge::validate(
+            self.login_timeout_ms,
+            self.login_failures_max,
+            self.login_lockout_ms,
+        )?;
         if self.maintenance_interval_ms == 0 {
             return invalid("maintenance_interval_ms", "must be positive");
         }

@@ -29,6 +29,7 @@
 //! [`data_dir`] (the data directory, private to the broker's user),
 //! [`identity`] (which node and cluster a data directory belongs to),
 //! [`descriptors`] (the open file limit and how it is divided),
+//! [`decoy_key`] (the key of the SCRAM decoys for unknown users),
 //! [`migration`] (upgrading a standalone data directory), [`metadata`]
 //! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
 //! itself in-process), [`api`] (encoded replies), [`executor`] (the
@@ -42,6 +43,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod data_dir;
+pub mod decoy_key;
 pub mod descriptors;
 pub mod executor;
 pub mod group;

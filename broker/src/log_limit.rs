@@ -1,62 +1,58 @@
-//! Rate limits for log lines that a loop or a client can repeat: a failure
-//! that every request meets (a damaged segment, descriptors running out)
-//! is logged once per interval with the count of lines left out, so that a
-//! busy client cannot fill the disk with the broker's log.
+//! Rate limits for log lines that a client can make the broker write in a
+//! loop (failed accepts, failed logins, refused requests, storage failures
+//! answered to every fetch): at most one line per interval for each kind,
+//! and the next line says how many were held back, so that a flood costs a
+//! few lines instead of gigabytes of log.
+//!
+//! Pure: callers hand in the time. A limit is per shard (a `thread_local`
+//! of the call site), so a broker writes at most one such line per
+//! interval and shard.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// One call site's limit: at most one line per interval. Shared by every
-/// shard (atomics), so a `static` per call site.
+/// One kind of log line's limit.
 #[derive(Debug)]
 pub struct LogLimit {
-    interval_ms: u64,
-    /// Milliseconds since the process's first limited line at which the
-    /// next line may be written.
-    next_ms: AtomicU64,
-    /// Lines left out since the last one written.
-    suppressed: AtomicU64,
+    interval: Duration,
+    last: Option<Instant>,
+    held_back: u64,
 }
 
 impl LogLimit {
+    /// The interval of lines about the same client-driven event.
+    pub const INTERVAL: Duration = Duration::from_secs(10);
+
     /// A limit of one line per `interval`.
     #[must_use]
-    pub const fn every(interval: Duration) -> LogLimit {
+    pub const fn new(interval: Duration) -> LogLimit {
         LogLimit {
-            interval_ms: interval.as_millis() as u64,
-            next_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
+            interval,
+            last: None,
+            held_back: 0,
         }
     }
 
-    /// Whether to write this line now: `Some(n)` with the lines left out
-    /// before it, `None` to leave it out.
-    pub fn admit(&self) -> Option<u64> {
-        let now = elapsed_ms();
-        let next = self.next_ms.load(Ordering::Relaxed);
-        if now >= next
-            && self
-                .next_ms
-                .compare_exchange(
-                    next,
-                    now + self.interval_ms,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+    /// Whether a line may be written at `now`: `Some(held back)`, the
+    /// number of lines held back since the last one written, or `None`
+    /// (this one is held back and counted).
+    pub fn admit(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < self.interval => {
+                self.held_back = self.held_back.saturating_add(1);
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
         }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
     }
 }
 
-fn elapsed_ms() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let origin = *ORIGIN.get_or_init(Instant::now);
-    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+impl Default for LogLimit {
+    fn default() -> LogLimit {
+        LogLimit::new(LogLimit::INTERVAL)
+    }
 }
 
 #[cfg(test)]
@@ -64,14 +60,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_line_per_interval_with_the_count_left_out() {
-        let limit = LogLimit::every(Duration::from_secs(3600));
-        assert_eq!(limit.admit(), Some(0));
-        for _ in 0..5 {
-            assert_eq!(limit.admit(), None);
+    fn one_line_per_interval_and_the_next_counts_those_held_back() {
+        let mut limit = LogLimit::new(Duration::from_secs(10));
+        let start = Instant::now();
+        assert_eq!(limit.admit(start), Some(0));
+        for millis in 1..1000 {
+            assert_eq!(limit.admit(start + Duration::from_millis(millis)), None);
         }
-        // Due again: the next line carries the five left out.
-        limit.next_ms.store(0, Ordering::Relaxed);
-        assert_eq!(limit.admit(), Some(5));
+        assert_eq!(limit.admit(start + Duration::from_secs(10)), Some(999));
+        assert_eq!(limit.admit(start + Duration::from_secs(11)), None);
+        assert_eq!(limit.admit(start + Duration::from_secs(30)), Some(1));
     }
 }

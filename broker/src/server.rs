@@ -13,7 +13,6 @@
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -33,6 +32,8 @@ use crate::identity::Decision;
 use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::migration;
+use crate::net::edge::Edge;
+use crate::net::login_ledger::LoginLimits;
 use crate::net::port::Port;
 use crate::net::shard_ports::ShardPortTable;
 use crate::net::{listener, loopback::Loopback};
@@ -252,7 +253,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
         .map(|_| flume::bounded::<ShardCommand>(config.shard_queue_depth as usize))
         .unzip();
-    let open_connections = Arc::new(AtomicU32::new(0));
+    let edge = Arc::new(Edge::new(
+        shard_count,
+        LoginLimits {
+            failures_max: config.login_failures_max,
+            lockout: Duration::from_millis(config.login_lockout_ms),
+        },
+        crate::decoy_key::load(&config).map_err(RunError::Configuration)?,
+    ));
     let shard_ports = Arc::new(ShardPortTable::new(shard_count));
     let topic_deletions = Arc::new(TopicDeletions::default());
     let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
@@ -269,7 +277,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let peers = senders.clone();
         let started = started.clone();
         let listening = listening.clone();
-        let open_connections = open_connections.clone();
+        let edge = edge.clone();
         let shard_ports = shard_ports.clone();
         let topic_deletions = topic_deletions.clone();
         let tls = tls.clone();
@@ -287,7 +295,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                     metrics,
                     ShardShared {
                         open_files_per_shard,
-                        open_connections,
+                        edge,
                         shard_ports,
                         topic_deletions,
                         listening,
@@ -453,8 +461,9 @@ struct ShardShared {
     /// Segment files the shard's cache keeps open (its share of the
     /// descriptor budget).
     open_files_per_shard: usize,
-    /// Client connections open on the broker, against its limit.
-    open_connections: Arc<AtomicU32>,
+    /// What every shard's client connections share: connection counts,
+    /// quota buckets, failed logins.
+    edge: Arc<Edge>,
     /// The port each shard accepts on alone.
     shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the shards are still removing.
@@ -542,6 +551,7 @@ async fn start_shard(
         inbox,
         shard_ports: listeners.shard_ports,
         topic_deletions: listeners.topic_deletions,
+        edge: listeners.edge,
     });
     // Calls this broker makes to itself run the handlers in-process.
     crate::peer::serve_locally(shard.config.node_id, Rc::new(Loopback::new(&shard)));
@@ -569,12 +579,7 @@ async fn start_shard(
             })
             .collect::<Result<Vec<_>, _>>()
             .map(|bound| {
-                serve_listeners(
-                    &listening_shard,
-                    bound,
-                    &listeners.open_connections,
-                    listeners.tls.as_deref(),
-                );
+                serve_listeners(&listening_shard, bound, listeners.tls.as_deref());
             })
             .map(|()| id.0)
             .map_err(|message| RunError::ShardStart { shard: id.0, message });
@@ -582,22 +587,22 @@ async fn start_shard(
     })
     .detach();
     if let Some(metrics_listener) = metrics_listener {
-        glommio::spawn_local(crate::metrics::http::serve(metrics_listener, metrics)).detach();
+        let settings = crate::metrics::http::Settings::of(&shard.config);
+        glommio::spawn_local(crate::metrics::http::serve(
+            metrics_listener,
+            metrics,
+            settings,
+        ))
+        .detach();
     }
     Ok(shard)
 }
 
-fn serve_listeners(
-    shard: &Rc<Shard>,
-    bound: Vec<TcpListener>,
-    open_connections: &Arc<AtomicU32>,
-    tls: Option<&BrokerTls>,
-) {
+fn serve_listeners(shard: &Rc<Shard>, bound: Vec<TcpListener>, tls: Option<&BrokerTls>) {
     for listener in bound {
         glommio::spawn_local(listener::accept_loop(
             shard.clone(),
             listener,
-            open_connections.clone(),
             tls.map(BrokerTls::listener),
         ))
         .detach();

@@ -13,6 +13,8 @@
 //! - [`proxy`]: a seeded fault proxy (delay, reorder, duplicate, drop,
 //!   corrupt, lost replies) between clients and brokers and between brokers.
 //! - [`small_fs`]: a small mounted filesystem to fill up (disk full).
+//! - [`edge`]: the broker's edge as an attacker meets it: source
+//!   addresses, raw SCRAM steps, descriptor limits, tenants.
 //!
 //! Every random choice above draws from `corelog_wire::rng::SplitMix64`,
 //! so a printed seed replays it.
@@ -22,6 +24,7 @@
 pub mod cli;
 pub mod cluster_client;
 pub mod corruption;
+pub mod edge;
 pub mod netns;
 pub mod power_loss;
 pub mod process;

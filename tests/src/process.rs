@@ -27,13 +27,18 @@ pub fn binary(name: &str) -> PathBuf {
 
 /// The test build of `corelogd`, with storage fault hooks: what every
 /// [`Broker`] runs. It lives in its own profile's directory so that the
-/// `corelogd` users run never carries the hooks.
+/// `corelogd` users run never carries the hooks. `CORELOG_TEST_BROKER`
+/// names another build instead (to measure an attack against a build from
+/// before a fix, say).
 ///
 /// # Panics
 /// If it is missing, saying how to build it.
 #[must_use]
 pub fn test_broker_binary() -> PathBuf {
     use corelog_broker::storage::fault_hooks::TEST_BUILD_DIR;
+    if let Some(chosen) = std::env::var_os("CORELOG_TEST_BROKER") {
+        return PathBuf::from(chosen);
+    }
     let profile_dir = profile_dir();
     let target_dir = profile_dir
         .parent()

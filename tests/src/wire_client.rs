@@ -38,6 +38,15 @@ impl Client {
         })
     }
 
+    /// A client over a stream opened elsewhere (from a chosen source
+    /// address, say).
+    pub fn from_stream(stream: TcpStream) -> Client {
+        Client {
+            stream,
+            next_correlation: 1,
+        }
+    }
+
     pub fn handshake(&mut self) -> Result<(), String> {
         let request = message::api_versions::ApiVersionsRequest {
             client_name: "broker-tests".to_owned(),

@@ -832,9 +832,15 @@ fn ten_thousand_idle_connections_hit_the_connection_limit_and_the_broker_keeps_s
     );
     let mut healthy = seed(&broker);
 
-    // Up to one below the limit: idle connections that never send a byte.
+    // Up to one below the limit: idle connections that send nothing after
+    // their handshake (one that never sends it is closed at the login
+    // deadline, see tests/connection_limits.rs).
     let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS - 2)
-        .map(|_| connect(broker.addr))
+        .map(|_| {
+            let mut client = corelog_tests::Client::from_stream(connect(broker.addr));
+            client.handshake().unwrap();
+            client.stream
+        })
         .collect();
     wait_until(
         Duration::from_secs(20),

@@ -221,6 +221,8 @@ error_codes! {
         "This principal (or source address) has as many connections open as its quota allows; close some, or ask for a higher connection quota.";
     BrokerNotReady = 92, "BROKER_NOT_READY", retriable: true,
         "This broker has just started and has not loaded the cluster's users and ACLs from the controller yet; retry in a moment, or through another broker.";
+    LoginLockedOut = 93, "LOGIN_LOCKED_OUT", retriable: false,
+        "Too many failed logins for this user name: it is locked out for a while, except from client addresses that logged in as it before; wait (the message says how long), or log in from such a client, or ask an administrator to check who is guessing.";
 }
 
 impl ErrorCode {
@@ -337,6 +339,7 @@ mod tests {
         (90, "QUOTA_NOT_FOUND", false),
         (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
         (92, "BROKER_NOT_READY", true),
+        (93, "LOGIN_LOCKED_OUT", false),
     ];
 
     #[test]

@@ -443,7 +443,7 @@ mod tests {
             assert!(
                 error
                     .to_string()
-                    .contains("restore this node's data directory"),
+                    .contains("restore it from a backup of this node"),
                 "{error}"
             );
             // The refused file is left as found, for the operator.

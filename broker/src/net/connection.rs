@@ -11,9 +11,12 @@
 //! for `connection_idle_timeout_ms` is closed, and so is one whose frame is
 //! not whole `frame_read_timeout_ms` after its first byte (a header that
 //! promises a large body and stops would otherwise hold the connection and
-//! its slot for good). Both are counted in
-//! `corelog_connections_closed_total`. A frame that is already whole costs
-//! no timer.
+//! its slot for good). A connection must also log in (with authentication
+//! required; else, do its `ApiVersions` handshake) within
+//! `login_timeout_ms` of being accepted, so that idle connections that
+//! never identify themselves cannot hold the broker's connection slots.
+//! All three are counted in `corelog_connections_closed_total`. A frame
+//! that is already whole costs no timer.
 //!
 //! Backpressure: at most `max_in_flight_per_connection` requests are
 //! handled at once; the next frame is not read until one finishes, so a
@@ -26,7 +29,7 @@
 //! matched to requests by correlation id.
 
 use std::cell::Cell;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -39,19 +42,24 @@ use corelog_wire::frame::{
 };
 use corelog_wire::message::authenticate::AuthenticateRequest;
 use corelog_wire::message::decode_request;
-use corelog_wire::sasl::cluster::{ClusterSecret, NONCE_BYTES};
+use corelog_wire::sasl::cluster::NONCE_BYTES;
+use corelog_wire::sasl::scram::{ITERATIONS_DEFAULT, ScramMechanism};
 use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 
 use super::access::Access;
+use super::connection_counts::Refusal;
+use super::edge::PrincipalSlot;
 use super::handlers::{self, Caller, Origin};
+use super::login_ledger::Turn;
 use super::quota::Kind;
 use super::request_body::RequestBody;
-use super::session::{Credentials, FailureLog, Principal, Session, Step};
+use super::session::{Credentials, Principal, Session, Step};
 use super::throttle::Throttle;
 use crate::api::Reply;
 use crate::api::refused;
 use crate::config::Authentication;
+use crate::log_limit::LogLimit;
 use crate::runtime::shard::Shard;
 use crate::tls::Stream;
 
@@ -78,19 +86,22 @@ struct Outgoing {
 /// One of a connection's `max_in_flight_per_connection` request slots.
 type RequestSlot = async_lock::SemaphoreGuardArc;
 
-/// Serves one connection until the client closes it, it breaks the
-/// protocol beyond recovery, or the shard stops.
+/// Serves one connection, accepted at `accepted`, until the client closes
+/// it, it breaks the protocol beyond recovery, or the shard stops.
 pub async fn serve(
     shard: Rc<Shard>,
     stream: Stream,
     peer: Option<SocketAddr>,
     certified: Option<String>,
+    accepted: Instant,
 ) {
     let (reader, writer) = stream.split();
     let (outgoing, responses) = flume::unbounded::<Outgoing>();
     let writer_task = glommio::spawn_local(write_responses(writer, responses));
-    let session = certified.map_or_else(Session::default, Session::certified);
-    let result = read_requests(&shard, reader, outgoing, peer, session).await;
+    let mut session = certified.map_or_else(Session::default, Session::certified);
+    let login_by = accepted + Duration::from_millis(shard.config.login_timeout_ms);
+    let result = read_requests(&shard, reader, outgoing, peer, &mut session, login_by).await;
+    abandoned(&shard, &session, peer);
     if let Err(reason) = result {
         if let Some(counted) = reason.counted_as() {
             shard.metrics.connection_closed(counted);
@@ -181,6 +192,8 @@ enum CloseReason {
     CredentialRevoked(String),
     #[error("{0} is at its connection quota")]
     ConnectionQuota(String),
+    #[error("not logged in by the login deadline")]
+    LoginTimeout,
 }
 
 impl CloseReason {
@@ -192,6 +205,7 @@ impl CloseReason {
             CloseReason::FrameTimeout(_) => Some("frame_timeout"),
             CloseReason::AuthenticationRequired => Some("authentication_required"),
             CloseReason::CredentialRevoked(_) => Some("credential_revoked"),
+            CloseReason::LoginTimeout => Some("login_timeout"),
             _ => None,
         }
     }
@@ -211,6 +225,9 @@ struct Deadlines {
     /// `None`: a connection may idle for good.
     idle: Option<Duration>,
     frame: Duration,
+    /// When the connection must have logged in (or done its handshake);
+    /// `None` once it has.
+    login: Option<Instant>,
 }
 
 /// Waits for the first bytes of the next frame header (as long as the
@@ -243,9 +260,19 @@ async fn read_header(
                         None => futures::future::pending().await,
                     }
                 };
+                let login = async {
+                    match deadlines.login {
+                        Some(by) => {
+                            glommio::timer::sleep(by.saturating_duration_since(Instant::now()))
+                                .await;
+                        }
+                        None => futures::future::pending().await,
+                    }
+                };
                 futures::select_biased! {
                     read = read => break read.map_err(read_error)?,
                     () = stopping => return Err(CloseReason::Stopping),
+                    () = login.fuse() => return Err(CloseReason::LoginTimeout),
                     name = revoked(shard, user).fuse() => {
                         return Err(CloseReason::CredentialRevoked(name));
                     }
@@ -317,7 +344,8 @@ async fn read_requests(
     mut reader: ReadHalf<Stream>,
     outgoing: flume::Sender<Outgoing>,
     peer: Option<std::net::SocketAddr>,
-    mut session: Session,
+    session: &mut Session,
+    login_by: Instant,
 ) -> Result<(), CloseReason> {
     let limits = FrameLimits {
         max_frame_bytes: shard.config.max_frame_bytes,
@@ -325,17 +353,16 @@ async fn read_requests(
     let permits = Arc::new(async_lock::Semaphore::new(
         shard.config.max_in_flight_per_connection as usize,
     ));
-    let deadlines = Deadlines {
+    let mut deadlines = Deadlines {
         idle: (shard.config.connection_idle_timeout_ms > 0)
             .then(|| Duration::from_millis(shard.config.connection_idle_timeout_ms)),
         frame: Duration::from_millis(shard.config.frame_read_timeout_ms),
+        login: Some(login_by),
     };
     // Requests being handled: a connection waiting on them is not idle.
     let in_flight = Rc::new(Cell::new(0u32));
-    // Until when a quota holds this connection back (see `net::quota`).
-    let throttled_until = Rc::new(Cell::new(Instant::now()));
     // This connection's place in its principal's connection count.
-    let mut counted_as = PrincipalSlot::count(shard, &session).map_err(|entity| {
+    let mut counted_as = count_principal(shard, session).map_err(|entity| {
         shard.metrics.connection_closed("connection_quota");
         CloseReason::ConnectionQuota(entity)
     })?;
@@ -344,12 +371,13 @@ async fn read_requests(
         // Backpressure: no next frame until a request slot is free; a slot
         // is freed when its response has been written.
         let permit = permits.acquire_arc().await;
-        // A quota's throttle: nothing more is read until it has passed.
-        let wait = throttled_until
-            .get()
-            .saturating_duration_since(Instant::now());
-        if !wait.is_zero() {
-            glommio::timer::sleep(wait).await;
+        // Quotas: nothing more is read while the connection's principal
+        // owes, whichever of its connections ran the debt up.
+        metering(shard, session).hold(shard).await;
+        if !needs_login(shard, session, handshake_done) {
+            deadlines.login = None;
+        } else if deadlines.login.is_some_and(|by| Instant::now() >= by) {
+            return Err(CloseReason::LoginTimeout);
         }
         let mut header_bytes = [0u8; REQUEST_HEADER_BYTES];
         let user = match session.principal() {
@@ -434,9 +462,9 @@ async fn read_requests(
         }
         handshake_done = true;
         if header.api_key == ApiKey::Authenticate {
-            let step = authenticate(shard, &mut session, &body, peer).await;
+            let step = authenticate(shard, session, &body, peer).await;
             shard.metrics.request(header.api_key.name());
-            let step = step.map(|step| match PrincipalSlot::count(shard, &session) {
+            let step = step.map(|step| match count_principal(shard, session) {
                 Ok(slot) if step.response.complete => {
                     counted_as = slot;
                     step
@@ -490,11 +518,11 @@ async fn read_requests(
         }
         if header.api_key.is_inter_broker() && !session.may_speak_inter_broker() {
             // Only brokers of this cluster speak Raft and replication.
-            if session.note_refusal() {
+            if session.note_refusal() && REFUSAL_WARNINGS.with(admit_line) {
                 tracing::warn!(
                     api = header.api_key.name(),
                     peer = ?peer,
-                    "refused an inter-broker request from a connection that has not proved the cluster secret (logged once per connection)"
+                    "refused an inter-broker request from a connection that has not proved the cluster secret (logged once per connection, at most every 10 s)"
                 );
             }
             shard.metrics.inter_broker_refused(header.api_key.name());
@@ -510,8 +538,15 @@ async fn read_requests(
         }
         // Decided by the ACLs and quotas as of now: a change applies from
         // the next request of every open connection.
-        let caller = caller(shard, &session);
-        let throttled_until = throttled_until.clone();
+        let caller = caller(shard, session);
+        if header.api_key == ApiKey::Produce {
+            // Taken as the frame is read, so that the next frame of the
+            // principal, pipelined here or on another connection, is held
+            // if this one ran it into debt.
+            caller
+                .throttle
+                .take(shard, Kind::Produce, body.len() as f64);
+        }
         let request = shard.begin_request();
         let shard = shard.clone();
         let outgoing = outgoing.clone();
@@ -519,10 +554,6 @@ async fn read_requests(
         in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
             let reply = handle(&shard, header, body, received, peer, &caller).await;
-            let throttle = caller.throttle.given();
-            if !throttle.is_zero() {
-                throttled_until.set(throttled_until.get().max(Instant::now() + throttle));
-            }
             send(&outgoing, permit, header.correlation_id, reply, false);
             in_flight.set(in_flight.get() - 1);
             drop(request);
@@ -531,9 +562,11 @@ async fn read_requests(
     }
 }
 
-/// One `Authenticate` step on this connection. A wrong credential is
-/// answered after the delay its source address has earned
-/// ([`FailureLog`]).
+/// One `Authenticate` step on this connection, checked against the
+/// broker's failed-login ledger ([`super::login_ledger`]): a user name
+/// locked out is refused at its first step; a proof waits for its turn
+/// (no earlier failure of its user name or address still being waited
+/// out), and a wrong one is answered after the delay it earned.
 async fn authenticate(
     shard: &Shard,
     session: &mut Session,
@@ -549,62 +582,157 @@ async fn authenticate(
     let snapshot = shard.snapshot();
     let users = snapshot.cluster.state.users();
     let lookup = |name: &str| users.get(name).cloned();
-    let decoy_key = decoy_key(shard.config.cluster_secret.as_ref())?;
+    let mechanism = ScramMechanism::from_name(request.mechanism.as_str());
     let credentials = Credentials {
         cluster_secret: shard.config.cluster_secret.as_ref(),
         user: &lookup,
         users_loaded: snapshot.is_loaded(),
-        decoy_key: &decoy_key,
+        decoy_key: shard.edge.decoy_key(),
+        decoy_iterations: mechanism.map_or(ITERATIONS_DEFAULT, |mechanism| {
+            usual_iterations(users.values(), mechanism)
+        }),
     };
-    let step = session.authenticate(&credentials, request, nonce);
+    let address = peer.map(|peer| peer.ip());
+    let (step, delay) = match (session.pending_user().map(str::to_owned), address) {
+        (Some(user), Some(address)) => loop {
+            let now = Instant::now();
+            // Checked under the ledger's lock: a proof from another shard
+            // cannot slip in between this check and its record.
+            let checked = {
+                let mut ledger = shard.edge.logins();
+                match ledger.turn(&user, address, now) {
+                    Turn::Now => {
+                        let step = session.authenticate(&credentials, request, nonce);
+                        let mut delay = Duration::ZERO;
+                        if step.is_failed_proof() {
+                            delay = ledger.failed(&user, address, now);
+                        } else if step.response.complete {
+                            ledger.succeeded(&user, address, now);
+                        }
+                        Ok((step, delay))
+                    }
+                    Turn::After(until) => Err(until),
+                }
+            };
+            match checked {
+                Ok(done) => break done,
+                Err(until) => glommio::timer::sleep(until.saturating_duration_since(now)).await,
+            }
+        },
+        _ => {
+            let step = session.authenticate(&credentials, request, nonce);
+            let delay = match address {
+                // A wrong cluster secret: the address's delay still holds.
+                Some(address) if step.is_failed_proof() => {
+                    shard.edge.logins().failed_from(address, Instant::now())
+                }
+                _ => Duration::ZERO,
+            };
+            (locked_out(shard, session, address).unwrap_or(step), delay)
+        }
+    };
     if let Some(outcome) = step.outcome {
         shard.metrics.authentication(outcome);
-        match session.principal() {
-            Some(Principal::Broker(node)) => {
-                tracing::debug!(node, peer = ?peer, "a broker proved the cluster secret");
-            }
-            Some(Principal::User { name, .. }) if step.response.complete => {
-                tracing::debug!(user = name, peer = ?peer, "a user authenticated");
-            }
-            _ => tracing::warn!(
-                peer = ?peer,
-                outcome,
-                reason = step.response.error_message.as_deref().unwrap_or(""),
-                "authentication failed; closing the connection"
-            ),
-        }
+        log_outcome(session, &step, outcome, peer);
     }
-    if step.is_failed_proof()
-        && let Some(address) = peer
-    {
-        let delay = FAILURES.with(|log| log.borrow_mut().failed(address.ip(), Instant::now()));
+    if !delay.is_zero() {
         glommio::timer::sleep(delay).await;
     }
     Ok(step)
 }
 
-thread_local! {
-    /// This shard's failed logins by source address.
-    static FAILURES: std::cell::RefCell<FailureLog> = std::cell::RefCell::new(FailureLog::default());
+/// The refusal of an exchange just started for a user name that is locked
+/// out for logins from `address`; the exchange is dropped (it is not a
+/// failure: nothing was guessed).
+fn locked_out(shard: &Shard, session: &mut Session, address: Option<IpAddr>) -> Option<Step> {
+    let user = session.pending_user()?;
+    let until = shard
+        .edge
+        .logins()
+        .locked_out(user, address?, Instant::now())?;
+    let seconds = until.saturating_duration_since(Instant::now()).as_secs() + 1;
+    session.drop_exchange();
+    Some(Step::locked_out(seconds))
 }
 
-/// The key of unknown users' decoy credentials: derived from the cluster
-/// secret, so that every broker of a cluster gives an unknown user the
-/// same salt; without one, random for this process.
-fn decoy_key(secret: Option<&ClusterSecret>) -> Result<Vec<u8>, ErrorCode> {
-    static PROCESS_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-    if let Some(secret) = secret {
-        return Ok(secret.derive(b"corelog scram decoy"));
+fn log_outcome(session: &Session, step: &Step, outcome: &str, peer: Option<SocketAddr>) {
+    match session.principal() {
+        Some(Principal::Broker(node)) => {
+            tracing::debug!(node, peer = ?peer, "a broker proved the cluster secret");
+        }
+        Some(Principal::User { name, .. }) if step.response.complete => {
+            tracing::debug!(user = name, peer = ?peer, "a user authenticated");
+        }
+        _ => {
+            // A guesser makes one of these per guess: rate-limited.
+            if let Some(held_back) =
+                AUTHENTICATION_WARNINGS.with(|limit| limit.borrow_mut().admit(Instant::now()))
+            {
+                tracing::warn!(
+                    peer = ?peer,
+                    outcome,
+                    held_back,
+                    reason = step.response.error_message.as_deref().unwrap_or(""),
+                    "authentication failed; closing the connection (logged at most every 10 s)"
+                );
+            }
+        }
     }
-    if let Some(key) = PROCESS_KEY.get() {
-        return Ok(key.to_vec());
+}
+
+/// Counts an exchange that a closing connection left without its proof as
+/// a failed login of its user name from its address: it learnt the salt
+/// and iterations, and would otherwise be a free probe.
+fn abandoned(shard: &Shard, session: &Session, peer: Option<SocketAddr>) {
+    let (Some(user), Some(peer)) = (session.pending_user(), peer) else {
+        return;
+    };
+    shard
+        .edge
+        .logins()
+        .abandoned(user, peer.ip(), Instant::now());
+    shard.metrics.authentication("abandoned");
+}
+
+/// The iteration count most of the users' credentials of `mechanism`
+/// have (the smallest of equals), else [`ITERATIONS_DEFAULT`] (what the CLI
+/// gives a new user): an unknown user's decoy must not stand out by its
+/// count.
+fn usual_iterations<'a>(
+    users: impl Iterator<Item = &'a corelog_controller::users::UserRecord>,
+    mechanism: ScramMechanism,
+) -> u32 {
+    let mut counts: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
+    for credential in users.filter_map(|user| user.credential(mechanism)) {
+        *counts.entry(credential.iterations).or_insert(0) += 1;
     }
-    let mut key = [0u8; 32];
-    getrandom::fill(&mut key).map_err(|error| {
-        tracing::error!(%error, "no randomness for the decoy key");
-        ErrorCode::UnknownServerError
-    })?;
-    Ok(PROCESS_KEY.get_or_init(|| key).to_vec())
+    counts
+        .iter()
+        .max_by_key(|(iterations, count)| (**count, std::cmp::Reverse(**iterations)))
+        .map_or(ITERATIONS_DEFAULT, |(iterations, _)| *iterations)
+}
+
+thread_local! {
+    /// Lines about failed logins this shard may write (rate-limited).
+    static AUTHENTICATION_WARNINGS: std::cell::RefCell<LogLimit> =
+        std::cell::RefCell::new(LogLimit::default());
+    /// Lines about refused inter-broker requests this shard may write.
+    static REFUSAL_WARNINGS: std::cell::RefCell<LogLimit> =
+        std::cell::RefCell::new(LogLimit::default());
+}
+
+/// Whether `limit` lets a line through now.
+fn admit_line(limit: &std::cell::RefCell<LogLimit>) -> bool {
+    limit.borrow_mut().admit(Instant::now()).is_some()
+}
+
+/// Whether the connection still has to log in: with authentication
+/// required, until it has a principal; otherwise, until its handshake.
+fn needs_login(shard: &Shard, session: &Session, handshake_done: bool) -> bool {
+    match shard.config.authentication {
+        Authentication::Required => session.principal().is_none(),
+        Authentication::None => !handshake_done,
+    }
 }
 
 async fn handle(
@@ -680,51 +808,39 @@ async fn discard(
 /// What the request may do and how it is metered, by the connection's
 /// principal and the metadata as of now.
 fn caller(shard: &Shard, session: &Session) -> Caller {
-    let snapshot = shard.snapshot();
-    let throttle = match session.principal() {
-        Some(Principal::Broker(_)) => Throttle::none(),
-        principal => Throttle::of(&snapshot, principal.and_then(Principal::name)),
-    };
     Caller {
-        access: Access::of(&shard.config, session.principal(), snapshot),
-        throttle,
+        throttle: metering(shard, session),
+        access: Access::of(&shard.config, session.principal(), shard.snapshot()),
     }
 }
 
-/// A connection's place in its principal's connection count on this
-/// shard; given back when the connection ends.
-struct PrincipalSlot {
-    shard: Rc<Shard>,
-    name: String,
-}
-
-impl PrincipalSlot {
-    /// Counts the session's principal (a user or certificate name);
-    /// `Ok(None)` for one that did not log in or a broker.
-    ///
-    /// # Errors
-    /// The quota entity at its connection limit.
-    fn count(shard: &Rc<Shard>, session: &Session) -> Result<Option<PrincipalSlot>, String> {
-        let Some(name) = session.principal().and_then(Principal::name) else {
-            return Ok(None);
-        };
-        let snapshot = shard.snapshot();
-        shard.quotas.borrow_mut().open_as(
-            snapshot.cluster.state.quotas(),
-            name,
-            u32::from(shard.config.shards),
-        )?;
-        Ok(Some(PrincipalSlot {
-            shard: shard.clone(),
-            name: name.to_owned(),
-        }))
+/// How the connection's requests are metered, by the quotas as of now.
+fn metering(shard: &Shard, session: &Session) -> Throttle {
+    match session.principal() {
+        Some(Principal::Broker(_)) => Throttle::none(),
+        principal => Throttle::of(&shard.snapshot(), principal.and_then(Principal::name)),
     }
 }
 
-impl Drop for PrincipalSlot {
-    fn drop(&mut self) {
-        self.shard.quotas.borrow_mut().close_as(&self.name);
-    }
+/// Counts the session's principal (a user or certificate name) in the
+/// broker's connection counts; `Ok(None)` for one that did not log in, or
+/// a broker.
+///
+/// # Errors
+/// The quota entity at its connection limit.
+fn count_principal(shard: &Shard, session: &Session) -> Result<Option<PrincipalSlot>, String> {
+    let Some(name) = session.principal().and_then(Principal::name) else {
+        return Ok(None);
+    };
+    let snapshot = shard.snapshot();
+    shard
+        .edge
+        .admit_principal(name, snapshot.cluster.state.quotas())
+        .map(Some)
+        .map_err(|refusal| match refusal {
+            Refusal::Entity(entity) => entity,
+            Refusal::Broker => "the broker".to_owned(),
+        })
 }
 
 /// A future and the time spent polling it: what it cost this shard.

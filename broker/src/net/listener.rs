@@ -1,23 +1,35 @@
 //! The accept loop of one shard. Every shard binds the same port
-//! (glommio sets SO_REUSEPORT) and the kernel spreads connections. The
-//! broker-wide connection limit is a shared counter: a connection over it
-//! is answered `TOO_MANY_CONNECTIONS` on its first request, then closed.
+//! (glommio sets SO_REUSEPORT) and the kernel spreads connections. Each
+//! accepted connection is counted in the broker's [`Edge`] against the
+//! broker's limit (`max_connections`) and its source address's (its
+//! quota, else `max_connections_per_address`, on by default): a
+//! connection over either is answered `TOO_MANY_CONNECTIONS` or
+//! `TOO_MANY_CONNECTIONS_FOR_PRINCIPAL` on its first request, then closed,
+//! so that one host cannot lock every other client out.
 //!
 //! With TLS on, a connection's first byte decides: a TLS handshake record
-//! starts the handshake (which must finish within `frame_read_timeout_ms`),
-//! anything else is a plaintext client, answered `TLS_REQUIRED` on its
-//! first request and closed, so that it learns what the listener expects.
+//! starts the handshake (which must finish by the login deadline), anything
+//! else is a plaintext client, answered `TLS_REQUIRED` on its first request
+//! and closed, so that it learns what the listener expects. A refused TLS
+//! client is refused over TLS: answered in plaintext, it would be told that
+//! the broker does not speak TLS.
+//!
+//! A failed accept (out of descriptors, mostly) pauses the loop, longer
+//! each time in a row, and is logged at most once per interval
+//! ([`AcceptBackoff`]).
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
+use super::accept_backoff::{AcceptBackoff, is_out_of_descriptors};
 use super::connection;
+use super::connection_counts::Refusal;
+use super::edge::ConnectionLimits;
 use crate::runtime::shard::Shard;
 use crate::tls::{self, ListenerTls, Stream};
 use corelog_wire::error::ErrorCode;
@@ -26,16 +38,23 @@ use corelog_wire::message;
 
 /// How long a refused connection has to send its first request.
 const REFUSAL_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Refusals one accept loop waits for at once (each for up to
+/// [`REFUSAL_READ_TIMEOUT`]); past them a refused connection is answered
+/// only if its first request is there within [`QUICK_REFUSAL_TIMEOUT`]
+/// (a client sends it right after connecting), else closed, so that a
+/// flood of silent connections cannot hold descriptors for the refusals'
+/// timeouts.
+const REFUSALS_IN_FLIGHT_MAX: u32 = 64;
+/// How long a refused connection past [`REFUSALS_IN_FLIGHT_MAX`] has to
+/// send its first request.
+const QUICK_REFUSAL_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Accepts connections until the shard stops.
-pub async fn accept_loop(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    open_connections: Arc<AtomicU32>,
-    tls: Option<ListenerTls>,
-) {
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls: Option<ListenerTls>) {
     // Connections wait in the kernel's backlog until the shard knows its topics.
     shard.wait_ready().await;
+    let mut backoff = AcceptBackoff::default();
+    let refusing = Rc::new(Cell::new(0u32));
     loop {
         let stopping = shard.stopping.listen();
         if shard.is_stopping() {
@@ -45,68 +64,106 @@ pub async fn accept_loop(
         let stream = match accepted {
             futures::future::Either::Left((Ok(stream), _)) => stream,
             futures::future::Either::Left((Err(error), _)) => {
-                tracing::warn!(%error, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                let error = std::io::Error::from(error);
+                let after = backoff.failed(Instant::now());
+                if let Some(held_back) = after.log {
+                    tracing::warn!(
+                        %error,
+                        out_of_descriptors = is_out_of_descriptors(&error),
+                        held_back,
+                        pause_ms = after.pause.as_millis() as u64,
+                        "accept failed; pausing the accept loop (logged at most every 10 s)"
+                    );
+                }
+                glommio::timer::sleep(after.pause).await;
                 continue;
             }
             futures::future::Either::Right(_) => return,
         };
+        backoff.accepted();
+        let accepted_at = Instant::now();
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY");
         }
-        let open = open_connections.fetch_add(1, Ordering::Relaxed) + 1;
-        let counter = open_connections.clone();
-        let over_limit = open > shard.config.max_connections;
+        let peer = stream.peer_addr().ok();
+        let snapshot = shard.snapshot();
+        let limits = ConnectionLimits {
+            total_max: shard.config.max_connections,
+            per_address_max: (shard.config.max_connections_per_address > 0)
+                .then_some(shard.config.max_connections_per_address),
+        };
+        let admitted = shard.edge.admit_connection(
+            peer.map(|peer| peer.ip()),
+            snapshot.cluster.state.quotas(),
+            limits,
+        );
+        let slot = match admitted {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                refuse_later(&shard, stream, refusal, tls.clone(), &refusing);
+                continue;
+            }
+        };
         let shard = shard.clone();
         let tls = tls.clone();
         glommio::spawn_local(async move {
-            let address = stream.peer_addr().ok().map(|peer| peer.ip());
-            if over_limit {
-                refuse(stream, ErrorCode::TooManyConnections).await;
-            } else if let Some(entity) =
-                address.and_then(|address| over_address_quota(&shard, address))
-            {
-                tracing::debug!(entity, "a connection over its address's quota: refused");
-                shard.metrics.connection_closed("connection_quota");
-                refuse(stream, ErrorCode::TooManyConnectionsForPrincipal).await;
-            } else {
-                let peer = stream.peer_addr().ok();
-                shard.connections.set(shard.connections.get() + 1);
-                shard
-                    .metrics
-                    .connections
-                    .set(i64::from(shard.connections.get()));
-                if let Some((stream, certified)) = secured(&shard, stream, tls, peer).await {
-                    connection::serve(shard.clone(), stream, peer, certified).await;
-                }
-                shard.connections.set(shard.connections.get() - 1);
-                shard
-                    .metrics
-                    .connections
-                    .set(i64::from(shard.connections.get()));
-                if let Some(address) = address {
-                    shard.quotas.borrow_mut().close_from(address);
-                }
+            shard.connections.set(shard.connections.get() + 1);
+            shard
+                .metrics
+                .connections
+                .set(i64::from(shard.connections.get()));
+            if let Some((stream, certified)) = secured(&shard, stream, tls, peer).await {
+                connection::serve(shard.clone(), stream, peer, certified, accepted_at).await;
             }
-            counter.fetch_sub(1, Ordering::Relaxed);
+            shard.connections.set(shard.connections.get() - 1);
+            shard
+                .metrics
+                .connections
+                .set(i64::from(shard.connections.get()));
+            drop(slot);
         })
         .detach();
     }
 }
 
-/// Counts a connection from `address`: `None` when within its quota,
-/// else the entity whose connection limit it would exceed.
-fn over_address_quota(shard: &Shard, address: std::net::IpAddr) -> Option<String> {
-    let snapshot = shard.snapshot();
-    shard
-        .quotas
-        .borrow_mut()
-        .open_from(
-            snapshot.cluster.state.quotas(),
-            address,
-            u32::from(shard.config.shards),
-        )
-        .err()
+/// Refuses a connection over a limit: answers its first request with the
+/// refusal's code (over TLS on a TLS listener), unless this loop already
+/// answers [`REFUSALS_IN_FLIGHT_MAX`] refusals: then it is closed at once.
+fn refuse_later(
+    shard: &Rc<Shard>,
+    stream: TcpStream,
+    refusal: Refusal,
+    tls: Option<ListenerTls>,
+    refusing: &Rc<Cell<u32>>,
+) {
+    let code = match &refusal {
+        Refusal::Broker => ErrorCode::TooManyConnections,
+        Refusal::Entity(entity) => {
+            tracing::debug!(entity, "a connection over its address's limit: refused");
+            ErrorCode::TooManyConnectionsForPrincipal
+        }
+    };
+    shard.metrics.connection_closed(match refusal {
+        Refusal::Broker => "connection_limit",
+        Refusal::Entity(_) => "connection_quota",
+    });
+    if refusing.get() >= REFUSALS_IN_FLIGHT_MAX {
+        // No TLS handshake for these: it would take round trips.
+        if tls.is_none() {
+            glommio::spawn_local(async move {
+                answer_first_request(stream, code, QUICK_REFUSAL_TIMEOUT).await;
+            })
+            .detach();
+        }
+        return;
+    }
+    refusing.set(refusing.get() + 1);
+    let refusing = refusing.clone();
+    glommio::spawn_local(async move {
+        refuse(stream, code, tls).await;
+        refusing.set(refusing.get() - 1);
+    })
+    .detach();
 }
 
 /// The connection's stream as it is served: TLS once its handshake is
@@ -123,21 +180,24 @@ async fn secured(
     let Some(acceptor) = tls else {
         return Some((Box::new(stream), None));
     };
-    let deadline = Duration::from_millis(shard.config.frame_read_timeout_ms);
-    let mut first = [0u8; 1];
-    let peeked = within(deadline, stream.peek(&mut first)).await;
-    match peeked {
-        Some(Ok(1..)) if tls::is_tls_hello(first[0]) => {}
-        Some(Ok(1..)) => {
+    let deadline = Duration::from_millis(
+        shard
+            .config
+            .frame_read_timeout_ms
+            .min(shard.config.login_timeout_ms),
+    );
+    match first_byte_is_tls(&stream, deadline).await {
+        Some(true) => {}
+        Some(false) => {
             tracing::debug!(
                 ?peer,
                 "a plaintext client on a TLS listener: answered TLS_REQUIRED"
             );
             shard.metrics.connection_closed("plaintext_on_tls");
-            refuse(stream, ErrorCode::TlsRequired).await;
+            refuse(stream, ErrorCode::TlsRequired, None).await;
             return None;
         }
-        _ => return None,
+        None => return None,
     }
     match within(deadline, acceptor.accept(stream)).await {
         Some(Ok((secured, certified))) => {
@@ -162,6 +222,16 @@ async fn secured(
     }
 }
 
+/// Whether the connection's first byte starts a TLS handshake; `None` when
+/// nothing came within `deadline` or the connection ended.
+async fn first_byte_is_tls(stream: &TcpStream, deadline: Duration) -> Option<bool> {
+    let mut first = [0u8; 1];
+    match within(deadline, stream.peek(&mut first)).await {
+        Some(Ok(1..)) => Some(tls::is_tls_hello(first[0])),
+        _ => None,
+    }
+}
+
 /// `work`'s output, or `None` if it takes longer than `deadline`.
 async fn within<T>(deadline: Duration, work: impl std::future::Future<Output = T>) -> Option<T> {
     let timer = glommio::timer::sleep(deadline);
@@ -172,13 +242,38 @@ async fn within<T>(deadline: Duration, work: impl std::future::Future<Output = T
 }
 
 /// Answers the first request of a connection with `code` (a connection
-/// over the limit, a plaintext client on a TLS listener), then closes it.
-async fn refuse(mut stream: TcpStream, code: ErrorCode) {
+/// over a limit, a plaintext client on a TLS listener), then closes it.
+/// With `tls`, a client that starts a TLS handshake is answered over TLS.
+async fn refuse(stream: TcpStream, code: ErrorCode, tls: Option<ListenerTls>) {
     if let Err(error) = stream.set_read_timeout(Some(REFUSAL_READ_TIMEOUT)) {
         tracing::debug!(%error, "cannot set a read timeout");
     }
+    let Some(acceptor) = tls else {
+        answer_first_request(stream, code, REFUSAL_READ_TIMEOUT).await;
+        return;
+    };
+    match first_byte_is_tls(&stream, REFUSAL_READ_TIMEOUT).await {
+        Some(true) => {
+            if let Some(Ok((secured, _))) =
+                within(REFUSAL_READ_TIMEOUT, acceptor.accept(stream)).await
+            {
+                answer_first_request(secured, code, REFUSAL_READ_TIMEOUT).await;
+            }
+        }
+        Some(false) => answer_first_request(stream, code, REFUSAL_READ_TIMEOUT).await,
+        None => {}
+    }
+}
+
+/// Reads a request header from `stream` within `timeout` and answers it
+/// with `code`, then closes the stream.
+async fn answer_first_request<S>(mut stream: S, code: ErrorCode, timeout: Duration)
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
     let mut header = [0u8; REQUEST_HEADER_BYTES];
-    if stream.read_exact(&mut header).await.is_err() {
+    let read = within(timeout, stream.read_exact(&mut header)).await;
+    if !matches!(read, Some(Ok(()))) {
         return;
     }
     let correlation_id = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
@@ -188,5 +283,6 @@ async fn refuse(mut stream: TcpStream, code: ErrorCode) {
     };
     let _sent = stream.write_all(&frame_header).await;
     let _sent = stream.write_all(&body).await;
+    let _flushed = stream.flush().await;
     let _closed = stream.close().await;
 }

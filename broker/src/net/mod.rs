@@ -2,7 +2,12 @@
 //! shared port, reads frames with bounded memory and in-flight count, hands
 //! each request to its handler and writes responses as they complete.
 //!
-//! - [`listener`]: accept loop and the connection limit.
+//! - [`listener`]: accept loop and the connection limits.
+//! - [`edge`]: what every shard's connections share (connection counts,
+//!   quota buckets, failed logins), with [`connection_counts`],
+//!   [`quota`] and [`login_ledger`], its pure parts.
+//! - [`accept_backoff`]: an accept loop that fails on a client's behalf
+//!   pauses and stays quiet (its lines limited by [`crate::log_limit`]).
 //! - [`port`]: client ports bound at start, listening once the shard serves.
 //! - [`connection`]: one connection's frames, handshake, backpressure.
 //! - [`handlers`]: one module per API.
@@ -11,10 +16,14 @@
 //! - [`shard_ports`]: the port each shard also accepts on alone, for
 //!   shard-aware clients.
 
+pub mod accept_backoff;
 pub mod access;
 pub mod connection;
+pub mod connection_counts;
+pub mod edge;
 pub mod handlers;
 pub mod listener;
+pub mod login_ledger;
 pub mod loopback;
 pub mod port;
 pub mod quota;

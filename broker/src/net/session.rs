@@ -17,11 +17,7 @@
 //!
 //! Pure: the connection loop hands in the request, the users and a fresh
 //! nonce, and sends what comes back (after the delay a failure earns, see
-//! [`FailureLog`]).
-
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::time::{Duration, Instant};
+//! [`super::login_ledger`]).
 
 use corelog_controller::users::UserRecord;
 use corelog_wire::error::ErrorCode;
@@ -95,9 +91,14 @@ pub struct Credentials<'a> {
     /// must not tell a user with the right password that it is wrong.
     pub users_loaded: bool,
     /// Key of the decoy credentials of unknown users: the same on every
-    /// broker of a cluster (derived from its secret), so that no broker
-    /// answers differently for a user that does not exist.
+    /// broker of a cluster (derived from its secret) and across restarts
+    /// (see [`crate::decoy_key`]), so that no broker answers differently
+    /// for a user that does not exist.
     pub decoy_key: &'a [u8],
+    /// PBKDF2 iterations of a decoy: those real users have (see
+    /// `usual_iterations` in the connection), so that the count does not
+    /// tell an unknown user from a real one.
+    pub decoy_iterations: u32,
 }
 
 impl std::fmt::Debug for Credentials<'_> {
@@ -166,6 +167,20 @@ impl Step {
         Step::failed(code, message, "connection_quota")
     }
 
+    /// A login refused because its user name is locked out for another
+    /// `seconds` (see [`super::login_ledger`]).
+    #[must_use]
+    pub fn locked_out(seconds: u64) -> Step {
+        Step::failed(
+            ErrorCode::LoginLockedOut,
+            format!(
+                "too many failed logins for this user name: locked out for {seconds} s more, \
+                 except from client addresses that logged in as it before"
+            ),
+            "locked_out",
+        )
+    }
+
     /// Whether a wrong credential ended the exchange (what earns a delay).
     #[must_use]
     pub fn is_failed_proof(&self) -> bool {
@@ -203,6 +218,20 @@ impl Session {
     #[must_use]
     pub fn may_speak_inter_broker(&self) -> bool {
         self.broker().is_some()
+    }
+
+    /// The user name of a SCRAM exchange waiting for its proof.
+    #[must_use]
+    pub fn pending_user(&self) -> Option<&str> {
+        match &self.exchange {
+            Some(Exchange::Scram { user, .. }) => Some(user),
+            _ => None,
+        }
+    }
+
+    /// Drops an exchange under way (its user name is locked out).
+    pub fn drop_exchange(&mut self) {
+        self.exchange = None;
     }
 
     /// Notes a refused inter-broker request: whether to log it (the first
@@ -335,7 +364,12 @@ impl Session {
         {
             Some((credential, changed_at)) => (credential.clone(), Some(changed_at)),
             None => (
-                StoredCredential::decoy(scram, &client_first.username, credentials.decoy_key),
+                StoredCredential::decoy(
+                    scram,
+                    &client_first.username,
+                    credentials.decoy_key,
+                    credentials.decoy_iterations,
+                ),
                 None,
             ),
         };
@@ -382,64 +416,13 @@ fn failed_proof() -> Step {
     )
 }
 
-/// Failed logins by source address, on one shard: each failure from an
-/// address doubles the delay before its next failure is answered (from
-/// [`FailureLog::DELAY_MIN`] to [`FailureLog::DELAY_MAX`]), so that a
-/// password cannot be guessed quickly; an address quiet for
-/// [`FailureLog::FORGET_AFTER`] starts over. At most
-/// [`FailureLog::ADDRESSES_MAX`] addresses are remembered (the oldest are
-/// forgotten first), so the log's memory is bounded.
-#[derive(Debug, Default)]
-pub struct FailureLog {
-    addresses: HashMap<IpAddr, (u32, Instant)>,
-}
-
-impl FailureLog {
-    /// The delay of a first failure.
-    pub const DELAY_MIN: Duration = Duration::from_millis(200);
-    /// The longest delay.
-    pub const DELAY_MAX: Duration = Duration::from_secs(5);
-    /// Quiet time after which an address's failures are forgotten.
-    pub const FORGET_AFTER: Duration = Duration::from_secs(600);
-    /// Addresses remembered at most.
-    pub const ADDRESSES_MAX: usize = 10_000;
-
-    /// Records a failure from `address` at `now`; returns how long to wait
-    /// before answering it.
-    pub fn failed(&mut self, address: IpAddr, now: Instant) -> Duration {
-        if self.addresses.len() >= Self::ADDRESSES_MAX && !self.addresses.contains_key(&address) {
-            self.addresses
-                .retain(|_, (_, last)| now.saturating_duration_since(*last) < Self::FORGET_AFTER);
-            if self.addresses.len() >= Self::ADDRESSES_MAX
-                && let Some(oldest) = self
-                    .addresses
-                    .iter()
-                    .min_by_key(|(_, (_, last))| *last)
-                    .map(|(address, _)| *address)
-            {
-                self.addresses.remove(&oldest);
-            }
-        }
-        let entry = self.addresses.entry(address).or_insert((0, now));
-        if now.saturating_duration_since(entry.1) >= Self::FORGET_AFTER {
-            entry.0 = 0;
-        }
-        entry.0 = entry.0.saturating_add(1);
-        entry.1 = now;
-        let doublings = entry.0.saturating_sub(1).min(16);
-        Self::DELAY_MIN
-            .saturating_mul(1 << doublings)
-            .min(Self::DELAY_MAX)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use corelog_wire::message::authenticate::AuthenticateRequest;
     use corelog_wire::sasl::cluster::ClientExchange;
-    use corelog_wire::sasl::scram::{ITERATIONS_MIN, ScramClient};
+    use corelog_wire::sasl::scram::{ITERATIONS_DEFAULT, ITERATIONS_MIN, ScramClient};
     use rkyv::rancor;
 
     use super::*;
@@ -471,6 +454,7 @@ mod tests {
             user,
             users_loaded: true,
             decoy_key: b"decoy key of the test cluster",
+            decoy_iterations: ITERATIONS_DEFAULT,
         };
         session.authenticate(&credentials, archived, [9; NONCE_BYTES])
     }
@@ -539,10 +523,10 @@ mod tests {
         assert_eq!(wrong.response.error_message, unknown.response.error_message);
         assert!(session.principal().is_none());
         // The decoy's server-first has a real one's shape: nonce, salt,
-        // the minimum iterations.
+        // the iterations it is given (those of the real users).
         let text = String::from_utf8(unknown_first).unwrap();
         assert!(
-            text.starts_with("r=client-nonce-1") && text.ends_with(",i=4096"),
+            text.starts_with("r=client-nonce-1") && text.ends_with(",i=8192"),
             "{text}"
         );
     }
@@ -560,6 +544,7 @@ mod tests {
             user: &alice,
             users_loaded: true,
             decoy_key: b"k",
+            decoy_iterations: ITERATIONS_DEFAULT,
         };
         let request = |payload: Vec<u8>| {
             rkyv::to_bytes::<rancor::Error>(&AuthenticateRequest {
@@ -601,6 +586,7 @@ mod tests {
             user: &alice,
             users_loaded: false,
             decoy_key: b"k",
+            decoy_iterations: ITERATIONS_DEFAULT,
         };
         let client =
             ScramClient::new(ScramMechanism::Sha256, "alice", "wonderland", "nonce").unwrap();
@@ -663,39 +649,6 @@ mod tests {
         step_with_users(&mut session, None, &alice, SHA256, client.first());
         let switched = step_with_users(&mut session, None, &alice, "SCRAM-SHA-512", Vec::new());
         assert!(switched.close, "{switched:?}");
-    }
-
-    #[test]
-    fn failures_from_an_address_wait_longer_each_time_up_to_a_bound() {
-        let mut log = FailureLog::default();
-        let address: IpAddr = "10.0.0.1".parse().unwrap();
-        let other: IpAddr = "10.0.0.2".parse().unwrap();
-        let now = Instant::now();
-        let delays: Vec<Duration> = (0..8).map(|_| log.failed(address, now)).collect();
-        assert_eq!(delays[0], FailureLog::DELAY_MIN);
-        assert_eq!(delays[1], FailureLog::DELAY_MIN * 2);
-        assert!(
-            delays.windows(2).all(|pair| pair[0] <= pair[1]),
-            "{delays:?}"
-        );
-        assert_eq!(delays[7], FailureLog::DELAY_MAX);
-        assert_eq!(log.failed(other, now), FailureLog::DELAY_MIN, "per address");
-        let later = now + FailureLog::FORGET_AFTER;
-        assert_eq!(
-            log.failed(address, later),
-            FailureLog::DELAY_MIN,
-            "forgotten"
-        );
-    }
-
-    #[test]
-    fn the_failure_log_remembers_a_bounded_number_of_addresses() {
-        let mut log = FailureLog::default();
-        let now = Instant::now();
-        for n in 0..=FailureLog::ADDRESSES_MAX as u32 {
-            log.failed(IpAddr::from(n.to_be_bytes()), now);
-        }
-        assert!(log.addresses.len() <= FailureLog::ADDRESSES_MAX);
     }
 
     fn secret(text: &str) -> ClusterSecret {

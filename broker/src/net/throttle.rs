@@ -1,4 +1,5 @@
-//! The quota side of one request: whom it is metered as, and the longest
+//! The quota side of one request: whom it is metered as, the hold before
+//! a connection reads it (while its principal owes), and the longest
 //! throttle it earned (see [`super::quota`] for the buckets and the rule).
 
 use std::cell::Cell;
@@ -34,20 +35,39 @@ impl Throttle {
         }
     }
 
-    /// Takes `used` units of `kind` from the principal's bucket on this
-    /// shard; the throttle that earns (zero within the quota), also kept
-    /// as the request's if it is the longest so far.
+    /// Waits until the principal owes nothing (run up on any of its
+    /// connections, on any shard): a connection reads no request of a
+    /// principal in debt.
+    pub async fn hold(&self, shard: &Shard) {
+        let Some(metered) = &self.metered else {
+            return;
+        };
+        loop {
+            // Bound first: the lock must not be held across the sleep.
+            let owed = shard.edge.quotas().owed_until(metered, Instant::now());
+            let Some(paid) = owed else {
+                return;
+            };
+            glommio::timer::sleep(paid.saturating_duration_since(Instant::now())).await;
+        }
+    }
+
+    /// Takes `used` units of `kind` from the principal's bucket (what the
+    /// request used, known once it was served); the throttle that earns
+    /// (zero within the quota), also kept as the request's if it is the
+    /// longest so far.
     pub fn take(&self, shard: &Shard, kind: Kind, used: f64) -> Duration {
         let Some(metered) = &self.metered else {
             return Duration::ZERO;
         };
-        let throttle = shard.quotas.borrow_mut().record(
-            metered,
-            kind,
-            used,
-            u32::from(shard.config.shards),
-            Instant::now(),
-        );
+        let throttle = shard
+            .edge
+            .quotas()
+            .record(metered, kind, used, Instant::now());
+        self.earned(shard, metered, kind, throttle)
+    }
+
+    fn earned(&self, shard: &Shard, metered: &Metered, kind: Kind, throttle: Duration) -> Duration {
         if !throttle.is_zero() {
             shard
                 .metrics

@@ -123,7 +123,8 @@ impl From<StorageError> for PartitionError {
         if matches!(
             code,
             ErrorCode::StorageError | ErrorCode::CorruptSegment | ErrorCode::OutOfFileDescriptors
-        ) && let Some(left_out) = STORAGE_FAILURE_LOG.admit()
+        ) && let Some(left_out) =
+            STORAGE_FAILURE_LOG.with(|limit| limit.borrow_mut().admit(std::time::Instant::now()))
         {
             // The client is told without the broker's paths; the log keeps them.
             tracing::warn!(%error, %code, similar_lines_left_out = left_out, "storage failure answered to a request");
@@ -137,9 +138,12 @@ impl From<StorageError> for PartitionError {
     }
 }
 
-/// Storage failures answered to clients: a client retrying against a
-/// damaged segment would otherwise write a line per request.
-static STORAGE_FAILURE_LOG: LogLimit = LogLimit::every(std::time::Duration::from_secs(10));
+thread_local! {
+    /// Storage failures answered to clients: a client retrying against a
+    /// damaged segment would otherwise write a line per request.
+    static STORAGE_FAILURE_LOG: std::cell::RefCell<LogLimit> =
+        std::cell::RefCell::new(LogLimit::default());
+}
 
 impl From<BatchError> for PartitionError {
     fn from(error: BatchError) -> Self {

@@ -71,9 +71,12 @@ impl RoleChanges {
     }
 }
 
-/// Replicas that cannot open for want of descriptors, logged at most once
-/// a minute: every maintenance round retries them.
-static OPEN_SHORTAGE_LOG: LogLimit = LogLimit::every(std::time::Duration::from_secs(60));
+thread_local! {
+    /// Replicas that cannot open for want of descriptors, logged at most
+    /// once a minute: every maintenance round retries them.
+    static OPEN_SHORTAGE_LOG: std::cell::RefCell<LogLimit> =
+        const { std::cell::RefCell::new(LogLimit::new(std::time::Duration::from_secs(60))) };
+}
 
 impl Shard {
     /// Opens the replicas `snapshot` places on this shard and starts
@@ -182,7 +185,9 @@ impl Shard {
                 // Out of descriptors, every maintenance round tries again.
                 if error.code() != ErrorCode::OutOfFileDescriptors {
                     tracing::error!(topic = %name, partition = index, %error, "cannot open replica");
-                } else if let Some(left_out) = OPEN_SHORTAGE_LOG.admit() {
+                } else if let Some(left_out) = OPEN_SHORTAGE_LOG
+                    .with(|limit| limit.borrow_mut().admit(std::time::Instant::now()))
+                {
                     tracing::warn!(topic = %name, partition = index, %error, similar_lines_left_out = left_out, "cannot open replica for want of file descriptors; retrying");
                 }
                 let answer = PartitionError::new(

@@ -11,7 +11,8 @@
 //!
 //! Commands queue in a bounded channel per shard: a full queue answers
 //! `QUEUE_FULL` (retriable) rather than waiting unboundedly. Nothing on the
-//! data path takes a lock.
+//! data path takes a lock, but for the quota buckets of a principal that
+//! has a quota (see [`crate::net::edge`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -86,8 +87,9 @@ pub struct Shard {
     cluster: RefCell<Option<ClusterRole>>,
     /// Connections being served.
     pub connections: Cell<u32>,
-    /// Quota buckets and connection counts of this shard.
-    pub quotas: RefCell<crate::net::quota::QuotaTracker>,
+    /// What every shard's client connections share: connection counts,
+    /// quota buckets, failed logins (see [`crate::net::edge`]).
+    pub edge: Arc<crate::net::edge::Edge>,
     in_flight: Cell<u64>,
     drained: Event,
     /// Notified once when shutdown begins; connections stop reading.
@@ -132,6 +134,8 @@ pub struct ShardParts {
     pub shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the broker's shards are still removing.
     pub topic_deletions: Arc<TopicDeletions>,
+    /// The broker's client-connection state, shared by its shards.
+    pub edge: Arc<crate::net::edge::Edge>,
 }
 
 /// Counts a request as in flight until dropped.
@@ -181,7 +185,7 @@ impl Shard {
             deletion_queue: DeletionQueue::default(),
             cluster: RefCell::new(None),
             connections: Cell::new(0),
-            quotas: RefCell::new(crate::net::quota::QuotaTracker::default()),
+            edge: parts.edge,
             in_flight: Cell::new(0),
             drained: Event::new(),
             stopping: Event::new(),

@@ -17,8 +17,8 @@ use crate::error::ClientError;
 const USER_CHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// PBKDF2 iterations of new credentials unless asked otherwise: twice
-/// RFC 7677's minimum.
-pub const DEFAULT_ITERATIONS: u32 = 8192;
+/// RFC 7677's minimum, the count the broker gives unknown users' decoys.
+pub const DEFAULT_ITERATIONS: u32 = corelog_wire::sasl::scram::ITERATIONS_DEFAULT;
 
 /// A user as the cluster describes it: no key, no salt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

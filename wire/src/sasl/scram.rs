@@ -28,6 +28,12 @@ use sha2::{Digest, Sha256, Sha512};
 /// Fewest PBKDF2 iterations a credential may use (RFC 7677's floor).
 pub const ITERATIONS_MIN: u32 = 4096;
 
+/// PBKDF2 iterations of a new credential unless asked otherwise (twice RFC
+/// 7677's floor), and of an unknown user's decoy when no user says
+/// otherwise: a decoy with another count would tell that the user does not
+/// exist.
+pub const ITERATIONS_DEFAULT: u32 = 8192;
+
 /// Longest user name, in bytes, before escaping.
 pub const USERNAME_BYTES_MAX: usize = 255;
 
@@ -227,14 +233,21 @@ impl StoredCredential {
 
     /// A stand-in for an unknown user: a salt derived from the name and
     /// `server_secret` (stable, so that asking twice gives the same
-    /// answer), and keys no password matches.
+    /// answer), `iterations` (those real users have: [`ITERATIONS_DEFAULT`]
+    /// unless the broker knows better; never below [`ITERATIONS_MIN`]), and
+    /// keys no password matches.
     #[must_use]
-    pub fn decoy(mechanism: ScramMechanism, username: &str, server_secret: &[u8]) -> Self {
+    pub fn decoy(
+        mechanism: ScramMechanism,
+        username: &str,
+        server_secret: &[u8],
+        iterations: u32,
+    ) -> Self {
         let salt = mechanism.hmac(server_secret, &[b"decoy salt", username.as_bytes()]);
         StoredCredential {
             mechanism,
             salt: salt[..SALT_BYTES].to_vec(),
-            iterations: ITERATIONS_MIN,
+            iterations: iterations.max(ITERATIONS_MIN),
             stored_key: mechanism.hmac(server_secret, &[b"decoy stored key"]),
             server_key: mechanism.hmac(server_secret, &[b"decoy server key"]),
         }
@@ -654,11 +667,21 @@ mod tests {
     #[test]
     fn an_unknown_user_looks_like_a_known_one_until_the_proof() {
         let secret = b"broker decoy secret";
-        let one = StoredCredential::decoy(ScramMechanism::Sha256, "mallory", secret);
-        let again = StoredCredential::decoy(ScramMechanism::Sha256, "mallory", secret);
+        let one = StoredCredential::decoy(
+            ScramMechanism::Sha256,
+            "mallory",
+            secret,
+            ITERATIONS_DEFAULT,
+        );
+        let again = StoredCredential::decoy(
+            ScramMechanism::Sha256,
+            "mallory",
+            secret,
+            ITERATIONS_DEFAULT,
+        );
         assert_eq!(one, again, "asking twice must give the same salt");
         assert_eq!(one.salt.len(), SALT_BYTES);
-        assert_eq!(one.iterations, ITERATIONS_MIN);
+        assert_eq!(one.iterations, ITERATIONS_DEFAULT);
         let mut client =
             ScramClient::new(ScramMechanism::Sha256, "mallory", "anything", "nonce").unwrap();
         let parsed = ClientFirst::parse(&client.first()).unwrap();

@@ -20,7 +20,6 @@ use futures::future::{Either, join_all, ready};
 use super::Caller;
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
-use crate::net::quota::Kind;
 use crate::net::request_body::RequestBody;
 use crate::net::throttle::millis;
 use crate::partition::PartitionError;
@@ -44,10 +43,11 @@ pub(super) async fn produce(
     caller: &Caller,
 ) -> Result<Reply, ErrorCode> {
     let access = &caller.access;
-    // Metered on arrival: the throttle goes into this response.
-    let throttle = caller
-        .throttle
-        .take(shard, Kind::Produce, body.len() as f64);
+    // Metered on arrival: the connection took the request's bytes from
+    // its principal's bucket as it read the frame, before reading the next
+    // (see `net::connection`); the throttle that earned goes into this
+    // response.
+    let throttle = caller.throttle.given();
     let (acks, timeout, targets) = {
         let (request, raw) = decode_request::<ProduceRequest>(&body).map_err(refused)?;
         let acks = match request.acks {
