@@ -55,15 +55,9 @@ impl AcceptBackoff {
 }
 
 /// Whether an accept error means the process or the system is out of
-/// descriptors (a resource to wait for, not a broken listener).
-#[must_use]
-pub fn is_out_of_descriptors(error: &std::io::Error) -> bool {
-    let Some(code) = error.raw_os_error() else {
-        return false;
-    };
-    code == rustix::io::Errno::MFILE.raw_os_error()
-        || code == rustix::io::Errno::NFILE.raw_os_error()
-}
+/// descriptors (a resource to wait for, not a broken listener): the
+/// storage engine's rule, one for the whole broker.
+pub use crate::storage::is_out_of_descriptors;
 
 #[cfg(test)]
 mod tests {

@@ -142,6 +142,23 @@ pub fn on_log_fenced(dir: &Path, error: &StorageError) {
 mod tests {
     use std::path::PathBuf;
 
+    #[test]
+    fn running_out_of_descriptors_or_space_never_stops_the_broker() {
+        // Before, EMFILE was an I/O error: this call exited the test process.
+        for error in [
+            StorageError::OutOfDescriptors {
+                path: PathBuf::from("/data/topics/t.1/0/replica-meta"),
+                message: "Too many open files (os error 24)".to_owned(),
+            },
+            StorageError::Fenced {
+                reason: "ENOSPC".to_owned(),
+                no_space: true,
+            },
+        ] {
+            on_log_fenced(Path::new("/data/topics/t.1/0"), &error);
+        }
+    }
+
     use super::*;
     use crate::partition::PartitionError;
 

@@ -654,6 +654,31 @@ fn a_failed_metadata_write_fences_the_replica_and_is_reported() {
 }
 
 #[test]
+fn a_metadata_write_out_of_descriptors_fences_the_replica_for_a_reopen_not_a_failed_disk() {
+    on_executor(|| async {
+        let cluster = Cluster::default().await;
+        let disk = &cluster.disks[&IDS[0]];
+        disk.set_descriptor_limit(Some(disk.open_handle_count()));
+        let error = cluster
+            .node(IDS[0])
+            .become_leader(LeaderEpoch(1), &IDS)
+            .await
+            .expect_err("the epoch could not be stored");
+        assert_eq!(error.code(), ErrorCode::OutOfFileDescriptors, "{error}");
+        let node = cluster.node(IDS[0]);
+        assert!(
+            node.fenced_out_of_descriptors() && !node.fenced_no_space(),
+            "fenced for a reopen once descriptors are back"
+        );
+        assert!(
+            !error.client_message().contains(DIR),
+            "{}",
+            error.client_message()
+        );
+    });
+}
+
+#[test]
 fn stepping_down_fails_pending_produces_with_not_leader() {
     on_executor(|| async {
         let cluster = Cluster::default().await;
