@@ -642,3 +642,38 @@ fn a_discarded_log_waits_out_a_flush_under_way_and_touches_its_files_no_more() {
         "the discarded log changed the disk"
     );
 }
+
+#[test]
+fn a_journal_file_that_cannot_be_opened_for_want_of_descriptors_fences_nothing() {
+    let shard = Shard::new();
+    let log = block_on(shard.open_log(0));
+    let disk = shard.harness.disk.clone();
+    disk.set_descriptor_limit(Some(disk.open_handle_count()));
+    // Appends go on in the journal's open file, until it is full and the
+    // next one cannot be opened.
+    let mut appended = 0u64;
+    let error = loop {
+        assert!(appended < 400, "the journal never needed a new file");
+        match block_on(log.append(make_batch(appended, 4, 800, T0))) {
+            Ok(_) => appended += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(error.is_out_of_descriptors(), "{error:?}");
+    assert_eq!(log.fenced(), None, "nothing was written: nothing is fenced");
+    let refused = appended;
+
+    disk.set_descriptor_limit(None);
+    block_on(log.append(make_batch(refused + 1, 4, 800, T0))).expect("descriptors are back");
+    let batches = block_on(read_all(&log));
+    assert_eq!(
+        batches.len() as u64,
+        refused + 2,
+        "the refused batch went with the next commit, in its place"
+    );
+    for (index, (base, next, _)) in batches.iter().enumerate() {
+        assert_eq!((base.0, next.0), (index as u64 * 4, index as u64 * 4 + 4));
+    }
+    let (_, replayed) = shard.power_loss_keeps(log);
+    assert_eq!(replayed, 1);
+}
