@@ -6,8 +6,9 @@
 //! reaches the port can open connections to it, so it is bounded like the
 //! client port: at most [`CONNECTIONS_MAX`] connections (and
 //! [`CONNECTIONS_PER_ADDRESS_MAX`] from one address; a scraper needs one),
-//! each closed unless its request head arrives within [`READ_TIMEOUT`];
-//! a connection over a bound is closed at once. A failed accept pauses the
+//! each answered `408` and closed unless its request head arrives within
+//! [`READ_TIMEOUT`]; bytes that cannot start an HTTP request are answered
+//! `400` at once; a connection over a bound is closed at once. A failed accept pauses the
 //! loop ([`AcceptBackoff`]); nothing here logs more than a line per ten
 //! seconds. With `--metrics-token-file` a scrape must present the token
 //! (`Authorization: Bearer …`); with `--metrics-tenant-series off` the
@@ -30,6 +31,8 @@ use crate::net::accept_backoff::{AcceptBackoff, is_out_of_descriptors};
 
 /// Largest request head read; a scrape request is a few hundred bytes.
 const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
+/// Longest request method taken (`OPTIONS` is 7).
+const METHOD_BYTES_MAX: usize = 16;
 /// Connections served at once.
 pub const CONNECTIONS_MAX: usize = 64;
 /// Connections from one source address served at once.
@@ -147,19 +150,34 @@ async fn answer(
     let deadline = Instant::now() + READ_TIMEOUT;
     let mut head = Vec::with_capacity(1024);
     let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+    let response = loop {
+        if head.windows(4).any(|window| window == b"\r\n\r\n") {
+            break respond(&head, metrics, settings);
+        }
+        // Whoever connected gets an answer it can read, not a silent close:
+        // a corelog client pointed here by mistake then says "this speaks
+        // HTTP" at once instead of waiting out its own timeout.
+        if !could_start_a_request(&head) {
+            break plain("400 Bad Request", &[], "not an HTTP request\n");
+        }
         // The read timeout bounds each read; the deadline, the whole head
         // (a client that trickles a byte at a time does not hold it).
         if Instant::now() >= deadline {
-            return Ok(());
+            break plain("408 Request Timeout", &[], "no request head in time\n");
         }
-        let read = stream.read(&mut buffer).await?;
-        if read == 0 || head.len() + read > REQUEST_HEAD_BYTES_MAX {
-            return Ok(());
+        let read = match stream.read(&mut buffer).await {
+            Ok(0) => return Ok(()),
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                break plain("408 Request Timeout", &[], "no request head in time\n");
+            }
+            Err(error) => return Err(error),
+        };
+        if head.len() + read > REQUEST_HEAD_BYTES_MAX {
+            break plain("431 Request Header Fields Too Large", &[], "request head too large\n");
         }
         head.extend_from_slice(&buffer[..read]);
-    }
-    let response = respond(&head, metrics, settings);
+    };
     stream.write_all(response.as_bytes()).await?;
     stream.flush().await?;
     stream.close().await
@@ -207,6 +225,17 @@ fn plain(status: &str, headers: &[&str], body: &str) -> String {
         body.len()
     ));
     response
+}
+
+/// Whether `head`, read so far, can still be the start of an HTTP request
+/// line: a method of capital letters and then a space.
+fn could_start_a_request(head: &[u8]) -> bool {
+    let method = head.iter().take_while(|byte| byte.is_ascii_uppercase()).count();
+    match head.get(method) {
+        None => method <= METHOD_BYTES_MAX,
+        Some(b' ') => (1..=METHOD_BYTES_MAX).contains(&method),
+        Some(_) => false,
+    }
 }
 
 fn trim_line(line: &[u8]) -> &[u8] {
@@ -299,6 +328,17 @@ mod tests {
         );
         assert!(!kept.contains("tenant-a"), "{kept}");
         assert!(!kept.contains("user:alice"), "{kept}");
+    }
+
+    #[test]
+    fn bytes_that_cannot_start_a_request_line_are_told_apart_at_once() {
+        assert!(could_start_a_request(b""));
+        assert!(could_start_a_request(b"GE"));
+        assert!(could_start_a_request(b"GET /metrics HTTP/1.1\r\n"));
+        assert!(!could_start_a_request(b"\0\0\0\x1c"));
+        assert!(!could_start_a_request(b"get /"));
+        assert!(!could_start_a_request(b" GET"));
+        assert!(!could_start_a_request(b"GETGETGETGETGETGETGET"));
     }
 
     #[test]
