@@ -136,6 +136,7 @@ impl From<BatchError> for PartitionError {
             | BatchError::Truncated { .. }
             | BatchError::TrailingBytes { .. }
             | BatchError::BadLength(_)
+            | BatchError::BadBaseOffset(_)
             | BatchError::UnsupportedMagic(_) => ErrorCode::CorruptMessage,
             BatchError::UnsupportedCompression(_)
             | BatchError::BadRecordCount(_)

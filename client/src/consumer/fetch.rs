@@ -356,6 +356,37 @@ mod tests {
         );
     }
 
+    /// A broker (or anything between it and the client) that sends a
+    /// batch whose uncovered `base_offset` is negative or runs past the
+    /// last offset is answered with a corruption error, never a panic
+    /// (issue 35, item 19).
+    #[test]
+    fn a_batch_whose_base_offset_overflows_is_corrupt_not_a_panic() {
+        for base_offset in [u64::MAX, u64::MAX - 1, 1 << 63, i64::MAX as u64] {
+            let mut raw = batch(0, &["a"]);
+            raw.extend(batch(base_offset, &["b", "c"]));
+            let outcome = std::panic::catch_unwind(|| {
+                partition_outcome(
+                    &topic(),
+                    4,
+                    Offset(0),
+                    &answer(3),
+                    &Bytes::from(raw),
+                    OffsetOutOfRangePolicy::Error,
+                    &BatchLimits::default(),
+                )
+            })
+            .unwrap_or_else(|_| panic!("base offset {base_offset:#x} panicked the consumer"));
+            let PartitionOutcome::Fail { error } = outcome else {
+                panic!("base offset {base_offset:#x}: expected a failure, got {outcome:?}");
+            };
+            assert!(
+                matches!(&error, ClientError::CorruptBatch { partition: 4, .. }),
+                "{error}"
+            );
+        }
+    }
+
     #[test]
     fn a_batch_cut_short_is_an_error() {
         let raw = batch(0, &["a", "b"]);

@@ -85,6 +85,12 @@ pub enum BatchError {
     /// `last_offset_delta` negative or inconsistent with the record count.
     #[error("last offset delta {0} is inconsistent with the record count")]
     BadOffsetDelta(i32),
+    /// `base_offset` negative, or so large that the batch's offsets would
+    /// pass `i64::MAX`. Not covered by the CRC, so checked by value.
+    #[error(
+        "base offset {0} is negative or leaves no room for the batch's offsets; the batch is corrupt"
+    )]
+    BadBaseOffset(i64),
     /// Stored CRC does not match the bytes.
     #[error("batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     CrcMismatch {
