@@ -353,6 +353,18 @@ struct Assignment {
 
 type Key = (Arc<str>, u32);
 
+/// A partition a poll fetches: where from, and what the metadata says of
+/// its leader.
+struct Wanted {
+    key: Key,
+    position: Offset,
+    /// The leader's shard that owns the partition.
+    shard: u16,
+    /// The leader epoch the fetch names, so that a broker whose metadata
+    /// differs fences it (C11) rather than serving it.
+    leader_epoch: Option<u32>,
+}
+
 /// A consumer of assigned partitions. Not shared: one task owns it.
 pub struct Consumer {
     cluster: Arc<Cluster>,
@@ -561,7 +573,7 @@ impl Consumer {
         self.resolve_positions().await?;
         let now = Instant::now();
         let metadata = self.metadata_with_leaders().await;
-        let mut by_leader: BTreeMap<u32, Vec<(Key, Offset, u16)>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<u32, Vec<Wanted>> = BTreeMap::new();
         for (key, assignment) in &self.assignments {
             let Some(position) = assignment.position else {
                 continue;
@@ -570,10 +582,12 @@ impl Consumer {
                 continue;
             }
             if let Some((leader, shard)) = metadata.leader_shard(&key.0, key.1) {
-                by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push((key.clone(), position, shard));
+                by_leader.entry(leader).or_default().push(Wanted {
+                    key: key.clone(),
+                    position,
+                    shard,
+                    leader_epoch: metadata.leader_epoch(&key.0, key.1),
+                });
             }
         }
         if by_leader.is_empty() {
@@ -587,7 +601,7 @@ impl Consumer {
             .map(|(leader, partitions)| async move {
                 let fetched: Vec<(Key, Offset)> = partitions
                     .iter()
-                    .map(|(key, offset, _)| (key.clone(), *offset))
+                    .map(|wanted| (wanted.key.clone(), wanted.position))
                     .collect();
                 (fetched, this.fetch_from(leader, partitions).await)
             });
@@ -713,12 +727,13 @@ impl Consumer {
     async fn fetch_from(
         &self,
         leader: u32,
-        partitions: Vec<(Key, Offset, u16)>,
+        wanted: Vec<Wanted>,
     ) -> Result<Vec<(Key, Offset, PartitionOutcome)>, ClientError> {
-        let shard = most_common_shard(partitions.iter().map(|(_, _, shard)| *shard));
-        let partitions: Vec<(Key, Offset)> = partitions
+        let shard = most_common_shard(wanted.iter().map(|wanted| wanted.shard));
+        let request = self.fetch_request(&wanted);
+        let partitions: Vec<(Key, Offset)> = wanted
             .into_iter()
-            .map(|(key, offset, _)| (key, offset))
+            .map(|wanted| (wanted.key, wanted.position))
             .collect();
         let retry_all = |error: ClientError, partitions: Vec<(Key, Offset)>| {
             partitions
@@ -740,7 +755,6 @@ impl Consumer {
         if let Some(until) = self.cluster.throttles.until(leader, shard) {
             tokio::time::sleep_until(until).await;
         }
-        let request = self.fetch_request(&partitions);
         let reply = match connection
             .call(&request, Vec::new(), self.config.fetch_max_wait)
             .await
@@ -794,15 +808,18 @@ impl Consumer {
             .collect())
     }
 
-    fn fetch_request(&self, partitions: &[(Key, Offset)]) -> FetchRequest {
+    fn fetch_request(&self, partitions: &[Wanted]) -> FetchRequest {
         let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
-        for ((topic, partition), offset) in partitions {
-            topics.entry(topic).or_default().push(FetchPartition {
-                partition: *partition,
-                fetch_offset: offset.0,
-                partition_max_bytes: self.config.partition_max_bytes,
-                current_leader_epoch: None,
-            });
+        for wanted in partitions {
+            topics
+                .entry(&wanted.key.0)
+                .or_default()
+                .push(FetchPartition {
+                    partition: wanted.key.1,
+                    fetch_offset: wanted.position.0,
+                    partition_max_bytes: self.config.partition_max_bytes,
+                    current_leader_epoch: wanted.leader_epoch,
+                });
         }
         FetchRequest {
             max_wait_ms: u32::try_from(self.config.fetch_max_wait.as_millis()).unwrap_or(u32::MAX),
