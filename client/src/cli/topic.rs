@@ -26,7 +26,8 @@ pub(crate) enum TopicCommand {
         replication_factor: Option<u16>,
         /// A setting, as key=value: retention.ms, retention.bytes (-1 =
         /// unlimited), segment.bytes, segment.ms, max.message.bytes,
-        /// cleanup.policy. Repeat for several.
+        /// max.uncompressed.message.bytes, cleanup.policy. Repeat for
+        /// several.
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
         configs: Vec<(String, String)>,
     },

@@ -47,6 +47,7 @@ mod fetch;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,7 +58,9 @@ use corelog_wire::types::{Offset, TimestampMs};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use self::fetch::{PartitionAnswer, PartitionOutcome, most_common_shard, partition_outcome};
+use self::fetch::{
+    InflationBudget, PartitionAnswer, PartitionOutcome, most_common_shard, partition_outcome,
+};
 use crate::cluster::Cluster;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
@@ -106,6 +109,13 @@ pub struct ConsumerConfig {
     pub offset_out_of_range: OffsetOutOfRangePolicy,
     /// Bounds on batches read (C9).
     pub batch_limits: BatchLimits,
+    /// Most bytes one fetch decompresses (C9). The first batch of a fetch
+    /// is always decoded; after that, batches are decompressed only while
+    /// this budget lasts, and the rest are fetched again by the next poll.
+    /// So a poll holds at most this plus one batch
+    /// (`batch_limits.decompressed_bytes_max`) of decompressed records per
+    /// leader, however far a producer's batches inflate. Default 64 MiB.
+    pub fetch_decompressed_bytes_max: usize,
     /// Wait before fetching a partition again after a retriable error.
     /// Default 100 ms.
     pub retry_backoff: Duration,
@@ -121,6 +131,7 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 1 << 20,
             offset_out_of_range: OffsetOutOfRangePolicy::Error,
             batch_limits: BatchLimits::default(),
+            fetch_decompressed_bytes_max: 64 << 20,
             retry_backoff: Duration::from_millis(100),
         }
     }
@@ -142,7 +153,10 @@ impl ConsumerConfig {
     /// [`ClientError::InvalidConfig`] naming the first bad setting.
     pub fn validate(&self) -> Result<(), ClientError> {
         self.client.validate()?;
-        if self.fetch_max_bytes == 0 || self.partition_max_bytes == 0 {
+        if self.fetch_max_bytes == 0
+            || self.partition_max_bytes == 0
+            || self.fetch_decompressed_bytes_max == 0
+        {
             return Err(ClientError::InvalidConfig(
                 "fetch byte limits must be positive".to_owned(),
             ));
@@ -370,6 +384,10 @@ pub struct Consumer {
     cluster: Arc<Cluster>,
     config: ConsumerConfig,
     assignments: BTreeMap<Key, Assignment>,
+    /// Fetches made, to rotate which partition a fetch decodes first:
+    /// once its decompression budget is spent the others wait, and none
+    /// may wait for ever.
+    fetches: AtomicUsize,
 }
 
 impl fmt::Debug for Consumer {
@@ -399,6 +417,7 @@ impl Consumer {
             cluster,
             config,
             assignments: BTreeMap::new(),
+            fetches: AtomicUsize::new(0),
         })
     }
 
@@ -788,24 +807,32 @@ impl Consumer {
             at += len;
         }
         let policy = self.config.offset_out_of_range;
-        let limits = self.config.batch_limits;
-        Ok(partitions
-            .into_iter()
-            .map(|(key, offset)| {
-                let outcome = match answers.get(&key) {
-                    Some((answer, records)) => {
-                        partition_outcome(&key.0, key.1, offset, answer, records, policy, &limits)
-                    }
-                    None => PartitionOutcome::Retry {
-                        error: ClientError::Protocol {
-                            addr: reply.addr().to_owned(),
-                            detail: format!("fetch response has no answer for {}/{}", key.0, key.1),
-                        },
+        let mut budget = InflationBudget::new(
+            self.config.batch_limits,
+            self.config.fetch_decompressed_bytes_max,
+        );
+        // Decoded from a partition that moves on with every fetch, and
+        // answered in request order.
+        let count = partitions.len().max(1);
+        let first = self.fetches.fetch_add(1, Ordering::Relaxed) % count;
+        let mut outcomes: Vec<Option<(Key, Offset, PartitionOutcome)>> =
+            partitions.iter().map(|_| None).collect();
+        for index in (first..partitions.len()).chain(0..first) {
+            let (key, offset) = partitions[index].clone();
+            let outcome = match answers.get(&key) {
+                Some((answer, records)) => {
+                    partition_outcome(&key.0, key.1, offset, answer, records, policy, &mut budget)
+                }
+                None => PartitionOutcome::Retry {
+                    error: ClientError::Protocol {
+                        addr: reply.addr().to_owned(),
+                        detail: format!("fetch response has no answer for {}/{}", key.0, key.1),
                     },
-                };
-                (key, offset, outcome)
-            })
-            .collect())
+                },
+            };
+            outcomes[index] = Some((key, offset, outcome));
+        }
+        Ok(outcomes.into_iter().flatten().collect())
     }
 
     fn fetch_request(&self, partitions: &[Wanted]) -> FetchRequest {
