@@ -65,7 +65,9 @@ test:
 # alerts"): promtool checks the rules, runs their unit tests (each alert fires
 # on synthetic series, ops/prometheus/alerts_test.yml) and checks the example
 # scrape configuration. tests/tests/ops.rs, run by `cargo test`, checks that a
-# real cluster serves every metric the dashboard and the rules query.
+# real cluster serves every metric the dashboard and the rules query, and
+# tests/tests/metrics_format.rs runs `promtool check metrics` on a live
+# broker's /metrics (so the tests need promtool too).
 PROMTOOL ?= promtool
 ops-check:
 	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
