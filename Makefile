@@ -22,19 +22,29 @@ PURE_CRATES = wire replication controller
 .PHONY: build run test sim bench bench-storage bench-broker bench-cluster bench-matrix cluster cluster-down \
 	cluster-status fmt lint purity fuzz clean nemesis soak ops-check
 
-build:
-	$(CARGO) build --release --workspace
+# The one release build: corelogd, corelog, the bench and the nemesis
+# rig. Every target that needs release binaries runs exactly this command
+# (so do scripts/cluster.sh and the bench scripts): cargo unifies
+# dependency features over the packages a command selects, and a build of
+# `-p corelog-broker` alone after `--workspace` recompiled for 84 s with
+# another feature set. tests/tests/release_builds.rs keeps them equal.
+RELEASE_BUILD = $(CARGO) build --release --workspace
 
-# A broker on 127.0.0.1:7100 (metrics on :7180) keeping data in ./data.
+build:
+	$(RELEASE_BUILD)
+
+# A broker on 127.0.0.1:7100 (metrics on :7180) keeping data in ./data;
+# the same build gives the CLI, ./target/release/corelog.
 run:
-	$(CARGO) build --release -p corelog-broker --bin corelogd
+	$(RELEASE_BUILD)
 	./target/release/corelogd $(ARGS)
 
 # Three brokers on 127.0.0.1:7201-7203 (metrics :7301-7303), all controller
 # voters, data and logs in target/cluster; returns once every broker is
 # registered and unfenced. See scripts/cluster.sh (BASE_PORT, CLUSTER_DIR).
 cluster:
-	./scripts/cluster.sh up 3
+	$(RELEASE_BUILD)
+	NO_BUILD=1 ./scripts/cluster.sh up 3
 
 cluster-down:
 	./scripts/cluster.sh down
@@ -65,7 +75,9 @@ test:
 # alerts"): promtool checks the rules, runs their unit tests (each alert fires
 # on synthetic series, ops/prometheus/alerts_test.yml) and checks the example
 # scrape configuration. tests/tests/ops.rs, run by `cargo test`, checks that a
-# real cluster serves every metric the dashboard and the rules query.
+# real cluster serves every metric the dashboard and the rules query, and
+# tests/tests/metrics_format.rs runs `promtool check metrics` on a live
+# broker's /metrics (so the tests need promtool too).
 PROMTOOL ?= promtool
 ops-check:
 	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
@@ -90,13 +102,13 @@ MINUTES ?= 30
 SOAK_FLAGS ?= --secured
 NEMESIS = ./target/release/corelog-nemesis $(if $(NEMESIS_SEED),--seed $(NEMESIS_SEED))
 nemesis:
-	$(CARGO) build --release -p corelog-tests --bins
+	$(RELEASE_BUILD)
 	$(TEST_BROKER)
 	$(NEMESIS) --duration $(NEMESIS_SECONDS) --report target/nemesis-report.json \
 		--broker-logs target/nemesis-logs
 
 soak:
-	$(CARGO) build --release -p corelog-tests --bins
+	$(RELEASE_BUILD)
 	$(TEST_BROKER)
 	$(NEMESIS) $(SOAK_FLAGS) --duration $$(( $(MINUTES) * 60 )) --report target/soak-report.json \
 		--history target/soak-history.jsonl --broker-logs target/soak-logs
@@ -119,7 +131,7 @@ bench: bench-storage bench-broker
 
 # The storage engine against the raw durable bandwidth of the same disk.
 bench-storage:
-	$(CARGO) build --release -p corelog-bench
+	$(RELEASE_BUILD)
 	./target/release/corelog-bench storage $(ARGS)
 
 # 100,000 x 1 KiB records/s for 60 s over 16 partitions, a 200,000/s peak,
@@ -142,7 +154,7 @@ bench-cluster:
 # corelog and corelog-bench); ARGS= passes more options (--rounds, --producers,
 # --partitions, --replication-factors, --duration, ...).
 bench-matrix:
-	$(CARGO) build --release -p corelog-broker -p corelog-client -p corelog-bench --bins
+	$(RELEASE_BUILD)
 	./target/release/corelog-bench matrix $(foreach build,$(BUILDS),--build $(build)) $(ARGS)
 
 fmt:

@@ -13,7 +13,9 @@ port=${PORT:-17400}
 metrics_port=$((port + 80))
 json=${JSON:+--json}
 
-cargo build --release -p corelog-broker -p corelog-bench
+# The Makefile's one release build (RELEASE_BUILD): another package
+# selection would recompile with another feature set.
+cargo build --release --workspace
 bench=./target/release/corelog-bench
 data=$(mktemp -d "${TMPDIR:-/var/tmp}/corelog-bench.XXXXXX")
 ./target/release/corelogd --data-dir "$data" --shards "$shards" \

@@ -43,7 +43,9 @@ topic="bench-rf3"
 json=()
 [ -z "${JSON:-}" ] || json=(--json)
 
-cargo build --release -p corelog-broker -p corelog-client -p corelog-bench --bins
+# The Makefile's one release build (RELEASE_BUILD): another package
+# selection would recompile with another feature set.
+cargo build --release --workspace
 corelog=./target/release/corelog
 bench=./target/release/corelog-bench
 

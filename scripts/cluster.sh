@@ -229,7 +229,9 @@ up() {
     done
     [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "up: N must be a positive number, not $count" >&2; exit 2; }
     if [ -z "${NO_BUILD:-}" ] && [ -z "${CORELOGD:-}${CORELOG:-}" ]; then
-        cargo build --release -p corelog-broker -p corelog-client --bins
+        # The Makefile's one release build (RELEASE_BUILD): another package
+        # selection would recompile with another feature set.
+        cargo build --release --workspace
     fi
     mkdir -p "$cluster_dir"
     local i pid started=$SECONDS

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use serde::Deserialize;
 
-use corelog_controller::topic_config::SEGMENT_BYTES_MIN;
+use corelog_controller::topic_config::{
+    MAX_MESSAGE_BYTES_MIN, MAX_UNCOMPRESSED_MESSAGE_BYTES_DEFAULT, SEGMENT_BYTES_MIN,
+};
 use corelog_wire::sasl::cluster::ClusterSecret;
 
 use crate::metadata::{CleanupPolicy, TopicConfig};
@@ -206,6 +208,7 @@ impl Default for BrokerConfig {
                 segment_bytes: log.segment_bytes,
                 segment_ms: log.segment_ms,
                 max_message_bytes: 1 << 20,
+                max_uncompressed_message_bytes: MAX_UNCOMPRESSED_MESSAGE_BYTES_DEFAULT,
                 cleanup_policy: CleanupPolicy::Delete,
             },
             default_partitions: 1,
@@ -541,6 +544,10 @@ pub struct Flags {
     /// Default max.message.bytes of new topics [default: 1 MiB].
     #[arg(long)]
     pub max_message_bytes: Option<u32>,
+    /// Default max.uncompressed.message.bytes of new topics: the largest a
+    /// compressed batch may inflate to [default: 4 MiB; at most 16 MiB].
+    #[arg(long)]
+    pub max_uncompressed_message_bytes: Option<u32>,
     /// Forget idempotent producers idle this long, ms [default: 7 days].
     #[arg(long)]
     pub producer_state_retention_ms: Option<i64>,
@@ -629,6 +636,7 @@ struct FileSettings {
     segment_bytes: Option<u64>,
     segment_ms: Option<i64>,
     max_message_bytes: Option<u32>,
+    max_uncompressed_message_bytes: Option<u32>,
     producer_state_retention_ms: Option<i64>,
     maintenance_interval_ms: Option<u64>,
     log_level: Option<String>,
@@ -814,6 +822,12 @@ impl BrokerConfig {
         if let Some(bytes) = flags.max_message_bytes.or(file.max_message_bytes) {
             topic.max_message_bytes = bytes;
         }
+        if let Some(bytes) = flags
+            .max_uncompressed_message_bytes
+            .or(file.max_uncompressed_message_bytes)
+        {
+            topic.max_uncompressed_message_bytes = bytes;
+        }
         // glommio opens directories relative to no descriptor, so a relative
         // path fails every directory sync (EBADF): resolve it here, once,
         // against the directory the broker was started in.
@@ -880,6 +894,16 @@ impl BrokerConfig {
         }
         if self.topic_defaults.max_message_bytes >= self.max_frame_bytes {
             return invalid("max_message_bytes", "must be smaller than max_frame_bytes");
+        }
+        let uncompressed = self.topic_defaults.max_uncompressed_message_bytes;
+        let broker_limit = self.log.batch_limits.decompressed_bytes_max;
+        if uncompressed < MAX_MESSAGE_BYTES_MIN || uncompressed as usize > broker_limit {
+            return invalid(
+                "max_uncompressed_message_bytes",
+                &format!(
+                    "must be between {MAX_MESSAGE_BYTES_MIN} and {broker_limit} (the broker's limit on a decompressed batch)"
+                ),
+            );
         }
         if self.group_topic_partitions == 0 || self.group_topic_partitions > 1024 {
             return invalid("group_topic_partitions", "must be between 1 and 1024");
@@ -1134,6 +1158,35 @@ mod tests {
             Authorization::Off,
             "off unless asked for"
         );
+    }
+
+    #[test]
+    fn the_uncompressed_batch_default_is_bounded_by_the_brokers_limit() {
+        let config = BrokerConfig::resolve(&Flags::default()).unwrap();
+        assert_eq!(
+            config.topic_defaults.max_uncompressed_message_bytes,
+            4 << 20
+        );
+        let resolve = |bytes: u32| {
+            BrokerConfig::resolve(&Flags {
+                max_uncompressed_message_bytes: Some(bytes),
+                ..Flags::default()
+            })
+        };
+        assert_eq!(
+            resolve(16 << 20)
+                .unwrap()
+                .topic_defaults
+                .max_uncompressed_message_bytes,
+            16 << 20
+        );
+        for bad in [(16 << 20) + 1, 10] {
+            let error = resolve(bad).unwrap_err();
+            assert!(
+                error.to_string().contains("max_uncompressed_message_bytes"),
+                "{bad}: {error}"
+            );
+        }
     }
 
     #[test]

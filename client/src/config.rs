@@ -73,11 +73,18 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults, with one bootstrap address.
+    /// Defaults, with the bootstrap brokers of `bootstrap`: one
+    /// `host:port`, or several separated by commas as in Kafka's
+    /// `bootstrap.servers` (`a:7100,b:7100`; spaces around each ignored).
+    /// The client tries them in order until one answers.
     #[must_use]
     pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
         ClientConfig {
-            bootstrap: vec![bootstrap.into()],
+            bootstrap: bootstrap
+                .into()
+                .split(',')
+                .map(|address| address.trim().to_owned())
+                .collect(),
             ..ClientConfig::default()
         }
     }
@@ -130,5 +137,14 @@ mod tests {
             ..ClientConfig::default()
         };
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn a_comma_separated_bootstrap_is_a_list_of_brokers() {
+        let config = ClientConfig::new("a:7100, b:7101,c:7102");
+        assert_eq!(config.bootstrap, ["a:7100", "b:7101", "c:7102"]);
+        config.validate().unwrap();
+        let error = ClientConfig::new("a:7100,").validate().unwrap_err();
+        assert!(error.to_string().contains("bootstrap"), "{error}");
     }
 }

@@ -220,6 +220,15 @@ impl ClusterMetadata {
         Some((leader, owner))
     }
 
+    /// The leader epoch of a partition, if the snapshot knows a leader:
+    /// fetches name it, so that a broker with newer (or older) metadata
+    /// fences them instead of serving them (C11).
+    #[must_use]
+    pub fn leader_epoch(&self, topic: &str, partition: u32) -> Option<u32> {
+        self.leader(topic, partition)?;
+        Some(self.topics.get(topic)?.partition(partition)?.leader_epoch)
+    }
+
     /// The leader of a partition, if the snapshot knows one.
     #[must_use]
     pub fn leader(&self, topic: &str, partition: u32) -> Option<u32> {

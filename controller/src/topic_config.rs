@@ -22,6 +22,13 @@ pub const SEGMENT_BYTES_MIN: u64 = 1 << 20;
 /// Smallest `max.message.bytes` a topic may have: a batch header and a record.
 pub const MAX_MESSAGE_BYTES_MIN: u32 = 64;
 
+/// Default `max.uncompressed.message.bytes`: 4 MiB, four times the default
+/// `max.message.bytes` (room for a 4:1 compression ratio) and the largest
+/// batch the broker accepts on the wire. A batch of a few hundred bytes
+/// that inflates past it (a decompression bomb) is refused at produce, so
+/// a consumer never receives it.
+pub const MAX_UNCOMPRESSED_MESSAGE_BYTES_DEFAULT: u32 = 4 << 20;
+
 /// What happens to old records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CleanupPolicy {
@@ -40,19 +47,24 @@ pub struct TopicConfig {
     pub segment_bytes: u64,
     /// `segment.ms`: roll segments at this age.
     pub segment_ms: i64,
-    /// `max.message.bytes`: largest batch accepted.
+    /// `max.message.bytes`: largest batch accepted, as sent (compressed).
     pub max_message_bytes: u32,
+    /// `max.uncompressed.message.bytes`: largest records section of a
+    /// compressed batch once decompressed. An uncompressed batch is bounded
+    /// by `max.message.bytes` already.
+    pub max_uncompressed_message_bytes: u32,
     /// `cleanup.policy`.
     pub cleanup_policy: CleanupPolicy,
 }
 
 /// Keys a topic understands, in the order [`TopicConfig::entries`] lists them.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 7] = [
     "retention.ms",
     "retention.bytes",
     "segment.bytes",
     "segment.ms",
     "max.message.bytes",
+    "max.uncompressed.message.bytes",
     "cleanup.policy",
 ];
 
@@ -64,13 +76,15 @@ impl Default for TopicConfig {
 
 impl TopicConfig {
     /// The documented defaults: seven days of retention, unbounded size,
-    /// 1 GiB segments rolled weekly, 1 MiB batches, delete policy.
+    /// 1 GiB segments rolled weekly, 1 MiB batches inflating to at most
+    /// 4 MiB, delete policy.
     pub const DEFAULT: TopicConfig = TopicConfig {
         retention_ms: Some(SEVEN_DAYS_MS),
         retention_bytes: None,
         segment_bytes: 1 << 30,
         segment_ms: SEVEN_DAYS_MS,
         max_message_bytes: 1 << 20,
+        max_uncompressed_message_bytes: MAX_UNCOMPRESSED_MESSAGE_BYTES_DEFAULT,
         cleanup_policy: CleanupPolicy::Delete,
     };
 
@@ -150,6 +164,18 @@ impl TopicConfig {
                         )
                     })?;
             }
+            "max.uncompressed.message.bytes" => {
+                let bytes = number(value)?;
+                self.max_uncompressed_message_bytes = u32::try_from(bytes)
+                    .ok()
+                    .filter(|bytes| *bytes >= MAX_MESSAGE_BYTES_MIN)
+                    .ok_or_else(|| {
+                        format!(
+                            "max.uncompressed.message.bytes must be between {MAX_MESSAGE_BYTES_MIN} and {} (and within the broker's limit)",
+                            u32::MAX
+                        )
+                    })?;
+            }
             "cleanup.policy" => match value.trim() {
                 "delete" => self.cleanup_policy = CleanupPolicy::Delete,
                 "compact" => {
@@ -189,6 +215,10 @@ impl TopicConfig {
             ("segment.bytes", self.segment_bytes.to_string()),
             ("segment.ms", self.segment_ms.to_string()),
             ("max.message.bytes", self.max_message_bytes.to_string()),
+            (
+                "max.uncompressed.message.bytes",
+                self.max_uncompressed_message_bytes.to_string(),
+            ),
             ("cleanup.policy", policy.to_owned()),
         ]
         .into_iter()
@@ -239,6 +269,8 @@ mod tests {
             ("segment.bytes", "10"),
             ("segment.ms", "0"),
             ("max.message.bytes", "63"),
+            ("max.uncompressed.message.bytes", "63"),
+            ("max.uncompressed.message.bytes", "-1"),
             ("cleanup.policy", "compact"),
             ("colour", "blue"),
         ] {

@@ -189,6 +189,7 @@ impl SimConfig {
                     segment_bytes,
                     segment_ms: 1 << 40,
                     max_message_bytes: 4 << 10,
+                    max_uncompressed_message_bytes: 16 << 10,
                     cleanup_policy: CleanupPolicy::Delete,
                 },
                 produce_timeout: Duration::from_millis(rng.between(150, 500)),

@@ -134,6 +134,8 @@ error_codes! {
         "The request did not complete in time; retry (an idempotent producer keeps its sequence).";
     LeaderNotAvailable = 25, "LEADER_NOT_AVAILABLE", retriable: true,
         "The partition has no leader right now (election in progress); retry after a short backoff.";
+    UnknownLeaderEpoch = 26, "UNKNOWN_LEADER_EPOCH", retriable: true,
+        "The leader epoch in the request is newer than this broker knows (its metadata is behind the controller's); retry after a short backoff.";
 
     DuplicateSequenceConflict = 30, "DUPLICATE_SEQUENCE_CONFLICT", retriable: false,
         "A different payload was sent under an already used producer sequence; this is a producer bug, do not resend.";
@@ -299,6 +301,7 @@ mod tests {
         (23, "NOT_ENOUGH_REPLICAS", true),
         (24, "REQUEST_TIMED_OUT", true),
         (25, "LEADER_NOT_AVAILABLE", true),
+        (26, "UNKNOWN_LEADER_EPOCH", true),
         (30, "DUPLICATE_SEQUENCE_CONFLICT", false),
         (31, "OUT_OF_ORDER_SEQUENCE", false),
         (32, "INVALID_PRODUCER_EPOCH", false),

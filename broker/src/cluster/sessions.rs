@@ -16,10 +16,16 @@ use corelog_controller::{Command, MetadataState, NodeId};
 /// A broker's session as the leader sees it.
 #[derive(Clone, Copy, Debug)]
 struct Session {
+    /// When this leader last heard the broker, or (until it does) when the
+    /// leadership started: the session timeout runs from here.
     last_heartbeat: Instant,
     /// The metadata version at which its registration applied: it is
     /// unfenced once it reports at least this version.
     registered_version: u64,
+    /// Whether this leadership has heard the broker (a heartbeat or a
+    /// registration). A new leader starts every timer without having
+    /// heard anyone: until then the broker's liveness is unknown.
+    heard: bool,
 }
 
 /// Why a heartbeat is refused: the broker must register (again).
@@ -90,6 +96,7 @@ impl SessionBook {
             Session {
                 last_heartbeat: now,
                 registered_version: version,
+                heard: true,
             },
         );
     }
@@ -121,8 +128,10 @@ impl SessionBook {
         let session = self.sessions.entry(node).or_insert(Session {
             last_heartbeat: now,
             registered_version: 0,
+            heard: true,
         });
         session.last_heartbeat = now;
+        session.heard = true;
         let caught_up = metadata_version >= session.registered_version;
         let unfence = (record.fenced && caught_up && self.pending.insert(node))
             .then_some(Command::UnfenceBroker { node, incarnation });
@@ -140,11 +149,13 @@ impl SessionBook {
             self.leading = true;
             for session in self.sessions.values_mut() {
                 session.last_heartbeat = now;
+                session.heard = false;
             }
             for node in state.brokers().keys() {
                 self.sessions.entry(*node).or_insert(Session {
                     last_heartbeat: now,
                     registered_version: 0,
+                    heard: false,
                 });
             }
         }
@@ -173,11 +184,12 @@ impl SessionBook {
     }
 
     /// How long since `node`'s last heartbeat (or registration) reached
-    /// this leader; `None` if neither did.
+    /// this leader; `None` if neither did during this leadership.
     #[must_use]
     pub fn heartbeat_age(&self, node: NodeId, now: Instant) -> Option<Duration> {
         self.sessions
             .get(&node)
+            .filter(|session| session.heard)
             .map(|session| now.saturating_duration_since(session.last_heartbeat))
     }
 
@@ -286,6 +298,40 @@ mod tests {
             }),
             "the next leader proposes the unfence again"
         );
+    }
+
+    /// A new leader gives every broker a full timeout, but has heard from
+    /// none of them: their heartbeat age is unknown (so `cluster health`
+    /// cannot call a dead one alive) until each heartbeats or registers
+    /// (issue 35, item 21).
+    #[test]
+    fn a_new_leader_knows_no_heartbeat_until_one_arrives() {
+        let start = Instant::now();
+        let mut state = MetadataState::default();
+        let mut book = SessionBook::new(ms(100));
+        for node in [1, 2] {
+            apply(&mut state, &registered(node, 7));
+        }
+        // Leadership gained: the first tick starts every session's timer.
+        assert!(book.expired(&state, start).is_empty());
+        for node in [1, 2] {
+            assert_eq!(
+                book.heartbeat_age(NodeId(node), start + ms(10)),
+                None,
+                "broker {node} was not heard by this leader"
+            );
+        }
+        book.heartbeat(&state, NodeId(1), 7, state.version(), start + ms(20))
+            .unwrap();
+        assert_eq!(book.heartbeat_age(NodeId(1), start + ms(30)), Some(ms(10)));
+        assert_eq!(book.heartbeat_age(NodeId(2), start + ms(30)), None);
+        book.registered(NodeId(2), state.version(), start + ms(40));
+        assert_eq!(book.heartbeat_age(NodeId(2), start + ms(50)), Some(ms(10)));
+
+        // Leading again later: what the last leadership heard is no news.
+        book.stop_leading();
+        assert!(book.expired(&state, start + ms(60)).is_empty());
+        assert_eq!(book.heartbeat_age(NodeId(1), start + ms(70)), None);
     }
 
     #[test]

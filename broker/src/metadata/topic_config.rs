@@ -37,10 +37,18 @@ mod tests {
             retention_bytes: Some(1 << 20),
             segment_bytes: 2 << 20,
             max_message_bytes: 4096,
+            max_uncompressed_message_bytes: 8192,
             ..TopicConfig::DEFAULT
         };
         let broker = LogConfig::default();
         let log = log_config(&topic, &broker);
+        // The decompressed bound of reads stays the broker's: the topic's
+        // applies at produce (`Partition::check_batch`), so that batches
+        // stored under an older, larger setting still read back.
+        assert_eq!(
+            log.batch_limits.decompressed_bytes_max,
+            broker.batch_limits.decompressed_bytes_max
+        );
         assert_eq!(log.segment_bytes, 2 << 20);
         assert_eq!(log.retention.retention_ms, Some(60_000));
         assert_eq!(log.retention.retention_bytes, Some(1 << 20));

@@ -4,6 +4,7 @@
 //! each shard holds its own labelled instances, so shards never write to the
 //! same counter. The endpoint ([`http`]) encodes the registry on request.
 
+mod exposition;
 pub mod http;
 
 use std::sync::Arc;
@@ -573,14 +574,14 @@ impl BrokerMetrics {
         }
     }
 
-    /// The registry in Prometheus text format.
+    /// The registry in Prometheus text format (0.0.4; see [`exposition`]).
     #[must_use]
     pub fn encode(&self) -> String {
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
             text.clear();
         }
-        text
+        exposition::to_prometheus_text(&text)
     }
 }
 

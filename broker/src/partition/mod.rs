@@ -154,6 +154,7 @@ impl From<BatchError> for PartitionError {
             | BatchError::Truncated { .. }
             | BatchError::TrailingBytes { .. }
             | BatchError::BadLength(_)
+            | BatchError::BadBaseOffset(_)
             | BatchError::UnsupportedMagic(_) => ErrorCode::CorruptMessage,
             BatchError::UnsupportedCompression(_)
             | BatchError::BadRecordCount(_)
@@ -507,7 +508,28 @@ impl<D: Disk> Partition<D> {
                 "a produced batch must hold records with consecutive offset deltas from 0",
             ));
         }
-        batch::validate_records(batch.bytes(), &header, &self.limits)?;
+        // The topic's bound on what a batch inflates to applies here, at
+        // produce, within the broker's (`self.limits`): a batch of a few
+        // hundred bytes that inflates to megabytes would otherwise reach
+        // every consumer. Reads keep the broker's bound, so batches stored
+        // under an older, larger setting still read back.
+        let max_uncompressed = (self.config.max_uncompressed_message_bytes as usize)
+            .min(self.limits.decompressed_bytes_max);
+        let produce_limits = BatchLimits {
+            decompressed_bytes_max: max_uncompressed,
+            ..self.limits
+        };
+        batch::validate_records(batch.bytes(), &header, &produce_limits).map_err(|error| {
+            match error {
+                BatchError::DecompressedTooLarge { .. } => PartitionError::new(
+                    ErrorCode::DecompressedTooLarge,
+                    format!(
+                        "the batch decompresses to more than the topic's max.uncompressed.message.bytes ({max_uncompressed}); send smaller batches"
+                    ),
+                ),
+                other => PartitionError::from(other),
+            }
+        })?;
         Ok(batch)
     }
 

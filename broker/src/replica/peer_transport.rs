@@ -269,6 +269,52 @@ mod tests {
         ));
     }
 
+    /// A received push is cut apart by header before `check_push` runs, so
+    /// a batch whose uncovered `base_offset` is negative or runs past the
+    /// last offset must be refused there, not panic the follower's shard
+    /// (issue 35, item 19).
+    #[test]
+    fn a_pushed_batch_whose_base_offset_overflows_is_refused_not_a_panic() {
+        use corelog_wire::batch::{
+            BatchBuilder, Compression, NewRecord, set_base_offset, set_leader_epoch,
+        };
+        for base_offset in [u64::MAX, u64::MAX - 1, 1 << 63, i64::MAX as u64] {
+            let mut builder = BatchBuilder::new(Compression::None);
+            for value in ["a", "b"] {
+                builder
+                    .push(&NewRecord {
+                        value: Some(Bytes::from_static(value.as_bytes())),
+                        ..NewRecord::default()
+                    })
+                    .expect("a record");
+            }
+            let mut batch = builder.build().expect("a batch").to_vec();
+            set_base_offset(&mut batch, Offset(base_offset));
+            set_leader_epoch(&mut batch, LeaderEpoch(3));
+            let push = Push {
+                partition: partition_key(9, 2),
+                epoch: LeaderEpoch(3),
+                leader: ReplicaId(1),
+                start: Offset(base_offset),
+                prev_epoch: None,
+                reset_to: None,
+                hw: Offset(0),
+                log_start: Offset(0),
+                batches: Vec::new(),
+            };
+            let mut request = push_request(9, 2, &push);
+            request.records_len = u32::try_from(batch.len()).expect("a small batch");
+            let received = std::panic::catch_unwind(|| {
+                push_from_wire(&request, Bytes::from(batch), &BatchLimits::default())
+            })
+            .unwrap_or_else(|_| panic!("base offset {base_offset:#x} panicked the follower"));
+            assert!(
+                matches!(&received, Err(ReplicaError::BadPush(reason)) if reason.contains("base offset")),
+                "base offset {base_offset:#x}: {received:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_push_request_keeps_its_fields() {
         let push = Push {

@@ -23,7 +23,7 @@ use corelog_wire::message::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use corelog_wire::message::list_offsets::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
 };
-use corelog_wire::types::{Offset, TimestampMs};
+use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 
 use super::command::{PartitionId, PartitionReply, ShardCommand};
@@ -53,6 +53,25 @@ impl Shard {
         topic: &str,
         partition: u32,
     ) -> Result<(PartitionId, ShardId), PartitionError> {
+        self.locate_at_epoch(topic, partition, None)
+    }
+
+    /// [`Shard::locate`] for a request that names the leader epoch its
+    /// client believes current (C11): an older one is fenced, a newer one
+    /// is one this broker has not learnt yet. Checked before leadership,
+    /// as Kafka does, so that a client with stale metadata is told to
+    /// refresh it whichever broker it reached.
+    ///
+    /// # Errors
+    /// As [`Shard::locate`]; `FENCED_LEADER_EPOCH` or
+    /// `UNKNOWN_LEADER_EPOCH` when `current_leader_epoch` is not the
+    /// partition's epoch.
+    pub fn locate_at_epoch(
+        &self,
+        topic: &str,
+        partition: u32,
+        current_leader_epoch: Option<LeaderEpoch>,
+    ) -> Result<(PartitionId, ShardId), PartitionError> {
         let snapshot = self.snapshot.borrow();
         let (view, partition_view) = snapshot.partition(topic, partition).ok_or_else(|| {
             PartitionError::new(
@@ -60,6 +79,14 @@ impl Shard {
                 format!("topic {topic:?} has no partition {partition}; create the topic or check its partition count"),
             )
         })?;
+        if let Some(requested) = current_leader_epoch {
+            check_epoch(
+                partition_view.replication.epoch,
+                requested,
+                topic,
+                partition,
+            )?;
+        }
         check_leads(
             &partition_view.replication,
             self.config.node_id,
@@ -535,6 +562,32 @@ fn owner_stopped() -> PartitionError {
 
 /// Refuses an operation on a partition this broker does not lead, naming
 /// who does.
+/// Whether a request's `current_leader_epoch` is the partition's.
+fn check_epoch(
+    current: LeaderEpoch,
+    requested: LeaderEpoch,
+    topic: &str,
+    partition: u32,
+) -> Result<(), PartitionError> {
+    if requested < current {
+        return Err(PartitionError::new(
+            ErrorCode::FencedLeaderEpoch,
+            format!(
+                "{topic}/{partition} is in leader epoch {current}, the request names {requested}; refresh metadata"
+            ),
+        ));
+    }
+    if requested > current {
+        return Err(PartitionError::new(
+            ErrorCode::UnknownLeaderEpoch,
+            format!(
+                "the request names leader epoch {requested} of {topic}/{partition}, this broker knows {current}; retry"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_leads(
     replication: &ReplicationView,
     node_id: u32,

@@ -401,8 +401,14 @@ impl<D: Disk> Segment<D> {
             wanted = 0;
             for found in batch::batches(&chunk, limits) {
                 match found {
-                    Ok(found) if found.header.base_offset < contents.next_offset => {
-                        problem = Some(BatchError::MalformedRecord("batch offsets go backwards"));
+                    // Appends continue the segment exactly
+                    // (`record_durable_batch`), and `base_offset` is outside
+                    // the CRC: a batch elsewhere is damage, and indexing it
+                    // would put offsets the segment cannot hold in its index.
+                    Ok(found) if found.header.base_offset != contents.next_offset => {
+                        problem = Some(BatchError::MalformedRecord(
+                            "batch offset does not continue the segment",
+                        ));
                         break;
                     }
                     Ok(found) => {
@@ -561,6 +567,14 @@ impl<D: Disk> Segment<D> {
         };
         let mut out = SegmentRead::default();
         let mut wanted = 0usize;
+        // Where the next batch must start: `base_offset` is outside the CRC,
+        // so continuity is what shows a damaged one in a trusted segment.
+        // The index points at a batch starting at or before `from`.
+        let mut expected: Option<Offset> = None;
+        let out_of_place = |header: &BatchHeader, expected: Option<Offset>| match expected {
+            Some(expected) => header.base_offset != expected,
+            None => header.base_offset > from,
+        };
         while position < size {
             if let Some(corrupt_at) = self.corrupt_at.get()
                 && position >= corrupt_at
@@ -575,7 +589,13 @@ impl<D: Disk> Segment<D> {
             wanted = 0;
             for found in batch::batches(&chunk, limits) {
                 match found {
+                    Ok(BatchAt { header, .. }) if out_of_place(&header, expected) => {
+                        let at = position + consumed as u64;
+                        self.mark_corrupt(at);
+                        return Err(self.corrupt(at, "batch offset does not continue the segment"));
+                    }
                     Ok(BatchAt { header, bytes, .. }) => {
+                        expected = Some(header.next_offset());
                         if header.next_offset() <= from {
                             consumed += bytes.len();
                             continue;

@@ -106,6 +106,16 @@ pub enum Problem {
         /// Why it could not be asked.
         reason: String,
     },
+    /// The controller leader has not heard from these unfenced brokers
+    /// since it took over (a failover just happened): whether they are
+    /// alive is unknown until they heartbeat, or until their session times
+    /// out and they are fenced.
+    LivenessUnknown {
+        /// The controller leader that answered.
+        leader: u32,
+        /// The brokers it has not heard from.
+        nodes: Vec<u32>,
+    },
     /// A broker is fenced.
     FencedBroker {
         /// Its id.
@@ -152,6 +162,20 @@ impl std::fmt::Display for Problem {
             Problem::ControllerUnreachable { leader, reason } => write!(
                 f,
                 "controller leader {leader} could not be asked ({reason}); broker liveness and in-sync replicas are unknown"
+            ),
+            Problem::LivenessUnknown { leader, nodes } => write!(
+                f,
+                "controller leader {leader} has not heard from broker{} {} since it took over: {} alive is unknown until {} heartbeat{} or {} fenced after the session timeout",
+                if nodes.len() == 1 { "" } else { "s" },
+                ids(nodes),
+                if nodes.len() == 1 {
+                    "whether it is"
+                } else {
+                    "whether they are"
+                },
+                if nodes.len() == 1 { "it" } else { "they" },
+                if nodes.len() == 1 { "s" } else { "" },
+                if nodes.len() == 1 { "is" } else { "are" },
             ),
             Problem::FencedBroker { node_id } => write!(
                 f,
@@ -263,14 +287,31 @@ impl ClusterStatus {
             .unwrap_or(PartitionHealth::Ok)
     }
 
-    /// Everything wrong, worst first: the controller, fenced brokers,
-    /// offline partitions, under-replicated ones. Empty when healthy.
+    /// Everything wrong or not known, worst first: the controller,
+    /// brokers whose liveness the controller leader does not know yet,
+    /// fenced brokers, offline partitions, under-replicated ones. Empty
+    /// when healthy.
     #[must_use]
     pub fn problems(&self) -> Vec<Problem> {
         let mut problems = Vec::new();
         if self.controller.leader.is_none() {
             problems.push(Problem::NoControllerLeader {
                 voters: self.controller.voters.clone(),
+            });
+        }
+        // Only the controller leader knows heartbeats; in its answer an
+        // unfenced broker without one has not been heard since it took
+        // over, and may be dead.
+        let unheard: Vec<u32> = self
+            .brokers
+            .iter()
+            .filter(|broker| !broker.fenced && broker.heartbeat_age_ms.is_none())
+            .map(|broker| broker.node_id)
+            .collect();
+        if self.authoritative && !unheard.is_empty() {
+            problems.push(Problem::LivenessUnknown {
+                leader: self.answered_by,
+                nodes: unheard,
             });
         }
         problems.extend(
@@ -565,6 +606,36 @@ mod tests {
                 "ok"
             ]
         );
+    }
+
+    /// Right after a controller failover the new leader has heard from
+    /// no broker: a dead one is not fenced yet, and must not count as
+    /// alive (issue 35, item 21).
+    #[test]
+    fn brokers_a_new_controller_leader_has_not_heard_are_of_unknown_liveness() {
+        let mut after_failover =
+            status(&[], Some(1), vec![partition(0, Some(1), Some(&[1, 2, 3]))]);
+        after_failover.brokers[1].heartbeat_age_ms = None;
+        after_failover.brokers[2].heartbeat_age_ms = None;
+        let problems = after_failover.problems();
+        assert_eq!(
+            problems,
+            vec![Problem::LivenessUnknown {
+                leader: 1,
+                nodes: vec![2, 3]
+            }]
+        );
+        assert!(
+            problems[0]
+                .to_string()
+                .contains("has not heard from brokers 2,3 since it took over"),
+            "{}",
+            problems[0]
+        );
+        // A broker's own view knows no heartbeats at all: not a problem
+        // of its own (`describe_cluster_with_reach` asks the leader).
+        after_failover.authoritative = false;
+        assert_eq!(after_failover.problems(), Vec::new());
     }
 
     #[test]

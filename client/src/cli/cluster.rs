@@ -137,8 +137,18 @@ fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
         }
         text.push('\n');
     } else {
+        // Only what cannot be known yet (a controller leader that was not
+        // reached, or that has not heard every broker since it took over)
+        // is "unknown", not "unhealthy"; either way not healthy (exit 1).
+        let unknown = problems.iter().all(|problem| {
+            matches!(
+                problem,
+                Problem::LivenessUnknown { .. } | Problem::ControllerUnreachable { .. }
+            )
+        });
         text.push_str(&format!(
-            "unhealthy: {} problem{}\n",
+            "{}: {} problem{}\n",
+            if unknown { "unknown" } else { "unhealthy" },
             problems.len(),
             if problems.len() == 1 { "" } else { "s" }
         ));

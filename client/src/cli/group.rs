@@ -1,7 +1,7 @@
 //! `corelog group …`: list, describe (once or every few seconds), reset
 //! offsets (`reset.rs`), read the audit log, delete.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Subcommand;
@@ -127,24 +127,37 @@ async fn watch(
             }
             Err(error) => return Err(error),
         };
-        if global.json {
-            println!(
-                "{}",
+        let text = if global.json {
+            format!(
+                "{}\n",
                 serde_json::to_string(&description).unwrap_or_default()
-            );
-            continue;
-        }
-        let heading = format!(
-            "{} (every {seconds}s; Ctrl-C to stop)",
-            format_time_ms(now_ms())
-        );
-        if terminal {
-            // Redraw in place, as watch(1) does.
-            print!("\x1b[H\x1b[2J{heading}\n\n{}", describe_text(&description));
+            )
         } else {
-            print!("{heading}\n{}\n", describe_text(&description));
+            let heading = format!(
+                "{} (every {seconds}s; Ctrl-C to stop)",
+                format_time_ms(now_ms())
+            );
+            if terminal {
+                // Redraw in place, as watch(1) does.
+                format!("\x1b[H\x1b[2J{heading}\n\n{}", describe_text(&description))
+            } else {
+                format!("{heading}\n{}\n", describe_text(&description))
+            }
+        };
+        // Nobody reads any more (stdout piped into `head`, which exited):
+        // the watch is over, as `consume` ends on a closed stdout.
+        if write_out(&text).is_err() {
+            return Ok(());
         }
     }
+}
+
+/// Writes `text` to stdout and flushes it; an error (a closed pipe) is
+/// returned, where `print!` would panic.
+fn write_out(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
 }
 
 fn list_text(groups: &[GroupListing]) -> String {

@@ -1,7 +1,7 @@
 //! `corelog`: the command-line client.
 //!
 //! ```text
-//! corelog [--bootstrap HOST:PORT] [--json] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] topic create NAME --partitions N [--config k=v ...]
+//! corelog [--bootstrap HOST:PORT[,HOST:PORT...]] [--json] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] topic create NAME --partitions N [--config k=v ...]
 //! corelog topic list | topic describe NAME... | topic delete NAME
 //! corelog cluster info | cluster health
 //! corelog produce --topic T [--key-separator SEP] [--partition P] [--schema V]
@@ -54,11 +54,12 @@ use corelog_client::{
 #[derive(Debug, Parser)]
 #[command(name = "corelog", version)]
 struct Cli {
-    /// A broker to connect to [default: 127.0.0.1:7100].
+    /// The brokers to connect to first, HOST:PORT or several separated by
+    /// commas (tried in order) [default: 127.0.0.1:7100].
     #[arg(
         long,
         global = true,
-        value_name = "HOST:PORT",
+        value_name = "HOST:PORT[,HOST:PORT...]",
         env = "CORELOG_BOOTSTRAP"
     )]
     bootstrap: Option<String>,
@@ -191,7 +192,11 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Topic(command) => topic::run(&global, command).await,
+            Command::Topic(command) => match topic::run(&global, command).await? {
+                topic::Outcome::Done => Ok(()),
+                // Already reported, topic by topic.
+                topic::Outcome::Incomplete => return Ok(ExitCode::FAILURE),
+            },
             Command::Produce(args) => match produce::run(&global, args).await? {
                 produce::Outcome::AllStored => Ok(()),
                 // Already reported, line by line.

@@ -26,7 +26,8 @@ pub(crate) enum TopicCommand {
         replication_factor: Option<u16>,
         /// A setting, as key=value: retention.ms, retention.bytes (-1 =
         /// unlimited), segment.bytes, segment.ms, max.message.bytes,
-        /// cleanup.policy. Repeat for several.
+        /// max.uncompressed.message.bytes, cleanup.policy. Repeat for
+        /// several.
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
         configs: Vec<(String, String)>,
     },
@@ -55,7 +56,15 @@ fn parse_config(text: &str) -> Result<(String, String), String> {
     }
 }
 
-pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), ClientError> {
+/// How a topic command ended, beyond an error it returns.
+pub(crate) enum Outcome {
+    /// Everything asked was done.
+    Done,
+    /// Some of it failed, and each failure was reported already.
+    Incomplete,
+}
+
+pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<Outcome, ClientError> {
     let admin = Admin::connect(global.client.clone()).await?;
     match command {
         TopicCommand::Create {
@@ -82,7 +91,7 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
             }
         }
         TopicCommand::List => list(global, &admin).await?,
-        TopicCommand::Describe { names } => describe(global, &admin, &names).await?,
+        TopicCommand::Describe { names } => return describe(global, &admin, &names).await,
         TopicCommand::Delete { name } => {
             admin.delete_topic(&name).await?;
             if global.json {
@@ -92,7 +101,7 @@ pub(crate) async fn run(global: &Global, command: TopicCommand) -> Result<(), Cl
             }
         }
     }
-    Ok(())
+    Ok(Outcome::Done)
 }
 
 async fn list(global: &Global, admin: &Admin) -> Result<(), ClientError> {
@@ -227,17 +236,22 @@ fn described(description: &TopicDescription, status: Option<&ClusterStatus>) -> 
     }
 }
 
-async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<(), ClientError> {
+/// Describes each topic named, and reports (once) each that cannot be.
+async fn describe(
+    global: &Global,
+    admin: &Admin,
+    names: &[String],
+) -> Result<Outcome, ClientError> {
     let results = admin.describe_topics(names).await?;
     let status = cluster_status(admin, Some(names.to_vec())).await;
-    let mut first_error = None;
+    let mut outcome = Outcome::Done;
     let mut topics: Vec<DescribedTopic> = Vec::new();
     for name in names {
         match results.iter().find(|(topic, _)| topic == name) {
             Some((_, Ok(description))) => topics.push(described(description, status.as_ref())),
             Some((_, Err(error))) => {
                 crate::report(error);
-                first_error.get_or_insert_with(|| error.clone());
+                outcome = Outcome::Incomplete;
             }
             None => {
                 let error = ClientError::Broker {
@@ -246,7 +260,7 @@ async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<()
                     detail: Some("the broker did not describe it".to_owned()),
                 };
                 crate::report(&error);
-                first_error.get_or_insert(error);
+                outcome = Outcome::Incomplete;
             }
         }
     }
@@ -260,10 +274,7 @@ async fn describe(global: &Global, admin: &Admin, names: &[String]) -> Result<()
             print!("{}", describe_text(description));
         }
     }
-    match first_error {
-        Some(error) => Err(error),
-        None => Ok(()),
-    }
+    Ok(outcome)
 }
 
 fn describe_text(description: &DescribedTopic) -> String {

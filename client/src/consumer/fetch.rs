@@ -6,12 +6,16 @@
 //! - the first batch of an answer may start before the fetch offset (the
 //!   broker returns whole batches), so records below it are skipped;
 //! - every batch is CRC-checked while it is decoded, and a batch that fails
-//!   is an error for the partition, never skipped.
+//!   is an error for the partition, never skipped;
+//! - one fetch decompresses at most its [`InflationBudget`] (plus the one
+//!   batch that crosses it): the batches past it are left for the next
+//!   fetch, so that a few hundred bytes on the wire that inflate to
+//!   megabytes each cannot grow the consumer's memory with the response.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use corelog_wire::batch::{BatchHeader, BatchLimits, decode_records};
+use corelog_wire::batch::{BatchHeader, BatchLimits, Compression, decode_batch};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::fetch::{ArchivedDeletionCause, ArchivedFetchPartitionResponse};
 use corelog_wire::types::{Offset, TimestampMs};
@@ -30,6 +34,42 @@ pub(crate) fn most_common_shard(shards: impl Iterator<Item = u16>) -> u16 {
         .into_iter()
         .max_by(|(a, count_a), (b, count_b)| count_a.cmp(count_b).then(b.cmp(a)))
         .map_or(0, |(shard, _)| shard)
+}
+
+/// The bounds one fetch is decoded within (C9): each batch's
+/// ([`BatchLimits`]), and how many bytes the fetch may still decompress.
+/// The first batch
+/// of a fetch is always decoded, so that a consumer progresses whatever
+/// the budget; after that a compressed batch is decoded only while some
+/// budget is left. One fetch therefore holds at most the budget plus one
+/// batch (`BatchLimits::decompressed_bytes_max`) of decompressed records.
+/// Uncompressed batches cost nothing here: their records are slices of
+/// the response, which `fetch_max_bytes` bounds.
+#[derive(Debug)]
+pub(crate) struct InflationBudget {
+    limits: BatchLimits,
+    left: usize,
+    decoded_any: bool,
+}
+
+impl InflationBudget {
+    pub(crate) fn new(limits: BatchLimits, bytes: usize) -> InflationBudget {
+        InflationBudget {
+            limits,
+            left: bytes,
+            decoded_any: false,
+        }
+    }
+
+    fn allows(&self, header: &BatchHeader) -> bool {
+        let compressed = !matches!(header.compression(), Ok(Compression::None));
+        !compressed || !self.decoded_any || self.left > 0
+    }
+
+    fn spend(&mut self, inflated_bytes: usize) {
+        self.decoded_any = true;
+        self.left = self.left.saturating_sub(inflated_bytes);
+    }
 }
 
 /// What one partition's answer means for the consumer.
@@ -101,7 +141,8 @@ impl PartitionAnswer {
 }
 
 /// Decides what a partition's answer means. `records` is the partition's
-/// slice of the raw section, already copied into shared bytes.
+/// slice of the raw section, already copied into shared bytes; decoding
+/// them spends `budget`, which the fetch's partitions share.
 pub(crate) fn partition_outcome(
     topic: &Arc<str>,
     partition: u32,
@@ -109,16 +150,22 @@ pub(crate) fn partition_outcome(
     answer: &PartitionAnswer,
     records: &Bytes,
     policy: OffsetOutOfRangePolicy,
-    limits: &BatchLimits,
+    budget: &mut InflationBudget,
 ) -> PartitionOutcome {
     let context = || format!("fetch from {topic}/{partition} at offset {fetch_offset}");
     match ErrorCode::from_code(answer.error_code) {
         Some(ErrorCode::None) => {
-            match decode_batches(topic, partition, fetch_offset, records, limits) {
-                Ok((records, last)) => {
-                    let next_offset = Offset(answer.next_offset)
-                        .max(fetch_offset)
-                        .max(last.map_or(fetch_offset, |last| last.plus(1)));
+            match decode_batches(topic, partition, fetch_offset, records, budget) {
+                Ok(decoded) => {
+                    let next_offset = match decoded.left_at {
+                        // The budget ran out: the next fetch starts at
+                        // the first batch not decoded.
+                        Some(left_at) => left_at.max(fetch_offset),
+                        None => Offset(answer.next_offset)
+                            .max(fetch_offset)
+                            .max(decoded.last.map_or(fetch_offset, |last| last.plus(1))),
+                    };
+                    let records = decoded.records;
                     PartitionOutcome::Records {
                         records,
                         next_offset,
@@ -166,9 +213,20 @@ pub(crate) fn partition_outcome(
     }
 }
 
-/// Decodes every batch in `records` (checking each CRC), skipping control
-/// batches and records below `fetch_offset`. Returns the records in offset
-/// order and the last offset any batch covered.
+/// The batches of one partition's answer that were decoded.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    /// Records at or after the fetch offset, in offset order.
+    pub records: Vec<ConsumerRecord>,
+    /// The last offset any decoded batch covered.
+    pub last: Option<Offset>,
+    /// The base offset of the first batch left undecoded because the
+    /// fetch's [`InflationBudget`] ran out; `None` when all were decoded.
+    pub left_at: Option<Offset>,
+}
+
+/// Decodes the batches in `records` (checking each CRC), skipping control
+/// batches and records below `fetch_offset`, until `budget` runs out.
 ///
 /// # Errors
 /// [`ClientError::CorruptBatch`] for the first batch that fails its checks,
@@ -179,8 +237,9 @@ pub(crate) fn decode_batches(
     partition: u32,
     fetch_offset: Offset,
     records: &Bytes,
-    limits: &BatchLimits,
-) -> Result<(Vec<ConsumerRecord>, Option<Offset>), ClientError> {
+    budget: &mut InflationBudget,
+) -> Result<Decoded, ClientError> {
+    let limits = budget.limits;
     let corrupt = |source| ClientError::CorruptBatch {
         topic: topic.to_string(),
         partition,
@@ -190,7 +249,7 @@ pub(crate) fn decode_batches(
     let mut last: Option<Offset> = None;
     let mut position = 0;
     while position < records.len() {
-        let header = BatchHeader::parse(&records[position..], limits).map_err(corrupt)?;
+        let header = BatchHeader::parse(&records[position..], &limits).map_err(corrupt)?;
         let end = position + header.total_bytes();
         if end > records.len() {
             return Err(corrupt(corelog_wire::batch::BatchError::Truncated {
@@ -198,9 +257,18 @@ pub(crate) fn decode_batches(
                 available: records.len() - position,
             }));
         }
+        if !budget.allows(&header) {
+            return Ok(Decoded {
+                records: decoded,
+                last,
+                left_at: Some(header.base_offset),
+            });
+        }
         let batch = records.slice(position..end);
         position = end;
-        let batch_records = decode_records(&batch, limits).map_err(corrupt)?;
+        let batch = decode_batch(&batch, &limits).map_err(corrupt)?;
+        budget.spend(batch.inflated_bytes);
+        let batch_records = batch.records;
         if last.is_some_and(|last| header.base_offset <= last) {
             return Err(ClientError::Protocol {
                 addr: String::new(),
@@ -231,7 +299,11 @@ pub(crate) fn decode_batches(
                 }),
         );
     }
-    Ok((decoded, last))
+    Ok(Decoded {
+        records: decoded,
+        last,
+        left_at: None,
+    })
 }
 
 #[cfg(test)]
@@ -286,6 +358,11 @@ mod tests {
         Arc::from("t")
     }
 
+    /// A budget no test answer reaches.
+    fn unbounded() -> InflationBudget {
+        InflationBudget::new(BatchLimits::default(), usize::MAX)
+    }
+
     fn values(records: &[ConsumerRecord]) -> Vec<(u64, String)> {
         records
             .iter()
@@ -307,7 +384,7 @@ mod tests {
             &answer(16),
             &Bytes::from(raw),
             OffsetOutOfRangePolicy::Error,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         let PartitionOutcome::Records {
             records,
@@ -344,7 +421,7 @@ mod tests {
             &answer(3),
             &Bytes::from(raw),
             OffsetOutOfRangePolicy::Error,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         let PartitionOutcome::Fail { error } = outcome else {
             panic!("expected a failure, got {outcome:?}");
@@ -356,12 +433,132 @@ mod tests {
         );
     }
 
+    /// A broker (or anything between it and the client) that sends a
+    /// batch whose uncovered `base_offset` is negative or runs past the
+    /// last offset is answered with a corruption error, never a panic
+    /// (issue 35, item 19).
+    #[test]
+    fn a_batch_whose_base_offset_overflows_is_corrupt_not_a_panic() {
+        for base_offset in [u64::MAX, u64::MAX - 1, 1 << 63, i64::MAX as u64] {
+            let mut raw = batch(0, &["a"]);
+            raw.extend(batch(base_offset, &["b", "c"]));
+            let outcome = std::panic::catch_unwind(|| {
+                partition_outcome(
+                    &topic(),
+                    4,
+                    Offset(0),
+                    &answer(3),
+                    &Bytes::from(raw),
+                    OffsetOutOfRangePolicy::Error,
+                    &mut unbounded(),
+                )
+            })
+            .unwrap_or_else(|_| panic!("base offset {base_offset:#x} panicked the consumer"));
+            let PartitionOutcome::Fail { error } = outcome else {
+                panic!("base offset {base_offset:#x}: expected a failure, got {outcome:?}");
+            };
+            assert!(
+                matches!(&error, ClientError::CorruptBatch { partition: 4, .. }),
+                "{error}"
+            );
+        }
+    }
+
+    /// One zstd batch at `base_offset` of one record of `size` zero bytes.
+    fn inflating(base_offset: u64, size: usize) -> Vec<u8> {
+        let mut builder = BatchBuilder::new(Compression::Zstd);
+        builder
+            .push(&NewRecord {
+                value: Some(Bytes::from(vec![0u8; size])),
+                ..NewRecord::default()
+            })
+            .unwrap();
+        let mut bytes = builder.build().unwrap().to_vec();
+        set_base_offset(&mut bytes, Offset(base_offset));
+        bytes
+    }
+
+    fn records_of(outcome: PartitionOutcome) -> (Vec<u64>, Offset) {
+        let PartitionOutcome::Records {
+            records,
+            next_offset,
+            ..
+        } = outcome
+        else {
+            panic!("expected records, got {outcome:?}");
+        };
+        (
+            records.iter().map(|record| record.offset.0).collect(),
+            next_offset,
+        )
+    }
+
+    /// A fetch stops decompressing once its budget is spent (after the
+    /// batch that crossed it), and the partitions that share it resume
+    /// from the first batch left undecoded (issue 35, item 6).
+    #[test]
+    fn a_fetch_decompresses_its_budget_and_leaves_the_rest_for_the_next() {
+        let mib = 1usize << 20;
+        let mut bombs = Vec::new();
+        for offset in 0..5 {
+            bombs.extend(inflating(offset, mib));
+        }
+        let bombs = Bytes::from(bombs);
+        let mut budget = InflationBudget::new(BatchLimits::default(), 2 * mib + mib / 2);
+        let first = partition_outcome(
+            &topic(),
+            0,
+            Offset(0),
+            &answer(5),
+            &bombs,
+            OffsetOutOfRangePolicy::Error,
+            &mut budget,
+        );
+        assert_eq!(records_of(first), (vec![0, 1, 2], Offset(3)));
+        // Another partition of the same fetch: its compressed batches wait
+        // for the next fetch, its position unchanged; uncompressed ones
+        // cost nothing and are delivered.
+        let second = partition_outcome(
+            &topic(),
+            1,
+            Offset(7),
+            &answer(12),
+            &Bytes::from(inflating(7, 1024)),
+            OffsetOutOfRangePolicy::Error,
+            &mut budget,
+        );
+        assert_eq!(records_of(second), (vec![], Offset(7)));
+        let plain = partition_outcome(
+            &topic(),
+            2,
+            Offset(0),
+            &answer(2),
+            &Bytes::from(batch(0, &["a", "b"])),
+            OffsetOutOfRangePolicy::Error,
+            &mut budget,
+        );
+        assert_eq!(records_of(plain), (vec![0, 1], Offset(2)));
+
+        // The first batch of a fetch is decoded whatever the budget, so a
+        // reader always progresses.
+        let mut empty = InflationBudget::new(BatchLimits::default(), 0);
+        let progress = partition_outcome(
+            &topic(),
+            0,
+            Offset(3),
+            &answer(5),
+            &bombs.slice(bombs.len() * 3 / 5..),
+            OffsetOutOfRangePolicy::Error,
+            &mut empty,
+        );
+        assert_eq!(records_of(progress), (vec![3], Offset(4)));
+    }
+
     #[test]
     fn a_batch_cut_short_is_an_error() {
         let raw = batch(0, &["a", "b"]);
         let cut = Bytes::copy_from_slice(&raw[..raw.len() - 3]);
-        let error =
-            decode_batches(&topic(), 0, Offset(0), &cut, &BatchLimits::default()).unwrap_err();
+        let error = decode_batches(&topic(), 0, Offset(0), &cut, &mut unbounded()).unwrap_err();
         assert!(matches!(error, ClientError::CorruptBatch { .. }), "{error}");
     }
 
@@ -374,7 +571,7 @@ mod tests {
             &answer(7),
             &Bytes::new(),
             OffsetOutOfRangePolicy::Error,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         assert!(matches!(
             outcome,
@@ -414,7 +611,7 @@ mod tests {
             &out_of_range(),
             &Bytes::new(),
             OffsetOutOfRangePolicy::Error,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         let PartitionOutcome::Fail {
             error: ClientError::OffsetOutOfRange { gap, partition, .. },
@@ -443,7 +640,7 @@ mod tests {
             &answer,
             &Bytes::new(),
             OffsetOutOfRangePolicy::Error,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         let PartitionOutcome::Fail {
             error: ClientError::OffsetOutOfRange { gap, .. },
@@ -471,7 +668,7 @@ mod tests {
             &out_of_range(),
             &Bytes::new(),
             OffsetOutOfRangePolicy::ResetToEarliest,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         let PartitionOutcome::Reset { to, gap } = outcome else {
             panic!("expected a reset, got {outcome:?}");
@@ -491,7 +688,7 @@ mod tests {
             &not_leader,
             &Bytes::new(),
             OffsetOutOfRangePolicy::Error,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         assert!(matches!(outcome, PartitionOutcome::Retry { .. }));
         let mut corrupt = answer(0);
@@ -503,7 +700,7 @@ mod tests {
             &corrupt,
             &Bytes::new(),
             OffsetOutOfRangePolicy::ResetToEarliest,
-            &BatchLimits::default(),
+            &mut unbounded(),
         );
         assert!(matches!(outcome, PartitionOutcome::Fail { .. }));
     }

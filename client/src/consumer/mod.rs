@@ -47,6 +47,7 @@ mod fetch;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,7 +58,9 @@ use corelog_wire::types::{Offset, TimestampMs};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use self::fetch::{PartitionAnswer, PartitionOutcome, most_common_shard, partition_outcome};
+use self::fetch::{
+    InflationBudget, PartitionAnswer, PartitionOutcome, most_common_shard, partition_outcome,
+};
 use crate::cluster::Cluster;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
@@ -106,6 +109,13 @@ pub struct ConsumerConfig {
     pub offset_out_of_range: OffsetOutOfRangePolicy,
     /// Bounds on batches read (C9).
     pub batch_limits: BatchLimits,
+    /// Most bytes one fetch decompresses (C9). The first batch of a fetch
+    /// is always decoded; after that, batches are decompressed only while
+    /// this budget lasts, and the rest are fetched again by the next poll.
+    /// So a poll holds at most this plus one batch
+    /// (`batch_limits.decompressed_bytes_max`) of decompressed records per
+    /// leader, however far a producer's batches inflate. Default 64 MiB.
+    pub fetch_decompressed_bytes_max: usize,
     /// Wait before fetching a partition again after a retriable error.
     /// Default 100 ms.
     pub retry_backoff: Duration,
@@ -121,6 +131,7 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 1 << 20,
             offset_out_of_range: OffsetOutOfRangePolicy::Error,
             batch_limits: BatchLimits::default(),
+            fetch_decompressed_bytes_max: 64 << 20,
             retry_backoff: Duration::from_millis(100),
         }
     }
@@ -142,7 +153,10 @@ impl ConsumerConfig {
     /// [`ClientError::InvalidConfig`] naming the first bad setting.
     pub fn validate(&self) -> Result<(), ClientError> {
         self.client.validate()?;
-        if self.fetch_max_bytes == 0 || self.partition_max_bytes == 0 {
+        if self.fetch_max_bytes == 0
+            || self.partition_max_bytes == 0
+            || self.fetch_decompressed_bytes_max == 0
+        {
             return Err(ClientError::InvalidConfig(
                 "fetch byte limits must be positive".to_owned(),
             ));
@@ -353,11 +367,27 @@ struct Assignment {
 
 type Key = (Arc<str>, u32);
 
+/// A partition a poll fetches: where from, and what the metadata says of
+/// its leader.
+struct Wanted {
+    key: Key,
+    position: Offset,
+    /// The leader's shard that owns the partition.
+    shard: u16,
+    /// The leader epoch the fetch names, so that a broker whose metadata
+    /// differs fences it (C11) rather than serving it.
+    leader_epoch: Option<u32>,
+}
+
 /// A consumer of assigned partitions. Not shared: one task owns it.
 pub struct Consumer {
     cluster: Arc<Cluster>,
     config: ConsumerConfig,
     assignments: BTreeMap<Key, Assignment>,
+    /// Fetches made, to rotate which partition a fetch decodes first:
+    /// once its decompression budget is spent the others wait, and none
+    /// may wait for ever.
+    fetches: AtomicUsize,
 }
 
 impl fmt::Debug for Consumer {
@@ -387,6 +417,7 @@ impl Consumer {
             cluster,
             config,
             assignments: BTreeMap::new(),
+            fetches: AtomicUsize::new(0),
         })
     }
 
@@ -561,7 +592,7 @@ impl Consumer {
         self.resolve_positions().await?;
         let now = Instant::now();
         let metadata = self.metadata_with_leaders().await;
-        let mut by_leader: BTreeMap<u32, Vec<(Key, Offset, u16)>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<u32, Vec<Wanted>> = BTreeMap::new();
         for (key, assignment) in &self.assignments {
             let Some(position) = assignment.position else {
                 continue;
@@ -570,10 +601,12 @@ impl Consumer {
                 continue;
             }
             if let Some((leader, shard)) = metadata.leader_shard(&key.0, key.1) {
-                by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push((key.clone(), position, shard));
+                by_leader.entry(leader).or_default().push(Wanted {
+                    key: key.clone(),
+                    position,
+                    shard,
+                    leader_epoch: metadata.leader_epoch(&key.0, key.1),
+                });
             }
         }
         if by_leader.is_empty() {
@@ -587,7 +620,7 @@ impl Consumer {
             .map(|(leader, partitions)| async move {
                 let fetched: Vec<(Key, Offset)> = partitions
                     .iter()
-                    .map(|(key, offset, _)| (key.clone(), *offset))
+                    .map(|wanted| (wanted.key.clone(), wanted.position))
                     .collect();
                 (fetched, this.fetch_from(leader, partitions).await)
             });
@@ -713,12 +746,13 @@ impl Consumer {
     async fn fetch_from(
         &self,
         leader: u32,
-        partitions: Vec<(Key, Offset, u16)>,
+        wanted: Vec<Wanted>,
     ) -> Result<Vec<(Key, Offset, PartitionOutcome)>, ClientError> {
-        let shard = most_common_shard(partitions.iter().map(|(_, _, shard)| *shard));
-        let partitions: Vec<(Key, Offset)> = partitions
+        let shard = most_common_shard(wanted.iter().map(|wanted| wanted.shard));
+        let request = self.fetch_request(&wanted);
+        let partitions: Vec<(Key, Offset)> = wanted
             .into_iter()
-            .map(|(key, offset, _)| (key, offset))
+            .map(|wanted| (wanted.key, wanted.position))
             .collect();
         let retry_all = |error: ClientError, partitions: Vec<(Key, Offset)>| {
             partitions
@@ -740,7 +774,6 @@ impl Consumer {
         if let Some(until) = self.cluster.throttles.until(leader, shard) {
             tokio::time::sleep_until(until).await;
         }
-        let request = self.fetch_request(&partitions);
         let reply = match connection
             .call(&request, Vec::new(), self.config.fetch_max_wait)
             .await
@@ -774,35 +807,46 @@ impl Consumer {
             at += len;
         }
         let policy = self.config.offset_out_of_range;
-        let limits = self.config.batch_limits;
-        Ok(partitions
-            .into_iter()
-            .map(|(key, offset)| {
-                let outcome = match answers.get(&key) {
-                    Some((answer, records)) => {
-                        partition_outcome(&key.0, key.1, offset, answer, records, policy, &limits)
-                    }
-                    None => PartitionOutcome::Retry {
-                        error: ClientError::Protocol {
-                            addr: reply.addr().to_owned(),
-                            detail: format!("fetch response has no answer for {}/{}", key.0, key.1),
-                        },
+        let mut budget = InflationBudget::new(
+            self.config.batch_limits,
+            self.config.fetch_decompressed_bytes_max,
+        );
+        // Decoded from a partition that moves on with every fetch, and
+        // answered in request order.
+        let count = partitions.len().max(1);
+        let first = self.fetches.fetch_add(1, Ordering::Relaxed) % count;
+        let mut outcomes: Vec<Option<(Key, Offset, PartitionOutcome)>> =
+            partitions.iter().map(|_| None).collect();
+        for index in (first..partitions.len()).chain(0..first) {
+            let (key, offset) = partitions[index].clone();
+            let outcome = match answers.get(&key) {
+                Some((answer, records)) => {
+                    partition_outcome(&key.0, key.1, offset, answer, records, policy, &mut budget)
+                }
+                None => PartitionOutcome::Retry {
+                    error: ClientError::Protocol {
+                        addr: reply.addr().to_owned(),
+                        detail: format!("fetch response has no answer for {}/{}", key.0, key.1),
                     },
-                };
-                (key, offset, outcome)
-            })
-            .collect())
+                },
+            };
+            outcomes[index] = Some((key, offset, outcome));
+        }
+        Ok(outcomes.into_iter().flatten().collect())
     }
 
-    fn fetch_request(&self, partitions: &[(Key, Offset)]) -> FetchRequest {
+    fn fetch_request(&self, partitions: &[Wanted]) -> FetchRequest {
         let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
-        for ((topic, partition), offset) in partitions {
-            topics.entry(topic).or_default().push(FetchPartition {
-                partition: *partition,
-                fetch_offset: offset.0,
-                partition_max_bytes: self.config.partition_max_bytes,
-                current_leader_epoch: None,
-            });
+        for wanted in partitions {
+            topics
+                .entry(&wanted.key.0)
+                .or_default()
+                .push(FetchPartition {
+                    partition: wanted.key.1,
+                    fetch_offset: wanted.position.0,
+                    partition_max_bytes: self.config.partition_max_bytes,
+                    current_leader_epoch: wanted.leader_epoch,
+                });
         }
         FetchRequest {
             max_wait_ms: u32::try_from(self.config.fetch_max_wait.as_millis()).unwrap_or(u32::MAX),

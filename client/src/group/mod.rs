@@ -203,6 +203,7 @@ impl GroupConfig {
             partition_max_bytes: self.partition_max_bytes,
             offset_out_of_range: self.offset_out_of_range,
             batch_limits: BatchLimits::default(),
+            fetch_decompressed_bytes_max: ConsumerConfig::default().fetch_decompressed_bytes_max,
             retry_backoff: self.retry_backoff,
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! offset  size  field
-//!  0       8    base_offset            assigned by the leader, not covered by the CRC
+//!  0       8    base_offset            assigned by the leader, not covered by the CRC;
+//!                                      0 ..= i64::MAX - last_offset_delta - 1
 //!  8       4    batch_length           bytes after this field
 //! 12       4    partition_leader_epoch assigned by the leader, not covered by the CRC
 //! 16       1    magic                  always 2
@@ -119,8 +120,9 @@ impl BatchHeader {
     ///
     /// # Errors
     /// [`BatchError::Truncated`] with fewer than [`HEADER_BYTES`];
-    /// [`BatchError::UnsupportedMagic`], [`BatchError::BadLength`] or
-    /// [`BatchError::TooLarge`] when a field is out of bounds.
+    /// [`BatchError::UnsupportedMagic`], [`BatchError::BadLength`],
+    /// [`BatchError::TooLarge`], [`BatchError::BadBaseOffset`] or another
+    /// variant when a field is out of bounds.
     pub fn parse(bytes: &[u8], limits: &BatchLimits) -> Result<BatchHeader, BatchError> {
         if bytes.len() < HEADER_BYTES {
             return Err(BatchError::Truncated {
@@ -156,8 +158,9 @@ impl BatchHeader {
         if record_count > 0 && last_offset_delta < record_count - 1 {
             return Err(BatchError::BadOffsetDelta(last_offset_delta as i32));
         }
+        let base_offset = checked_base_offset(read_i64(bytes, BASE_OFFSET_AT), last_offset_delta)?;
         let header = BatchHeader {
-            base_offset: Offset(read_i64(bytes, BASE_OFFSET_AT) as u64),
+            base_offset,
             batch_length,
             partition_leader_epoch: read_i32(bytes, LEADER_EPOCH_AT),
             crc: read_u32(bytes, CRC_AT),
@@ -233,6 +236,19 @@ impl BatchHeader {
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_BIT != 0
     }
+}
+
+/// The base offset of a header, if the batch's offsets fit: offsets are
+/// Kafka's signed 64-bit numbers, and the offset after the batch's last
+/// must exist. The CRC does not cover `base_offset` (the leader stamps it
+/// in place), so this check is all that stands between a flipped or forged
+/// value and offset arithmetic that would overflow.
+fn checked_base_offset(raw: i64, last_offset_delta: u32) -> Result<Offset, BatchError> {
+    let next_offset_max = i64::MAX - i64::from(last_offset_delta) - 1;
+    if !(0..=next_offset_max).contains(&raw) {
+        return Err(BatchError::BadBaseOffset(raw));
+    }
+    Ok(Offset(raw as u64))
 }
 
 /// Attribute bits for a batch with these properties.

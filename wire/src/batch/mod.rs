@@ -85,6 +85,12 @@ pub enum BatchError {
     /// `last_offset_delta` negative or inconsistent with the record count.
     #[error("last offset delta {0} is inconsistent with the record count")]
     BadOffsetDelta(i32),
+    /// `base_offset` negative, or so large that the batch's offsets would
+    /// pass `i64::MAX`. Not covered by the CRC, so checked by value.
+    #[error(
+        "base offset {0} is negative or leaves no room for the batch's offsets; the batch is corrupt"
+    )]
+    BadBaseOffset(i64),
     /// Stored CRC does not match the bytes.
     #[error("batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     CrcMismatch {
@@ -189,10 +195,35 @@ fn records_section<'a>(
 /// # Errors
 /// Any [`BatchError`] describing the first problem found.
 pub fn decode_records(batch: &Bytes, limits: &BatchLimits) -> Result<Vec<Record>, BatchError> {
+    decode_batch(batch, limits).map(|decoded| decoded.records)
+}
+
+/// One batch decoded by [`decode_batch`].
+#[derive(Clone, Debug)]
+pub struct DecodedBatch {
+    /// The batch's header (CRC-checked).
+    pub header: BatchHeader,
+    /// Its records, in offset order.
+    pub records: Vec<Record>,
+    /// Bytes decompression produced, which the records hold on to: 0 for
+    /// an uncompressed batch, whose records are slices of `batch`. What a
+    /// reader counts against a decompression budget.
+    pub inflated_bytes: usize,
+}
+
+/// [`decode_records`], with the header and how many bytes decompression
+/// produced.
+///
+/// # Errors
+/// Any [`BatchError`] describing the first problem found.
+pub fn decode_batch(batch: &Bytes, limits: &BatchLimits) -> Result<DecodedBatch, BatchError> {
     let header = validate(batch, limits)?;
-    let section = match records_section(batch, &header, limits)? {
-        std::borrow::Cow::Borrowed(_) => batch.slice(HEADER_BYTES..header.total_bytes()),
-        std::borrow::Cow::Owned(plain) => Bytes::from(plain),
+    let (section, inflated_bytes) = match records_section(batch, &header, limits)? {
+        std::borrow::Cow::Borrowed(_) => (batch.slice(HEADER_BYTES..header.total_bytes()), 0),
+        std::borrow::Cow::Owned(plain) => {
+            let inflated_bytes = plain.len();
+            (Bytes::from(plain), inflated_bytes)
+        }
     };
     // Every record takes at least 7 bytes, so this bounds the allocation by the input.
     let capacity = (header.record_count as usize).min(section.len() / 7);
@@ -211,7 +242,11 @@ pub fn decode_records(batch: &Bytes, limits: &BatchLimits) -> Result<Vec<Record>
             Ok(())
         },
     )?;
-    Ok(records)
+    Ok(DecodedBatch {
+        header,
+        records,
+        inflated_bytes,
+    })
 }
 
 /// Iterates over consecutive batches in a buffer, such as a segment file or

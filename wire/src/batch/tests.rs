@@ -160,6 +160,34 @@ fn stamping_offset_and_epoch_keeps_the_crc_valid() {
     assert_eq!(after.next_offset(), Offset(119));
 }
 
+/// The CRC does not cover `base_offset` (the leader stamps it), so a flipped
+/// or forged one must be refused by its value: offsets are Kafka's signed
+/// 64-bit numbers, and the batch's last offset must stay below `i64::MAX`
+/// so that the offset after it exists (issue 35, item 19).
+#[test]
+fn a_negative_or_overflowing_base_offset_is_refused_when_parsed() {
+    let limits = BatchLimits::default();
+    for raw in [u64::MAX, 1 << 63, i64::MAX as u64, i64::MAX as u64 - 1] {
+        let mut bytes = sample_batch().to_vec();
+        set_base_offset(&mut bytes, Offset(raw));
+        let parsed = BatchHeader::parse(&bytes, &limits);
+        assert!(
+            parsed
+                .as_ref()
+                .is_err_and(|error| error.to_string().contains("base offset")),
+            "base offset {raw:#x} (last offset delta 1) was parsed: {parsed:?}"
+        );
+        assert!(validate(&bytes, &limits).is_err());
+        assert!(decode_records(&Bytes::from(bytes.clone()), &limits).is_err());
+        assert!(batches_trusted(&bytes, &limits).all(|found| found.is_err()));
+    }
+    // The largest base offset whose batch still has a next offset.
+    let mut bytes = sample_batch().to_vec();
+    set_base_offset(&mut bytes, Offset(i64::MAX as u64 - 2));
+    let header = validate(&bytes, &limits).expect("the largest valid base offset");
+    assert_eq!(header.next_offset(), Offset(i64::MAX as u64));
+}
+
 #[test]
 fn oversized_batch_is_refused_from_its_header() {
     let bytes = sample_batch();

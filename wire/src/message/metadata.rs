@@ -38,7 +38,8 @@ pub struct PartitionMetadata {
     pub error_code: u16,
     /// Node id of the leader; `None` while leaderless.
     pub leader: Option<u32>,
-    /// The leader's epoch; send it with produce and fetch requests.
+    /// The leader's epoch; fetches name it (`current_leader_epoch`) so that
+    /// a broker whose metadata differs fences them.
     pub leader_epoch: u32,
     /// Node ids of the replica set.
     pub replicas: Vec<u32>,

@@ -20,7 +20,7 @@ use corelog_wire::message::fetch::{
     DeletedRange, DeletionCause as WireCause, FetchPartitionResponse, FetchRequest, FetchResponse,
     FetchTopicResponse, Gap,
 };
-use corelog_wire::types::Offset;
+use corelog_wire::types::{LeaderEpoch, Offset};
 use futures::future::{Either, join_all, select, select_all};
 
 use super::Caller;
@@ -73,9 +73,13 @@ pub(super) async fn fetch(
                     partition,
                     offset: Offset(entry.fetch_offset.to_native()),
                     max_bytes: (entry.partition_max_bytes.to_native() as usize).min(max_bytes),
-                    target: access
-                        .topic(Operation::Fetch, &topic.name)
-                        .and_then(|()| shard.locate(&topic.name, partition)),
+                    target: access.topic(Operation::Fetch, &topic.name).and_then(|()| {
+                        let epoch = entry
+                            .current_leader_epoch
+                            .as_ref()
+                            .map(|epoch| LeaderEpoch(epoch.to_native()));
+                        shard.locate_at_epoch(&topic.name, partition, epoch)
+                    }),
                 }
             })
         })

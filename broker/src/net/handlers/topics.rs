@@ -193,7 +193,14 @@ pub(super) async fn create(
         for entry in topic.configs.iter() {
             config.insert(entry.key.to_string(), entry.value.to_string());
         }
-        if let Some(error) = frame_limit_exceeded(&config, shard.config.max_frame_bytes) {
+        if let Some(error) =
+            frame_limit_exceeded(&config, shard.config.max_frame_bytes).or_else(|| {
+                decompressed_limit_exceeded(
+                    &config,
+                    shard.config.log.batch_limits.decompressed_bytes_max,
+                )
+            })
+        {
             refused_early.push(TopicOutcome {
                 name,
                 result: Err(error),
@@ -243,6 +250,28 @@ fn frame_limit_exceeded(
             ErrorCode::InvalidConfig,
             format!(
                 "max.message.bytes must be smaller than the broker's max_frame_bytes ({max_frame_bytes})"
+            ),
+        )
+    })
+}
+
+/// A broker limit, not a topic rule: a topic may not let a batch inflate
+/// past what this broker decompresses at all. `None` when it does not (or
+/// when the value does not parse: the controller refuses that by itself).
+fn decompressed_limit_exceeded(
+    config: &std::collections::BTreeMap<String, String>,
+    decompressed_bytes_max: usize,
+) -> Option<PartitionError> {
+    let bytes: u64 = config
+        .get("max.uncompressed.message.bytes")?
+        .trim()
+        .parse()
+        .ok()?;
+    (bytes > decompressed_bytes_max as u64).then(|| {
+        PartitionError::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "max.uncompressed.message.bytes must be at most the broker's limit on a decompressed batch ({decompressed_bytes_max})"
             ),
         )
     })

@@ -341,6 +341,7 @@ fn replica_spec(
                 segment_bytes,
                 segment_ms: 1 << 40,
                 max_message_bytes: 4 << 10,
+                max_uncompressed_message_bytes: 16 << 10,
                 cleanup_policy: CleanupPolicy::Delete,
             },
             broker_log: LogConfig {

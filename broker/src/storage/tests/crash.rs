@@ -167,6 +167,55 @@ fn a_closed_segment_that_fails_its_scan_is_marked_not_served() {
     assert!(matches!(error, StorageError::Corrupt { .. }), "{error:?}");
 }
 
+/// `base_offset` is outside the CRC: one flipped bit in it, in a closed
+/// segment that recovery scans, made the offset negative or 2^40 ahead,
+/// and the scan's index arithmetic panicked on every start (a crash
+/// loop). Now the batch is corruption at its position, like a CRC
+/// mismatch, and everything before it is served; in a segment recovery
+/// trusts (not scanned), the read that reaches it refuses it the same way
+/// (issue 35, item 19).
+#[test]
+fn a_flipped_base_offset_in_a_closed_segment_is_corruption_not_a_crash() {
+    // Bit 63 (negative as Kafka's signed offset) and bit 40 (positive, but
+    // not where the segment continues).
+    for scanned in [true, false] {
+        for (byte, mask) in [(0usize, 0x80u8), (2, 0x01)] {
+            let case = format!("byte {byte} ^ {mask:#04x}, scanned: {scanned}");
+            let harness = Harness::new(small_config());
+            let log = block_on(harness.open());
+            fill(&harness, &log, 40);
+            let first = log.segments()[0];
+            let path = SegmentPaths::new(log.dir(), first.base_offset).log;
+            block_on(log.close()).expect("close");
+            drop(log);
+            let mut contents = harness.disk.contents(&path).expect("segment");
+            let batches = batch_spans(&contents);
+            let (victim_base, _, victim_start, _) = batches[batches.len() / 2];
+            contents[victim_start + byte] ^= mask;
+            harness.disk.overwrite(&path, contents);
+            if scanned {
+                // Without a checkpoint recovery scans every segment.
+                let checkpoint = super::super::checkpoint::Checkpoint::path(&harness.dir);
+                harness.disk.overwrite(&checkpoint, vec![0; 5]);
+            }
+
+            let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                block_on(harness.try_open(&harness.disk))
+            }))
+            .unwrap_or_else(|_| panic!("{case}: recovery panicked"));
+            let log = opened.expect("a damaged closed segment still opens");
+            match block_on(log.read(victim_base, 1000, None)) {
+                Err(StorageError::Corrupt { position, .. }) => {
+                    assert_eq!(position, victim_start as u64, "{case}");
+                }
+                other => panic!("{case}: expected a corruption error, got {other:?}"),
+            }
+            let before = block_on(log.read(first.base_offset, 1, None)).expect("first batch");
+            assert!(!batches_of(&before).is_empty(), "{case}");
+        }
+    }
+}
+
 async fn read_all_result(log: &PartitionLog<MemoryDisk>) -> Result<(), StorageError> {
     let mut position = log.log_start();
     while position < log.durable_end() {
