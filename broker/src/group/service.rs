@@ -124,12 +124,8 @@ async fn join(
         heartbeat_interval_ms,
         members: 0,
     };
-    if request.group.is_empty() || request.group.len() > 255 {
-        return refused(
-            ErrorCode::InvalidGroupId,
-            Some("a group id must be 1 to 255 bytes".to_owned()),
-        );
-    }
+    // The group id was checked by the handler (`net::handlers::groups`),
+    // by the one rule of every group API.
     // Bounded above too: the largest rebalance timeout among a group's
     // members is how long every later join waits for it (C9).
     let timeout_max_ms = host.group_timeout_max_ms();

@@ -41,7 +41,9 @@ pub(super) fn find_coordinator(
     access: &Access,
 ) -> Result<Reply, ErrorCode> {
     let request: FindCoordinatorRequest = owned(body)?;
-    if let Err(error) = access.group(Operation::Describe, &request.group) {
+    if let Err(error) = valid_group_id(&request.group)
+        .and_then(|()| access.group(Operation::Describe, &request.group))
+    {
         shard.metrics.error(error.code);
         return Reply::encode(
             &FindCoordinatorResponse {
@@ -421,9 +423,9 @@ fn record_authenticated_principal(principal: &mut String, access: &Access) {
     }
 }
 
-/// Sends `request` to the group's coordinator if the principal may do
-/// `operation` to the group; otherwise answers `GROUP_AUTHORIZATION_FAILED`
-/// without a trip.
+/// Sends `request` to the group's coordinator if the group id is valid
+/// and the principal may do `operation` to the group; otherwise answers
+/// `INVALID_GROUP_ID` or `GROUP_AUTHORIZATION_FAILED` without a trip.
 async fn guarded(
     shard: &Rc<Shard>,
     access: &Access,
@@ -431,10 +433,17 @@ async fn guarded(
     group: &str,
     request: GroupRequest,
 ) -> GroupResponse {
-    match access.group(operation, group) {
+    match valid_group_id(group).and_then(|()| access.group(operation, group)) {
         Ok(()) => shard.group_request(group, request).await,
         Err(error) => GroupResponse::Unavailable(error),
     }
+}
+
+/// The one group id rule ([`corelog_wire::group::check_group_id`]), on
+/// every group API: any of them can create a group.
+fn valid_group_id(group: &str) -> Result<(), PartitionError> {
+    corelog_wire::group::check_group_id(group)
+        .map_err(|invalid| PartitionError::new(ErrorCode::InvalidGroupId, invalid.to_string()))
 }
 
 fn failure(response: GroupResponse) -> (u16, Option<String>) {
