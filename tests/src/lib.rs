@@ -13,6 +13,7 @@
 //! - [`proxy`]: a seeded fault proxy (delay, reorder, duplicate, drop,
 //!   corrupt, lost replies) between clients and brokers and between brokers.
 //! - [`small_fs`]: a small mounted filesystem to fill up (disk full).
+//! - [`tenants`]: a secured broker with tenants, logged in by CLI or raw wire.
 //!
 //! Every random choice above draws from `corelog_wire::rng::SplitMix64`,
 //! so a printed seed replays it.
@@ -27,6 +28,7 @@ pub mod power_loss;
 pub mod process;
 pub mod proxy;
 pub mod small_fs;
+pub mod tenants;
 pub mod tls;
 pub mod wire_client;
 

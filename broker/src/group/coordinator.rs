@@ -92,6 +92,28 @@ struct Verdict {
     result: Result<(), PartitionError>,
 }
 
+/// One partition's move by a commit outside a generation, for its audit
+/// record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditedMove {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The committed offset before; `-1` for none.
+    pub before: i64,
+    /// The offset committed.
+    pub after: u64,
+}
+
+/// Writes the audit record of a commit outside a generation (a manual
+/// commit, which moves a group like a reset does, C6) before it is
+/// applied; an error refuses the commit.
+pub type ManualCommitAudit =
+    dyn Fn(
+        Vec<AuditedMove>,
+    ) -> futures::future::LocalBoxFuture<'static, Result<(), PartitionError>>;
+
 /// Topics and their partition counts, as the coordinator needs them.
 pub trait TopicView {
     /// Partition count of `topic`, if it exists.
@@ -418,11 +440,14 @@ impl GroupCoordinator {
 
     /// Commits offsets: judged against the current generation and
     /// ownership, bounded by each partition's high watermark (looked up
-    /// with `high_watermark`), acknowledged once durable.
+    /// with `high_watermark`), acknowledged once durable. A commit outside
+    /// a generation is first written to the audit log by `audit` (which
+    /// the caller passes for those).
     pub async fn commit(
         &self,
         request: OffsetCommitRequest,
         high_watermark: &HighWatermarkLookup,
+        audit: Option<&ManualCommitAudit>,
         now: TimestampMs,
     ) -> OffsetCommitResponse {
         if let Err(code) = self.judge_committer(&request) {
@@ -485,7 +510,17 @@ impl GroupCoordinator {
             })
             .collect();
         let mut durable: Result<(), PartitionError> = Ok(());
-        if !accepted.is_empty() {
+        if let Some(audit) = audit.filter(|_| !accepted.is_empty()) {
+            // The audit record first, as for a reset: a move nobody can
+            // account for never happens.
+            durable = audit(self.moves(&request.group, &verdicts)).await;
+            if durable.is_ok()
+                && let Err(code) = self.judge_committer(&request)
+            {
+                return refused_commit(&request, code);
+            }
+        }
+        if !accepted.is_empty() && durable.is_ok() {
             self.groups
                 .borrow_mut()
                 .entry(request.group.clone())
@@ -584,6 +619,25 @@ impl GroupCoordinator {
             error_message: None,
             topics,
         }
+    }
+
+    /// What the accepted verdicts of a commit change, from the group's
+    /// committed offsets.
+    fn moves(&self, group: &str, verdicts: &[Verdict]) -> Vec<AuditedMove> {
+        let groups = self.groups.borrow();
+        let offsets = groups.get(group).map(|group| &group.offsets);
+        verdicts
+            .iter()
+            .filter(|verdict| verdict.result.is_ok())
+            .map(|verdict| AuditedMove {
+                topic: verdict.topic.clone(),
+                partition: verdict.partition,
+                before: offsets
+                    .and_then(|offsets| offsets.get(&(verdict.topic.clone(), verdict.partition)))
+                    .map_or(-1, |committed| committed.next_offset as i64),
+                after: verdict.next_offset,
+            })
+            .collect()
     }
 
     /// A copy of a group, for describing it.
@@ -922,6 +976,7 @@ mod tests {
                     .commit(
                         commit_request(&group, (round % 4) as u32, round),
                         &unbounded,
+                        None,
                         TimestampMs(2_000),
                     )
                     .await;
