@@ -27,6 +27,7 @@
 //!
 //! Beside them: [`server`] (the process: it wires `net` onto `runtime`),
 //! [`identity`] (which node and cluster a data directory belongs to),
+//! [`producer_ids`] (the key binding producer ids to principals),
 //! [`migration`] (upgrading a standalone data directory), [`metadata`]
 //! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
 //! itself in-process), [`api`] (encoded replies), [`executor`] (the
@@ -47,6 +48,7 @@ pub mod migration;
 pub mod net;
 pub mod partition;
 pub mod peer;
+pub mod producer_ids;
 pub mod replica;
 pub mod runtime;
 pub mod server;
