@@ -273,18 +273,11 @@ impl GroupHost for Shard {
             let shard = self.me.upgrade().ok_or_else(|| {
                 PartitionError::new(ErrorCode::LeaderNotAvailable, "the broker is stopping")
             })?;
-            let (id, owner) = shard.locate(AUDIT_TOPIC, 0)?;
-            let produced = shard
-                .produce(
-                    id,
-                    owner,
-                    batch,
-                    Instant::now(),
-                    Acks::Quorum,
-                    INTERNAL_PRODUCE_TIMEOUT,
-                )
-                .await?;
-            Ok(produced.base_offset)
+            // `__audit/0` is led by one broker; coordinators of the
+            // other brokers append through it.
+            shard
+                .produce_anywhere(AUDIT_TOPIC, 0, batch, INTERNAL_PRODUCE_TIMEOUT)
+                .await
         })
     }
 

@@ -115,7 +115,7 @@ pub(super) async fn produce(
             Err(error)
         } else if let Err(error) = check_producer_id(shard, access, &batch) {
             Err(error)
-        } else if target.topic.starts_with("__") {
+        } else if target.topic.starts_with("__") && !access.is_broker() {
             Err(PartitionError::new(
                 ErrorCode::InternalTopic,
                 format!(
