@@ -62,11 +62,34 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
     let admin = Admin::connect(global.client.clone()).await?;
     match command {
         GroupCommand::List { states } => {
-            let groups = admin.list_groups(&states).await?;
+            let listed = admin.list_groups(&states).await?;
             if global.json {
-                println!("{}", serde_json::to_string(&groups).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string(&listed.groups).unwrap_or_default()
+                );
             } else {
-                print!("{}", list_text(&groups));
+                print!("{}", list_text(&listed.groups));
+            }
+            // A partial list must not pass for a whole one: say which
+            // brokers' groups are missing, and fail.
+            if let Some(first) = listed.unanswered.first() {
+                for broker in &listed.unanswered {
+                    eprintln!(
+                        "warning: broker {} did not answer ({}); the groups it coordinates are not listed",
+                        broker.node_id,
+                        printable(&broker.error)
+                    );
+                }
+                return Err(ClientError::Broker {
+                    code: corelog_wire::error::ErrorCode::CoordinatorNotAvailable,
+                    context: format!(
+                        "list groups: {} of the cluster's brokers did not answer (broker {} first)",
+                        listed.unanswered.len(),
+                        first.node_id
+                    ),
+                    detail: None,
+                });
             }
         }
         GroupCommand::Describe { group, watch: None } => {
