@@ -65,6 +65,10 @@ pub struct GroupCoordinator {
     /// Appends under way: compaction waits for none, so that every record
     /// below the log end is reflected in memory when it snapshots.
     appending: Cell<u32>,
+    /// The groups whose series this coordinator published (metrics), with
+    /// the partitions of their lag series: removed when a group goes, a
+    /// partition's offset goes, or the coordinator moves away.
+    published: RefCell<BTreeMap<String, BTreeSet<TopicPartition>>>,
 }
 
 /// Records per batch when the coordinator writes a snapshot of its state.
@@ -187,6 +191,7 @@ impl GroupCoordinator {
             rebalanced: Event::new(),
             ticks: Cell::new(0),
             appending: Cell::new(0),
+            published: RefCell::new(BTreeMap::new()),
         })
     }
 
@@ -420,6 +425,39 @@ impl GroupCoordinator {
         }
         self.ticks.set(self.ticks.get() + 1);
         rebalancing
+    }
+
+    /// Notes that `group`'s series are published, its lag on exactly
+    /// `partitions` when given; returns the partitions whose lag series
+    /// were published before and no longer are.
+    pub fn note_published(
+        &self,
+        group: &str,
+        partitions: Option<BTreeSet<TopicPartition>>,
+    ) -> Vec<TopicPartition> {
+        let mut published = self.published.borrow_mut();
+        let entry = published.entry(group.to_owned()).or_default();
+        let Some(partitions) = partitions else {
+            return Vec::new();
+        };
+        let gone = entry.difference(&partitions).cloned().collect();
+        *entry = partitions;
+        gone
+    }
+
+    /// Takes the published series' record of every group: the
+    /// coordinator is retired.
+    pub fn take_published(&self) -> BTreeMap<String, BTreeSet<TopicPartition>> {
+        std::mem::take(&mut *self.published.borrow_mut())
+    }
+
+    /// Takes the published series' record of `group` (it was deleted):
+    /// the partitions of its lag series.
+    pub fn take_published_of(&self, group: &str) -> BTreeSet<TopicPartition> {
+        self.published
+            .borrow_mut()
+            .remove(group)
+            .unwrap_or_default()
     }
 
     /// Ticks so far, for pacing periodic work.

@@ -106,7 +106,13 @@ pub async fn serve(
             GroupResponse::Describe(describe(host, coordinator, &group).await)
         }
         GroupRequest::Delete(group) => {
-            GroupResponse::Delete(coordinator.delete(&group, now()).await.err())
+            let deleted = coordinator.delete(&group, now()).await;
+            if deleted.is_ok() {
+                let partitions: Vec<(String, u32)> =
+                    coordinator.take_published_of(&group).into_iter().collect();
+                host.forget_group(&group, &partitions, true);
+            }
+            GroupResponse::Delete(deleted.err())
         }
         GroupRequest::Reset(request) => {
             GroupResponse::Reset(reset(host, coordinator, request).await)
@@ -535,12 +541,14 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
     // within a second.
     if coordinator.ticks() % 4 == 1 {
         for (group, _, _, generation) in coordinator.list() {
+            coordinator.note_published(&group, None);
             host.observe_generation(&group, generation);
         }
     }
     // Lag metrics every 20 ticks (5 s): each needs lookups on other shards.
     if coordinator.ticks() % 20 == 1 {
         for (group, offsets) in coordinator.committed() {
+            let mut lagging = BTreeSet::new();
             for ((topic, partition), committed) in offsets {
                 let (lag, known) = partition_lag(
                     &**host,
@@ -551,6 +559,13 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
                 )
                 .await;
                 host.observe_lag(&group, &lag, known);
+                lagging.insert((topic, partition));
+            }
+            // A partition whose offset went since the last round (deleted
+            // offsets) leaves no series behind.
+            let gone = coordinator.note_published(&group, Some(lagging));
+            if !gone.is_empty() {
+                host.forget_group(&group, &gone, false);
             }
         }
     }
