@@ -30,6 +30,7 @@
 //! [`identity`] (which node and cluster a data directory belongs to),
 //! [`descriptors`] (the open file limit and how it is divided),
 //! [`decoy_key`] (the key of the SCRAM decoys for unknown users),
+//! [`producer_ids`] (the key binding producer ids to principals),
 //! [`migration`] (upgrading a standalone data directory), [`metadata`]
 //! (the snapshots shards work from), [`peer`] (RPC to other brokers, and to
 //! itself in-process), [`api`] (encoded replies), [`executor`] (the
@@ -55,6 +56,7 @@ pub mod migration;
 pub mod net;
 pub mod partition;
 pub mod peer;
+pub mod producer_ids;
 pub mod replica;
 pub mod runtime;
 pub mod server;

@@ -20,6 +20,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use corelog_wire::message::broker_register::BrokerRegisterRequest;
+use corelog_wire::producer_id::ProducerIdKey;
 
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::raft_log::RaftLogFile;
@@ -238,6 +239,9 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     let open_files_per_shard = descriptors.open_files_per_shard;
     let mut config = config;
     config.max_connections = descriptors.connections;
+    let producer_ids =
+        crate::producer_ids::establish(config.cluster_secret.as_ref(), &config.data_dir)
+            .map_err(RunError::Identity)?;
     refuse_ports_in_use(&config)?;
     migration::check_configuration(&config).map_err(RunError::Configuration)?;
     let tls = match &config.tls {
@@ -281,6 +285,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let shard_ports = shard_ports.clone();
         let topic_deletions = topic_deletions.clone();
         let tls = tls.clone();
+        let producer_ids = producer_ids.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
@@ -300,6 +305,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                         topic_deletions,
                         listening,
                         tls,
+                        producer_ids,
                     },
                 )
                 .await
@@ -472,6 +478,8 @@ struct ShardShared {
     listening: mpsc::Sender<Result<u16, RunError>>,
     /// TLS for the listeners and connections to peers, when on.
     tls: Option<Arc<BrokerTls>>,
+    /// The key binding idempotent producer ids to principals.
+    producer_ids: ProducerIdKey,
 }
 
 /// Brings one shard up: disk, storage resources, listeners, the cluster
@@ -552,6 +560,7 @@ async fn start_shard(
         shard_ports: listeners.shard_ports,
         topic_deletions: listeners.topic_deletions,
         edge: listeners.edge,
+        producer_ids: listeners.producer_ids,
     });
     // Calls this broker makes to itself run the handlers in-process.
     crate::peer::serve_locally(shard.config.node_id, Rc::new(Loopback::new(&shard)));

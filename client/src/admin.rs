@@ -59,8 +59,9 @@ pub use self::cluster_status::{
     TopicStatus,
 };
 pub use self::groups::{
-    AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupListing, MemberDescription, PartitionLag,
-    PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
+    AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupList, GroupListing, MemberDescription,
+    PartitionLag, PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
+    UnansweredBroker,
 };
 pub use self::quotas::Quota;
 pub use self::users::{DEFAULT_ITERATIONS, UserListing};

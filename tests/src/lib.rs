@@ -15,6 +15,7 @@
 //! - [`small_fs`]: a small mounted filesystem to fill up (disk full).
 //! - [`edge`]: the broker's edge as an attacker meets it: source
 //!   addresses, raw SCRAM steps, descriptor limits, tenants.
+//! - [`tenants`]: a secured broker with tenants, logged in by CLI or raw wire.
 //!
 //! Every random choice above draws from `corelog_wire::rng::SplitMix64`,
 //! so a printed seed replays it.
@@ -30,6 +31,7 @@ pub mod power_loss;
 pub mod process;
 pub mod proxy;
 pub mod small_fs;
+pub mod tenants;
 pub mod tls;
 pub mod wire_client;
 

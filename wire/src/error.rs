@@ -145,6 +145,8 @@ error_codes! {
         "The producer was fenced by a newer instance with the same id; stop this producer.";
     UnknownProducerId = 33, "UNKNOWN_PRODUCER_ID", retriable: true,
         "The broker has no state for this producer id (expired or not yet replicated); initialise the producer again and retry.";
+    ProducerIdNotOwned = 34, "PRODUCER_ID_NOT_OWNED", retriable: false,
+        "This producer id was given to another principal (or before the cluster bound ids to principals); initialise a new producer id, and do not share ids between logins.";
 
     DiskFull = 40, "DISK_FULL", retriable: true,
         "The broker's disk reached its reserve and refuses appends; retry later or free space (retention, more disks).";
@@ -306,6 +308,7 @@ mod tests {
         (31, "OUT_OF_ORDER_SEQUENCE", false),
         (32, "INVALID_PRODUCER_EPOCH", false),
         (33, "UNKNOWN_PRODUCER_ID", true),
+        (34, "PRODUCER_ID_NOT_OWNED", false),
         (40, "DISK_FULL", true),
         (41, "STORAGE_ERROR", true),
         (42, "CORRUPT_SEGMENT", false),

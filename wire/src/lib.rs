@@ -14,6 +14,8 @@
 //! - [`message`]: API request and response bodies as validated rkyv archives,
 //!   with record batches in a raw section after the archive.
 //! - [`topic`]: the topic name rule, shared by the controller and clients.
+//! - [`group`]: the group id rule, shared by the broker and clients.
+//! - [`producer_id`]: idempotent producer ids bound to their principal.
 //! - [`acl`]: the vocabulary of access rules (resource types, operations).
 //! - [`sasl`]: authentication exchanges as pure state machines (the
 //!   cluster secret's proof between brokers).
@@ -25,7 +27,9 @@ pub mod acl;
 pub mod batch;
 pub mod error;
 pub mod frame;
+pub mod group;
 pub mod message;
+pub mod producer_id;
 pub mod rng;
 pub mod sasl;
 pub mod topic;

@@ -65,6 +65,10 @@ pub struct GroupCoordinator {
     /// Appends under way: compaction waits for none, so that every record
     /// below the log end is reflected in memory when it snapshots.
     appending: Cell<u32>,
+    /// The groups whose series this coordinator published (metrics), with
+    /// the partitions of their lag series: removed when a group goes, a
+    /// partition's offset goes, or the coordinator moves away.
+    published: RefCell<BTreeMap<String, BTreeSet<TopicPartition>>>,
 }
 
 /// Records per batch when the coordinator writes a snapshot of its state.
@@ -91,6 +95,28 @@ struct Verdict {
     metadata: Option<String>,
     result: Result<(), PartitionError>,
 }
+
+/// One partition's move by a commit outside a generation, for its audit
+/// record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditedMove {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The committed offset before; `-1` for none.
+    pub before: i64,
+    /// The offset committed.
+    pub after: u64,
+}
+
+/// Writes the audit record of a commit outside a generation (a manual
+/// commit, which moves a group like a reset does, C6) before it is
+/// applied; an error refuses the commit.
+pub type ManualCommitAudit =
+    dyn Fn(
+        Vec<AuditedMove>,
+    ) -> futures::future::LocalBoxFuture<'static, Result<(), PartitionError>>;
 
 /// Topics and their partition counts, as the coordinator needs them.
 pub trait TopicView {
@@ -165,6 +191,7 @@ impl GroupCoordinator {
             rebalanced: Event::new(),
             ticks: Cell::new(0),
             appending: Cell::new(0),
+            published: RefCell::new(BTreeMap::new()),
         })
     }
 
@@ -400,6 +427,39 @@ impl GroupCoordinator {
         rebalancing
     }
 
+    /// Notes that `group`'s series are published, its lag on exactly
+    /// `partitions` when given; returns the partitions whose lag series
+    /// were published before and no longer are.
+    pub fn note_published(
+        &self,
+        group: &str,
+        partitions: Option<BTreeSet<TopicPartition>>,
+    ) -> Vec<TopicPartition> {
+        let mut published = self.published.borrow_mut();
+        let entry = published.entry(group.to_owned()).or_default();
+        let Some(partitions) = partitions else {
+            return Vec::new();
+        };
+        let gone = entry.difference(&partitions).cloned().collect();
+        *entry = partitions;
+        gone
+    }
+
+    /// Takes the published series' record of every group: the
+    /// coordinator is retired.
+    pub fn take_published(&self) -> BTreeMap<String, BTreeSet<TopicPartition>> {
+        std::mem::take(&mut *self.published.borrow_mut())
+    }
+
+    /// Takes the published series' record of `group` (it was deleted):
+    /// the partitions of its lag series.
+    pub fn take_published_of(&self, group: &str) -> BTreeSet<TopicPartition> {
+        self.published
+            .borrow_mut()
+            .remove(group)
+            .unwrap_or_default()
+    }
+
     /// Ticks so far, for pacing periodic work.
     #[must_use]
     pub fn ticks(&self) -> u64 {
@@ -418,11 +478,14 @@ impl GroupCoordinator {
 
     /// Commits offsets: judged against the current generation and
     /// ownership, bounded by each partition's high watermark (looked up
-    /// with `high_watermark`), acknowledged once durable.
+    /// with `high_watermark`), acknowledged once durable. A commit outside
+    /// a generation is first written to the audit log by `audit` (which
+    /// the caller passes for those).
     pub async fn commit(
         &self,
         request: OffsetCommitRequest,
         high_watermark: &HighWatermarkLookup,
+        audit: Option<&ManualCommitAudit>,
         now: TimestampMs,
     ) -> OffsetCommitResponse {
         if let Err(code) = self.judge_committer(&request) {
@@ -485,7 +548,17 @@ impl GroupCoordinator {
             })
             .collect();
         let mut durable: Result<(), PartitionError> = Ok(());
-        if !accepted.is_empty() {
+        if let Some(audit) = audit.filter(|_| !accepted.is_empty()) {
+            // The audit record first, as for a reset: a move nobody can
+            // account for never happens.
+            durable = audit(self.moves(&request.group, &verdicts)).await;
+            if durable.is_ok()
+                && let Err(code) = self.judge_committer(&request)
+            {
+                return refused_commit(&request, code);
+            }
+        }
+        if !accepted.is_empty() && durable.is_ok() {
             self.groups
                 .borrow_mut()
                 .entry(request.group.clone())
@@ -584,6 +657,25 @@ impl GroupCoordinator {
             error_message: None,
             topics,
         }
+    }
+
+    /// What the accepted verdicts of a commit change, from the group's
+    /// committed offsets.
+    fn moves(&self, group: &str, verdicts: &[Verdict]) -> Vec<AuditedMove> {
+        let groups = self.groups.borrow();
+        let offsets = groups.get(group).map(|group| &group.offsets);
+        verdicts
+            .iter()
+            .filter(|verdict| verdict.result.is_ok())
+            .map(|verdict| AuditedMove {
+                topic: verdict.topic.clone(),
+                partition: verdict.partition,
+                before: offsets
+                    .and_then(|offsets| offsets.get(&(verdict.topic.clone(), verdict.partition)))
+                    .map_or(-1, |committed| committed.next_offset as i64),
+                after: verdict.next_offset,
+            })
+            .collect()
     }
 
     /// A copy of a group, for describing it.
@@ -922,6 +1014,7 @@ mod tests {
                     .commit(
                         commit_request(&group, (round % 4) as u32, round),
                         &unbounded,
+                        None,
                         TimestampMs(2_000),
                     )
                     .await;

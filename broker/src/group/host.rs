@@ -65,6 +65,10 @@ pub trait GroupHost {
     /// Publishes a group's current generation (metrics: generation and
     /// rebalances).
     fn observe_generation(&self, group: &str, generation: i32);
+
+    /// Removes the series published of `group`: the lag of `partitions`,
+    /// and with `whole_group` the generation and rebalances too.
+    fn forget_group(&self, group: &str, partitions: &[(String, u32)], whole_group: bool);
 }
 
 /// The host as coordinators hold it.

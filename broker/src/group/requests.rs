@@ -18,7 +18,13 @@ pub enum GroupRequest {
     /// LeaveGroup.
     Leave(corelog_wire::message::leave_group::LeaveGroupRequest),
     /// OffsetCommit.
-    Commit(corelog_wire::message::offset_commit::OffsetCommitRequest),
+    Commit {
+        /// The request.
+        request: corelog_wire::message::offset_commit::OffsetCommitRequest,
+        /// Who commits (the login; `None` without one), for the audit
+        /// record of a commit outside a generation.
+        principal: Option<String>,
+    },
     /// OffsetFetch.
     Fetch(corelog_wire::message::offset_fetch::OffsetFetchRequest),
     /// DescribeGroups, one group.

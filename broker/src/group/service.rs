@@ -2,7 +2,7 @@
 //! messages, the coordinator, and the rest of the broker, reached through
 //! [`GroupHost`] (high watermarks, the `__audit` topic, lag lookups).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use corelog_wire::error::ErrorCode;
@@ -17,7 +17,9 @@ use corelog_wire::message::reset_offsets::{
 use corelog_wire::message::write_audit::{AuditAction, WriteAuditRequest, WriteAuditResponse};
 use corelog_wire::types::{Offset, TimestampMs};
 
-use super::coordinator::{GroupCoordinator, TopicView, audit_batch};
+use super::coordinator::{
+    AuditedMove, GroupCoordinator, ManualCommitAudit, TopicView, audit_batch,
+};
 use super::host::{GroupHost, Host};
 use super::lag::partition_lag;
 use super::records;
@@ -77,7 +79,9 @@ pub async fn serve(
                 error_message: None,
             })
         }
-        GroupRequest::Commit(request) => {
+        GroupRequest::Commit { request, principal } => {
+            let manual = request.generation == -1 && request.member_id.is_empty();
+            let audit = manual.then(|| manual_commit_audit(host, &request.group, principal));
             let lookup = host.clone();
             let high_watermark = move |topic: &str, partition: u32| {
                 let host = lookup.clone();
@@ -91,14 +95,24 @@ pub async fn serve(
                 });
                 future
             };
-            GroupResponse::Commit(coordinator.commit(request, &high_watermark, now()).await)
+            GroupResponse::Commit(
+                coordinator
+                    .commit(request, &high_watermark, audit.as_deref(), now())
+                    .await,
+            )
         }
         GroupRequest::Fetch(request) => GroupResponse::Fetch(coordinator.fetch_offsets(&request)),
         GroupRequest::Describe(group) => {
             GroupResponse::Describe(describe(host, coordinator, &group).await)
         }
         GroupRequest::Delete(group) => {
-            GroupResponse::Delete(coordinator.delete(&group, now()).await.err())
+            let deleted = coordinator.delete(&group, now()).await;
+            if deleted.is_ok() {
+                let partitions: Vec<(String, u32)> =
+                    coordinator.take_published_of(&group).into_iter().collect();
+                host.forget_group(&group, &partitions, true);
+            }
+            GroupResponse::Delete(deleted.err())
         }
         GroupRequest::Reset(request) => {
             GroupResponse::Reset(reset(host, coordinator, request).await)
@@ -124,12 +138,8 @@ async fn join(
         heartbeat_interval_ms,
         members: 0,
     };
-    if request.group.is_empty() || request.group.len() > 255 {
-        return refused(
-            ErrorCode::InvalidGroupId,
-            Some("a group id must be 1 to 255 bytes".to_owned()),
-        );
-    }
+    // The group id was checked by the handler (`net::handlers::groups`),
+    // by the one rule of every group API.
     // Bounded above too: the largest rebalance timeout among a group's
     // members is how long every later join waits for it (C9).
     let timeout_max_ms = host.group_timeout_max_ms();
@@ -345,6 +355,59 @@ async fn reset(
     }
 }
 
+/// Why a commit outside a generation is in the audit log: it moves the
+/// group as a reset does, without a reason of its own.
+const MANUAL_COMMIT_REASON: &str =
+    "offset commit outside a group generation (OffsetCommit with generation -1)";
+
+/// The audit of a commit outside a generation by `principal` (the login;
+/// `anonymous` without one): one `OffsetReset` record per topic it moves.
+fn manual_commit_audit(
+    host: &Host,
+    group: &str,
+    principal: Option<String>,
+) -> Box<ManualCommitAudit> {
+    let host = host.clone();
+    let group = group.to_owned();
+    let principal = principal.unwrap_or_else(|| "anonymous".to_owned());
+    Box::new(move |moves: Vec<AuditedMove>| {
+        let host = host.clone();
+        let group = group.clone();
+        let principal = principal.clone();
+        Box::pin(async move {
+            let mut by_topic: BTreeMap<String, Vec<AuditedMove>> = BTreeMap::new();
+            for moved in moves {
+                by_topic.entry(moved.topic.clone()).or_default().push(moved);
+            }
+            for (topic, moves) in by_topic {
+                let record = AuditRecord {
+                    kind: AuditKind::OffsetReset,
+                    group: group.clone(),
+                    partition: match moves.as_slice() {
+                        [only] => Some(only.partition),
+                        _ => None,
+                    },
+                    topic,
+                    principal: principal.clone(),
+                    reason: MANUAL_COMMIT_REASON.to_owned(),
+                    at_ms: host.now().0,
+                    before: moves.iter().map(|m| (m.partition, m.before)).collect(),
+                    after: moves
+                        .iter()
+                        .map(|m| (m.partition, i64::try_from(m.after).unwrap_or(i64::MAX)))
+                        .collect(),
+                    offset: None,
+                    dead_letter_topic: None,
+                    dead_letter_offset: None,
+                    error: None,
+                };
+                append_audit(&host, &record).await?;
+            }
+            Ok(())
+        })
+    })
+}
+
 /// The partitions a reset moves: those its target lists, else those it
 /// selects, else every partition of the topic.
 fn reset_partitions(
@@ -478,12 +541,14 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
     // within a second.
     if coordinator.ticks() % 4 == 1 {
         for (group, _, _, generation) in coordinator.list() {
+            coordinator.note_published(&group, None);
             host.observe_generation(&group, generation);
         }
     }
     // Lag metrics every 20 ticks (5 s): each needs lookups on other shards.
     if coordinator.ticks() % 20 == 1 {
         for (group, offsets) in coordinator.committed() {
+            let mut lagging = BTreeSet::new();
             for ((topic, partition), committed) in offsets {
                 let (lag, known) = partition_lag(
                     &**host,
@@ -494,6 +559,13 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
                 )
                 .await;
                 host.observe_lag(&group, &lag, known);
+                lagging.insert((topic, partition));
+            }
+            // A partition whose offset went since the last round (deleted
+            // offsets) leaves no series behind.
+            let gone = coordinator.note_published(&group, Some(lagging));
+            if !gone.is_empty() {
+                host.forget_group(&group, &gone, false);
             }
         }
     }

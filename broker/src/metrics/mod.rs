@@ -779,6 +779,36 @@ impl ShardMetrics {
         }
     }
 
+    /// Removes series of `group` this shard published: the lag of
+    /// `partitions`, and with `whole_group` its generation and rebalances.
+    /// For a group deleted, a partition whose offset is gone, or a
+    /// coordinator that moved away: a series left behind would freeze at
+    /// its last value beside the new coordinator's (and a lag alert fire
+    /// after the group caught up).
+    pub fn forget_group(&self, group: &str, partitions: &[(String, u32)], whole_group: bool) {
+        let all = &self.all;
+        for (topic, partition) in partitions {
+            let label = GroupPartitionLabel {
+                shard: self.shard,
+                group: group.to_owned(),
+                topic: topic.clone(),
+                partition: *partition,
+            };
+            all.group_lag_records.remove(&label);
+            all.group_lag_bytes.remove(&label);
+            all.group_lag_seconds.remove(&label);
+            all.group_retention_left_seconds.remove(&label);
+        }
+        if whole_group {
+            let label = GroupLabel {
+                shard: self.shard,
+                group: group.to_owned(),
+            };
+            all.group_generation.remove(&label);
+            all.group_rebalances.remove(&label);
+        }
+    }
+
     /// Publishes a group's lag on one partition. What is unknown is
     /// absent, never 0: everything when the partition's leader could not
     /// be asked (`known` false), the age when the first unconsumed record

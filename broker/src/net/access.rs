@@ -28,6 +28,9 @@ pub struct Access {
     principal: Option<String>,
     /// The metadata whose ACLs decide; `None`: everything is allowed.
     restricted_by: Option<Arc<MetadataSnapshot>>,
+    /// A broker of the cluster (this one, or a peer that proved the
+    /// cluster secret): it may also write the internal topics.
+    broker: bool,
 }
 
 impl Access {
@@ -37,6 +40,7 @@ impl Access {
         Access {
             principal: None,
             restricted_by: None,
+            broker: true,
         }
     }
 
@@ -56,7 +60,16 @@ impl Access {
         Access {
             principal: name.map(str::to_owned),
             restricted_by: (!everything).then_some(metadata),
+            broker: false,
         }
+    }
+
+    /// Whether a broker of the cluster asks (this one, or a peer that
+    /// proved the cluster secret): only brokers write internal topics
+    /// (`__audit` records of a group whose coordinator does not lead it).
+    #[must_use]
+    pub fn is_broker(&self) -> bool {
+        self.broker
     }
 
     /// The authenticated principal's name, if the connection logged in

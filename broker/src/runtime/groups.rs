@@ -119,6 +119,19 @@ impl Shard {
         }
     }
 
+    /// Drops the coordinator of `__groups` partition `index` (its replica
+    /// no longer leads): its groups' series go with it, or this broker
+    /// would export them frozen beside the new coordinator's.
+    pub(super) fn retire_coordinator(&self, index: u32) {
+        let retired = self.coordinators.borrow_mut().remove(&index);
+        if let Some(coordinator) = retired {
+            for (group, partitions) in coordinator.take_published() {
+                let partitions: Vec<(String, u32)> = partitions.into_iter().collect();
+                self.metrics.forget_group(&group, &partitions, true);
+            }
+        }
+    }
+
     pub(super) fn local_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
         self.coordinators
             .borrow()
@@ -273,18 +286,11 @@ impl GroupHost for Shard {
             let shard = self.me.upgrade().ok_or_else(|| {
                 PartitionError::new(ErrorCode::LeaderNotAvailable, "the broker is stopping")
             })?;
-            let (id, owner) = shard.locate(AUDIT_TOPIC, 0)?;
-            let produced = shard
-                .produce(
-                    id,
-                    owner,
-                    batch,
-                    Instant::now(),
-                    Acks::Quorum,
-                    INTERNAL_PRODUCE_TIMEOUT,
-                )
-                .await?;
-            Ok(produced.base_offset)
+            // `__audit/0` is led by one broker; coordinators of the
+            // other brokers append through it.
+            shard
+                .produce_anywhere(AUDIT_TOPIC, 0, batch, INTERNAL_PRODUCE_TIMEOUT)
+                .await
         })
     }
 
@@ -294,6 +300,10 @@ impl GroupHost for Shard {
 
     fn observe_generation(&self, group: &str, generation: i32) {
         self.metrics.group_generation(group, generation);
+    }
+
+    fn forget_group(&self, group: &str, partitions: &[(String, u32)], whole_group: bool) {
+        self.metrics.forget_group(group, partitions, whole_group);
     }
 }
 

@@ -218,7 +218,7 @@ impl Shard {
         let groups = topic == GROUPS_TOPIC;
         if groups && !matches!(change, RoleChange::Lead { .. }) {
             // The coordinator lives on the leader only.
-            self.coordinators.borrow_mut().remove(&index);
+            self.retire_coordinator(index);
         }
         let replica = replica.clone();
         let topic = topic.to_owned();

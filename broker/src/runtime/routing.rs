@@ -23,6 +23,7 @@ use corelog_wire::message::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use corelog_wire::message::list_offsets::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
 };
+use corelog_wire::message::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 use futures::channel::oneshot;
 
@@ -398,6 +399,90 @@ impl Shard {
             .call_node(leader, addr, request, &[], REMOTE_LOOKUP_TIMEOUT)
             .await
             .map_err(|error| PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string()))
+    }
+
+    /// Appends `batch` with acks=quorum to a partition wherever it is led:
+    /// through the leader's Produce API when that is another broker (for
+    /// the broker's own records, such as `__audit`'s, which a broker may
+    /// write to an internal topic); returns its base offset.
+    ///
+    /// # Errors
+    /// As a local produce, or `LEADER_NOT_AVAILABLE` when the leader
+    /// cannot be asked.
+    pub async fn produce_anywhere(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: u32,
+        batch: BytesMut,
+        timeout: Duration,
+    ) -> Result<Offset, PartitionError> {
+        let (leader, addr) = match self.locate(topic, partition) {
+            Ok((id, owner)) => {
+                let produced = self
+                    .produce(id, owner, batch, Instant::now(), Acks::Quorum, timeout)
+                    .await?;
+                return Ok(produced.base_offset);
+            }
+            Err(error) => self.remote_leader(topic, partition, error)?,
+        };
+        let request = ProduceRequest {
+            acks: corelog_wire::message::produce::Acks::Quorum,
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            topics: vec![ProduceTopic {
+                name: topic.to_owned(),
+                partitions: vec![ProducePartition {
+                    partition,
+                    records_len: u32::try_from(batch.len()).unwrap_or(u32::MAX),
+                }],
+            }],
+        };
+        let answer = self
+            .brokers
+            .call_node(
+                leader,
+                addr,
+                &request,
+                &batch,
+                timeout + REMOTE_LOOKUP_TIMEOUT,
+            )
+            .await
+            .map_err(|error| {
+                PartitionError::new(ErrorCode::LeaderNotAvailable, error.to_string())
+            })?;
+        let answered = answer
+            .message
+            .topics
+            .into_iter()
+            .flat_map(|topic| topic.partitions)
+            .find(|answered| answered.partition == partition)
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::UnknownServerError,
+                    format!("broker {leader} did not answer for {topic}/{partition}"),
+                )
+            })?;
+        match ErrorCode::from_code(answered.error_code) {
+            Some(ErrorCode::None) => {
+                u64::try_from(answered.base_offset)
+                    .map(Offset)
+                    .map_err(|_| {
+                        PartitionError::new(
+                            ErrorCode::UnknownServerError,
+                            format!(
+                                "broker {leader} answered offset {} for {topic}/{partition}",
+                                answered.base_offset
+                            ),
+                        )
+                    })
+            }
+            code => Err(PartitionError::new(
+                code.unwrap_or(ErrorCode::UnknownServerError),
+                format!(
+                    "broker {leader} refused the append to {topic}/{partition}: {}",
+                    answered.error_message.unwrap_or_default()
+                ),
+            )),
+        }
     }
 
     /// A partition's offsets and size wherever it is led: from the leader

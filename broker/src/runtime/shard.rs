@@ -28,6 +28,8 @@ use crate::clock::Clock;
 use crate::cluster::ClusterRole;
 use crate::config::BrokerConfig;
 use crate::executor::{Executor, GlommioExecutor};
+use corelog_wire::producer_id::ProducerIdKey;
+
 use crate::group::service::Coordinator;
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::metrics::{FollowerLagSample, ShardMetrics};
@@ -81,6 +83,9 @@ pub struct Shard {
     pub shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the broker's shards are still removing.
     pub topic_deletions: Arc<TopicDeletions>,
+    /// The key binding idempotent producer ids to principals
+    /// ([`corelog_wire::producer_id`]).
+    pub producer_ids: ProducerIdKey,
     /// This shard's share of that work (see [`super::deletion`]).
     pub(super) deletion_queue: DeletionQueue,
     /// Shard 0: the controller role (on voters) and the membership.
@@ -136,6 +141,8 @@ pub struct ShardParts {
     pub topic_deletions: Arc<TopicDeletions>,
     /// The broker's client-connection state, shared by its shards.
     pub edge: Arc<crate::net::edge::Edge>,
+    /// The key binding idempotent producer ids to principals.
+    pub producer_ids: ProducerIdKey,
 }
 
 /// Counts a request as in flight until dropped.
@@ -182,6 +189,7 @@ impl Shard {
             inbox: parts.inbox,
             shard_ports: parts.shard_ports,
             topic_deletions: parts.topic_deletions,
+            producer_ids: parts.producer_ids,
             deletion_queue: DeletionQueue::default(),
             cluster: RefCell::new(None),
             connections: Cell::new(0),

@@ -53,6 +53,25 @@ pub struct GroupListing {
     pub generation: i32,
 }
 
+/// The groups of a cluster, and the brokers that could not say theirs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GroupList {
+    /// Every group the brokers that answered coordinate, sorted by id.
+    pub groups: Vec<GroupListing>,
+    /// Brokers that did not answer: the groups they coordinate are not
+    /// in `groups`.
+    pub unanswered: Vec<UnansweredBroker>,
+}
+
+/// A broker that did not answer a listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnansweredBroker {
+    /// Its node id.
+    pub node_id: u32,
+    /// What went wrong.
+    pub error: String,
+}
+
 /// One member of a group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MemberDescription {
@@ -322,31 +341,65 @@ impl Admin {
     }
 
     /// Lists groups, optionally only those in `states` (empty: all),
-    /// sorted by id.
+    /// sorted by id. A broker lists the groups it coordinates, so every
+    /// broker of the cluster is asked (as Kafka's admin client does); a
+    /// group two brokers report (its coordinator moving) is listed once,
+    /// at its newest generation. Brokers that do not answer are named in
+    /// [`GroupList::unanswered`]: their groups are missing.
     ///
     /// # Errors
-    /// Connection errors.
-    pub async fn list_groups(&self, states: &[String]) -> Result<Vec<GroupListing>, ClientError> {
-        let connection = self.cluster.any_connection().await?;
+    /// Connection errors before the brokers are known.
+    pub async fn list_groups(&self, states: &[String]) -> Result<GroupList, ClientError> {
+        let metadata = self.cluster.fetch_metadata(Some(Vec::new())).await?;
         let request = ListGroupsRequest {
             states: states.to_vec(),
         };
-        let reply = connection
-            .call(&request, Vec::new(), Duration::ZERO)
-            .await?;
-        let (response, _) = reply.decode()?;
-        let mut groups: Vec<GroupListing> = response
-            .groups
-            .iter()
-            .map(|group| GroupListing {
-                group: group.group.to_string(),
-                state: group.state.to_string(),
-                members: group.members.to_native(),
-                generation: group.generation.to_native(),
-            })
-            .collect();
-        groups.sort_by(|a, b| a.group.cmp(&b.group));
-        Ok(groups)
+        let mut by_name: std::collections::BTreeMap<String, GroupListing> =
+            std::collections::BTreeMap::new();
+        let mut unanswered = Vec::new();
+        for (node_id, broker) in &metadata.brokers {
+            let addr = self.cluster.advertised_addr(&broker.host, broker.port);
+            let listed = async {
+                let connection = self.cluster.connection_at(&addr).await?;
+                let reply = connection
+                    .call(&request, Vec::new(), Duration::ZERO)
+                    .await?;
+                let (response, _) = reply.decode()?;
+                Ok::<Vec<GroupListing>, ClientError>(
+                    response
+                        .groups
+                        .iter()
+                        .map(|group| GroupListing {
+                            group: group.group.to_string(),
+                            state: group.state.to_string(),
+                            members: group.members.to_native(),
+                            generation: group.generation.to_native(),
+                        })
+                        .collect(),
+                )
+            }
+            .await;
+            match listed {
+                Ok(groups) => {
+                    for group in groups {
+                        let newer = by_name
+                            .get(&group.group)
+                            .is_none_or(|known| known.generation < group.generation);
+                        if newer {
+                            by_name.insert(group.group.clone(), group);
+                        }
+                    }
+                }
+                Err(error) => unanswered.push(UnansweredBroker {
+                    node_id: *node_id,
+                    error: error.to_string(),
+                }),
+            }
+        }
+        Ok(GroupList {
+            groups: by_name.into_values().collect(),
+            unanswered,
+        })
     }
 
     /// Describes one group: members, assignment, committed offsets and lag.

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::Global;
 use crate::numbers;
-use crate::output::{human_bytes, plural, table};
+use crate::output::{human_bytes, plural, printable, table};
 use crate::reset::{self, ResetArgs};
 use crate::time::{format_duration_ms, format_time_ms, now_ms};
 
@@ -62,11 +62,34 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
     let admin = Admin::connect(global.client.clone()).await?;
     match command {
         GroupCommand::List { states } => {
-            let groups = admin.list_groups(&states).await?;
+            let listed = admin.list_groups(&states).await?;
             if global.json {
-                println!("{}", serde_json::to_string(&groups).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string(&listed.groups).unwrap_or_default()
+                );
             } else {
-                print!("{}", list_text(&groups));
+                print!("{}", list_text(&listed.groups));
+            }
+            // A partial list must not pass for a whole one: say which
+            // brokers' groups are missing, and fail.
+            if let Some(first) = listed.unanswered.first() {
+                for broker in &listed.unanswered {
+                    eprintln!(
+                        "warning: broker {} did not answer ({}); the groups it coordinates are not listed",
+                        broker.node_id,
+                        printable(&broker.error)
+                    );
+                }
+                return Err(ClientError::Broker {
+                    code: corelog_wire::error::ErrorCode::CoordinatorNotAvailable,
+                    context: format!(
+                        "list groups: {} of the cluster's brokers did not answer (broker {} first)",
+                        listed.unanswered.len(),
+                        first.node_id
+                    ),
+                    detail: None,
+                });
             }
         }
         GroupCommand::Describe { group, watch: None } => {
@@ -181,8 +204,8 @@ fn list_text(groups: &[GroupListing]) -> String {
 fn describe_text(description: &GroupDescription) -> String {
     let mut text = format!(
         "group {}: {}, generation {}, {}\n",
-        description.group,
-        description.state,
+        printable(&description.group),
+        printable(&description.state),
         description.generation,
         plural(description.members.len() as u64, "member", "members")
     );
@@ -384,6 +407,33 @@ mod tests {
         assert!(text.contains("100.0 KiB"), "{text}");
         assert!(text.contains("3m12s"), "{text}");
         assert!(text.contains("6d00h"), "{text}");
+    }
+
+    /// A tenant's group name is printed to whoever lists groups: escape
+    /// sequences in it must not reach their terminal (issue 35, item 13).
+    #[test]
+    fn control_characters_of_names_are_escaped_in_every_listing() {
+        let evil = "tenant\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}31m";
+        let listed = list_text(&[GroupListing {
+            group: evil.to_owned(),
+            state: "Empty".to_owned(),
+            members: 0,
+            generation: 1,
+        }]);
+        let described = describe_text(&GroupDescription {
+            group: evil.to_owned(),
+            state: "Empty".to_owned(),
+            generation: 1,
+            members: Vec::new(),
+            partitions: Vec::new(),
+        });
+        for text in [listed, described] {
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "{text:?}"
+            );
+            assert!(text.contains("tenant\\u{1b}[2J"), "{text}");
+        }
     }
 
     #[test]

@@ -306,7 +306,11 @@ pub(crate) fn report(error: &ClientError) {
 
 /// Prints an error after `prefix` (for example `line 3: `), and the hint.
 pub(crate) fn report_with(prefix: &str, error: &ClientError) {
-    eprintln!("error: {prefix}{error}");
+    // The error may quote names another tenant chose (a broker's message
+    // about a group, say): never pass their control characters through.
+    let said = format!("{prefix}{error}");
+    let lines: Vec<_> = said.split('\n').map(crate::output::printable).collect();
+    eprintln!("error: {}", lines.join("\n"));
     if let Some(hint) = hint(error) {
         eprintln!("hint: {hint}");
     }

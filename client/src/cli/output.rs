@@ -1,9 +1,52 @@
 //! Output helpers: aligned tables for people, base64 for bytes that are not
 //! UTF-8 in JSON, and escape sequences in separators.
 
+/// A name (of a group, topic, user, member, …) as it may be printed to a
+/// terminal: unchanged unless it holds a control character or a
+/// bidirectional override, in which case those are written as Rust escapes
+/// (`\u{1b}`) and a backslash as `\\`, so that nothing another tenant chose
+/// can move the cursor, retitle the window or reorder what is shown.
+/// JSON output needs none of this: serde escapes control characters.
+pub(crate) fn printable(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(is_unprintable) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut shown = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        if c == '\\' {
+            shown.push_str("\\\\");
+        } else if is_unprintable(c) {
+            shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
+/// Control characters (C0, DEL, C1) and the bidirectional controls that
+/// reorder what a terminal shows ("Trojan Source", CVE-2021-42574).
+fn is_unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
 /// Renders rows under headers, each column as wide as its widest cell, two
-/// spaces apart, without trailing spaces.
+/// spaces apart, without trailing spaces. Cells are made
+/// [`printable`]: tables list names other tenants chose.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| printable(cell).into_owned())
+                .collect()
+        })
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -172,6 +215,17 @@ mod tests {
             ],
         );
         assert_eq!(text, "NAME    PARTITIONS\norders  3\na       12\n");
+    }
+
+    #[test]
+    fn names_with_control_characters_are_escaped_and_others_kept() {
+        assert_eq!(printable("tenant-a.orders"), "tenant-a.orders");
+        assert_eq!(printable("süße"), "süße");
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(printable("back\\slash\n"), "back\\\\slash\\u{a}");
+        assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        let text = table(&["NAME"], &[vec!["\u{9b}31m".to_owned()]]);
+        assert_eq!(text, "NAME\n\\u{9b}31m\n");
     }
 
     #[test]

@@ -101,8 +101,8 @@ use crate::consumer::{
 use crate::error::ClientError;
 use crate::producer::{Producer, ProducerConfig};
 
-/// Longest group id, in bytes.
-pub const GROUP_ID_BYTES_MAX: usize = 255;
+/// Longest group id, in bytes (the wire crate's rule).
+pub use corelog_wire::group::GROUP_ID_BYTES_MAX;
 
 /// Group consumer settings. [`GroupConfig::new`] gives the defaults.
 #[derive(Clone, Debug)]
@@ -250,12 +250,8 @@ impl GroupConfig {
 /// # Errors
 /// [`ClientError::InvalidArgument`] saying what is wrong.
 pub fn validate_group_id(group: &str) -> Result<(), ClientError> {
-    if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX || group.chars().any(char::is_control) {
-        return Err(ClientError::InvalidArgument(format!(
-            "group id {group:?} must be 1 to {GROUP_ID_BYTES_MAX} bytes without control characters"
-        )));
-    }
-    Ok(())
+    corelog_wire::group::check_group_id(group)
+        .map_err(|invalid| ClientError::InvalidArgument(invalid.to_string()))
 }
 
 /// A change the application should know about, returned by

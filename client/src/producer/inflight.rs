@@ -81,9 +81,12 @@ pub(crate) fn classify(code: ErrorCode, is_first_unacked: bool) -> Verdict {
         // Retrying the same bytes under an id the broker forgot cannot
         // succeed, although the code is marked retriable for clients that
         // re-initialise first; this client does, through AbortPartition.
+        // An id the broker does not bind to this login (given before the
+        // cluster bound ids to principals) is replaced the same way.
         ErrorCode::OutOfOrderSequence
         | ErrorCode::DuplicateSequenceConflict
-        | ErrorCode::UnknownProducerId => Verdict::AbortPartition,
+        | ErrorCode::UnknownProducerId
+        | ErrorCode::ProducerIdNotOwned => Verdict::AbortPartition,
         ErrorCode::NotLeader
         | ErrorCode::UnknownTopicOrPartition
         | ErrorCode::LeaderNotAvailable
@@ -511,6 +514,11 @@ mod tests {
                 refresh_metadata: false
             },
             "the first batch of the producer is still unacknowledged"
+        );
+        assert_eq!(
+            classify(ErrorCode::ProducerIdNotOwned, false),
+            Verdict::AbortPartition,
+            "an id of another login is replaced"
         );
         assert_eq!(
             classify(ErrorCode::InvalidProducerEpoch, true),

@@ -18,7 +18,10 @@ use corelog_wire::message::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 use corelog_wire::message::join_group::{JoinGroupRequest, JoinGroupResponse};
 use corelog_wire::message::leave_group::{LeaveGroupRequest, LeaveGroupResponse};
 use corelog_wire::message::list_groups::{GroupListing, ListGroupsRequest, ListGroupsResponse};
-use corelog_wire::message::offset_commit::{OffsetCommitRequest, OffsetCommitResponse};
+use corelog_wire::message::offset_commit::{
+    OffsetCommitPartitionResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetCommitTopicResponse,
+};
 use corelog_wire::message::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
 use corelog_wire::message::reset_offsets::{ResetOffsetsRequest, ResetOffsetsResponse};
 use corelog_wire::message::write_audit::{WriteAuditRequest, WriteAuditResponse};
@@ -41,7 +44,9 @@ pub(super) fn find_coordinator(
     access: &Access,
 ) -> Result<Reply, ErrorCode> {
     let request: FindCoordinatorRequest = owned(body)?;
-    if let Err(error) = access.group(Operation::Describe, &request.group) {
+    if let Err(error) = valid_group_id(&request.group)
+        .and_then(|()| access.group(Operation::Describe, &request.group))
+    {
         shard.metrics.error(error.code);
         return Reply::encode(
             &FindCoordinatorResponse {
@@ -115,11 +120,22 @@ pub(super) async fn join(
     let request: JoinGroupRequest = owned(body)?;
     let group = request.group.clone();
     let client_host = peer.map_or_else(String::new, |peer| peer.ip().to_string());
+    // A subscription names topics: one the principal may not describe is
+    // refused as a missing one would be, before the coordinator would
+    // assign (and so reveal) its partitions.
+    let hidden = request
+        .topics
+        .iter()
+        .find_map(|topic| access.topic(Operation::Describe, topic).err());
     let join = GroupRequest::Join {
         request,
         client_host,
     };
-    let response = match guarded(shard, access, Operation::GroupRead, &group, join).await {
+    let answer = match guarded_naming(access, Operation::GroupRead, &group, hidden) {
+        Some(refused) => refused,
+        None => shard.group_request(&group, join).await,
+    };
+    let response = match answer {
         GroupResponse::Join(response) => response,
         other => {
             let (error_code, error_message) = failure(other);
@@ -199,27 +215,65 @@ pub(super) async fn commit(
     body: &[u8],
     access: &Access,
 ) -> Result<Reply, ErrorCode> {
-    let request: OffsetCommitRequest = owned(body)?;
+    let mut request: OffsetCommitRequest = owned(body)?;
     let group = request.group.clone();
-    let response = match guarded(
-        shard,
+    // Outside a generation a commit moves the group anywhere, as a reset
+    // does: it needs group-admin (and the coordinator audits it).
+    let manual = request.generation == -1 && request.member_id.is_empty();
+    let operation = if manual {
+        Operation::GroupAdmin
+    } else {
+        Operation::GroupRead
+    };
+    if let Err(error) = valid_group_id(&group).and_then(|()| access.group(operation, &group)) {
+        let message = if manual && error.code == ErrorCode::GroupAuthorizationFailed {
+            format!(
+                "{}: a commit outside a generation (generation -1, no member id) moves the group like a reset and needs group-admin",
+                error.message
+            )
+        } else {
+            error.message
+        };
+        count_error(shard, error.code.code());
+        let refused = OffsetCommitResponse {
+            error_code: error.code.code(),
+            error_message: Some(message),
+            topics: Vec::new(),
+        };
+        return Reply::message(&refused, Vec::new()).map_err(unencodable);
+    }
+    let hidden = undescribable(
         access,
-        Operation::GroupRead,
-        &group,
-        GroupRequest::Commit(request),
-    )
-    .await
-    {
-        GroupResponse::Commit(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            OffsetCommitResponse {
-                error_code,
-                error_message,
-                topics: Vec::new(),
+        request.topics.iter().map(|topic| topic.name.as_str()),
+    );
+    let refused_topics = hidden_commit_results(&request, &hidden);
+    request
+        .topics
+        .retain(|topic| !hidden.iter().any(|(name, _)| *name == topic.name));
+    let response = if request.topics.is_empty() {
+        OffsetCommitResponse {
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            topics: Vec::new(),
+        }
+    } else {
+        let commit = GroupRequest::Commit {
+            request,
+            principal: access.principal().map(str::to_owned),
+        };
+        match guarded(shard, access, operation, &group, commit).await {
+            GroupResponse::Commit(response) => response,
+            other => {
+                let (error_code, error_message) = failure(other);
+                OffsetCommitResponse {
+                    error_code,
+                    error_message,
+                    topics: Vec::new(),
+                }
             }
         }
     };
+    let response = with_refused_topics(response, refused_topics);
     count_error(shard, response.error_code);
     for partition in response.topics.iter().flat_map(|topic| &topic.partitions) {
         count_error(shard, partition.error_code);
@@ -234,7 +288,7 @@ pub(super) async fn fetch_offsets(
 ) -> Result<Reply, ErrorCode> {
     let request: OffsetFetchRequest = owned(body)?;
     let group = request.group.clone();
-    let response = match guarded(
+    let mut response = match guarded(
         shard,
         access,
         Operation::Describe,
@@ -253,6 +307,7 @@ pub(super) async fn fetch_offsets(
             }
         }
     };
+    hide_fetched_offsets(&mut response, access);
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
 
@@ -297,7 +352,10 @@ pub(super) async fn describe(
         )
         .await
         {
-            GroupResponse::Describe(description) => description,
+            GroupResponse::Describe(mut description) => {
+                hide_described_topics(&mut description, access);
+                description
+            }
             other => {
                 let (error_code, error_message) = failure(other);
                 GroupDescription {
@@ -355,15 +413,16 @@ pub(super) async fn reset(
     let mut request: ResetOffsetsRequest = owned(body)?;
     record_authenticated_principal(&mut request.principal, access);
     let group = request.group.clone();
-    let response = match guarded(
-        shard,
-        access,
-        Operation::GroupAdmin,
-        &group,
-        GroupRequest::Reset(request),
-    )
-    .await
-    {
+    let hidden = access.topic(Operation::Describe, &request.topic).err();
+    let answer = match guarded_naming(access, Operation::GroupAdmin, &group, hidden) {
+        Some(refused) => refused,
+        None => {
+            shard
+                .group_request(&group, GroupRequest::Reset(request))
+                .await
+        }
+    };
+    let response = match answer {
         GroupResponse::Reset(response) => response,
         other => {
             let (error_code, error_message) = failure(other);
@@ -387,15 +446,17 @@ pub(super) async fn write_audit(
     let mut request: WriteAuditRequest = owned(body)?;
     record_authenticated_principal(&mut request.principal, access);
     let group = request.group.clone();
-    let response = match guarded(
+    // Its answer (an audit offset) names no topic, so it reveals nothing
+    // of the topic it concerns: no describe check.
+    let answer = guarded(
         shard,
         access,
         Operation::GroupAdmin,
         &group,
         GroupRequest::Audit(request),
     )
-    .await
-    {
+    .await;
+    let response = match answer {
         GroupResponse::Audit(response) => response,
         other => {
             let (error_code, error_message) = failure(other);
@@ -421,9 +482,9 @@ fn record_authenticated_principal(principal: &mut String, access: &Access) {
     }
 }
 
-/// Sends `request` to the group's coordinator if the principal may do
-/// `operation` to the group; otherwise answers `GROUP_AUTHORIZATION_FAILED`
-/// without a trip.
+/// Sends `request` to the group's coordinator if the group id is valid
+/// and the principal may do `operation` to the group; otherwise answers
+/// `INVALID_GROUP_ID` or `GROUP_AUTHORIZATION_FAILED` without a trip.
 async fn guarded(
     shard: &Rc<Shard>,
     access: &Access,
@@ -431,10 +492,146 @@ async fn guarded(
     group: &str,
     request: GroupRequest,
 ) -> GroupResponse {
-    match access.group(operation, group) {
+    match valid_group_id(group).and_then(|()| access.group(operation, group)) {
         Ok(()) => shard.group_request(group, request).await,
         Err(error) => GroupResponse::Unavailable(error),
     }
+}
+
+/// The refusal of a request about `group` that names a topic, when the
+/// group id is invalid, the principal may not do `operation` to the
+/// group, or `hidden` holds the refusal of the topic it names (one the
+/// principal may not describe: answered as a missing topic would be,
+/// without a trip to the coordinator). `None`: serve it.
+fn guarded_naming(
+    access: &Access,
+    operation: Operation,
+    group: &str,
+    hidden: Option<PartitionError>,
+) -> Option<GroupResponse> {
+    let checked = valid_group_id(group)
+        .and_then(|()| access.group(operation, group))
+        .and_then(|()| hidden.map_or(Ok(()), Err));
+    checked.err().map(GroupResponse::Unavailable)
+}
+
+/// The topics among `names` the principal may not describe, each with
+/// the refusal a missing topic gets (`TOPIC_AUTHORIZATION_FAILED`): group
+/// answers leave them out or refuse them, so that a group reveals
+/// nothing of another tenant's topics (their existence, partitions, high
+/// watermarks, sizes, ages).
+fn undescribable<'a>(
+    access: &Access,
+    names: impl Iterator<Item = &'a str>,
+) -> Vec<(String, PartitionError)> {
+    if !access.restricts() {
+        return Vec::new();
+    }
+    let mut hidden: Vec<(String, PartitionError)> = Vec::new();
+    for name in names {
+        if hidden.iter().any(|(seen, _)| seen == name) {
+            continue;
+        }
+        if let Err(error) = access.topic(Operation::Describe, name) {
+            hidden.push((name.to_owned(), error));
+        }
+    }
+    hidden
+}
+
+/// The answers of a commit's refused topics, each partition refused as it
+/// would be for a missing topic.
+fn hidden_commit_results(
+    request: &OffsetCommitRequest,
+    hidden: &[(String, PartitionError)],
+) -> Vec<OffsetCommitTopicResponse> {
+    request
+        .topics
+        .iter()
+        .filter_map(|topic| {
+            let (_, error) = hidden.iter().find(|(hidden, _)| *hidden == topic.name)?;
+            Some(OffsetCommitTopicResponse {
+                name: topic.name.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|entry| OffsetCommitPartitionResponse {
+                        partition: entry.partition,
+                        error_code: error.code.code(),
+                        error_message: Some(error.message.clone()),
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// `response` with the refused topics' answers added, unless the whole
+/// commit was refused.
+fn with_refused_topics(
+    mut response: OffsetCommitResponse,
+    refused: Vec<OffsetCommitTopicResponse>,
+) -> OffsetCommitResponse {
+    if response.error_code == ErrorCode::None.code() {
+        response.topics.extend(refused);
+    }
+    response
+}
+
+/// Committed offsets of topics the principal may not describe: left out
+/// of a listing of all of them, refused when named.
+fn hide_fetched_offsets(response: &mut OffsetFetchResponse, access: &Access) {
+    let hidden = undescribable(
+        access,
+        response.topics.iter().map(|topic| topic.name.as_str()),
+    );
+    for topic in &mut response.topics {
+        if let Some((_, error)) = hidden.iter().find(|(name, _)| *name == topic.name) {
+            for partition in &mut topic.partitions {
+                partition.next_offset = -1;
+                partition.metadata = None;
+                partition.committed_at_ms = -1;
+                partition.error_code = error.code.code();
+            }
+        }
+    }
+}
+
+/// A group's description without the topics the principal may not
+/// describe: not in members' assignments, not in the lag.
+fn hide_described_topics(description: &mut GroupDescription, access: &Access) {
+    let named = description
+        .partitions
+        .iter()
+        .map(|lag| lag.topic.as_str())
+        .chain(
+            description
+                .members
+                .iter()
+                .flat_map(|member| member.assignment.iter().map(|entry| entry.topic.as_str())),
+        );
+    let hidden: Vec<String> = undescribable(access, named)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    if hidden.is_empty() {
+        return;
+    }
+    description
+        .partitions
+        .retain(|lag| !hidden.contains(&lag.topic));
+    for member in &mut description.members {
+        member
+            .assignment
+            .retain(|entry| !hidden.contains(&entry.topic));
+    }
+}
+
+/// The one group id rule ([`corelog_wire::group::check_group_id`]), on
+/// every group API: any of them can create a group.
+fn valid_group_id(group: &str) -> Result<(), PartitionError> {
+    corelog_wire::group::check_group_id(group)
+        .map_err(|invalid| PartitionError::new(ErrorCode::InvalidGroupId, invalid.to_string()))
 }
 
 fn failure(response: GroupResponse) -> (u16, Option<String>) {

@@ -210,13 +210,27 @@ async fn init_producer_id(
     if !access.allows_any(Operation::Produce, ResourceType::Topic) {
         return Err(ErrorCode::TopicAuthorizationFailed);
     }
-    let (producer_id, producer_epoch) = shard
-        .init_producer_id(
-            request.producer_id.to_native(),
-            request.producer_epoch.to_native(),
-        )
+    // An id serves the principal it was given to (and its epoch is
+    // bumped by it alone): another one would fence that producer or
+    // append into its sequences.
+    let principal = access.principal();
+    let asked = request.producer_id.to_native();
+    if asked >= 0 && !shard.producer_ids.owns(principal, asked) {
+        shard.metrics.error(ErrorCode::ProducerIdNotOwned);
+        return Err(ErrorCode::ProducerIdNotOwned);
+    }
+    let (given, producer_epoch) = shard
+        .init_producer_id(asked, request.producer_epoch.to_native())
         .await
         .map_err(|error| error.code)?;
+    let producer_id = if asked >= 0 {
+        given
+    } else {
+        shard.producer_ids.bind(principal, given).map_err(|error| {
+            tracing::error!(%error, "cannot give a producer id");
+            ErrorCode::UnknownServerError
+        })?
+    };
     let response = InitProducerIdResponse {
         producer_id,
         producer_epoch,

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use corelog_controller::acls::Operation;
+use corelog_wire::batch::{BatchHeader, BatchLimits};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::decode_request;
 use corelog_wire::message::produce::{
@@ -20,6 +21,7 @@ use futures::future::{Either, join_all, ready};
 use super::Caller;
 use crate::api::Reply;
 use crate::api::{refused, unencodable};
+use crate::net::access::Access;
 use crate::net::request_body::RequestBody;
 use crate::net::throttle::millis;
 use crate::partition::PartitionError;
@@ -35,6 +37,34 @@ struct Target {
 /// How long a replicated produce waits for its acknowledgement when the
 /// request names no timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Refuses a batch whose idempotent producer id was given to another
+/// principal ([`corelog_wire::producer_id`]): appended, it would move that
+/// producer's sequence, so that its own next batch is refused. A batch
+/// whose header does not parse is left to the partition's checks, which
+/// refuse it.
+fn check_producer_id(shard: &Shard, access: &Access, batch: &[u8]) -> Result<(), PartitionError> {
+    // The header's own bounds only: the topic's are checked later, and a
+    // stricter bound here must not let a batch past this check.
+    let limits = BatchLimits {
+        batch_bytes_max: usize::MAX,
+        decompressed_bytes_max: usize::MAX,
+    };
+    let Ok(header) = BatchHeader::parse(batch, &limits) else {
+        return Ok(());
+    };
+    let producer_id = header.producer.producer_id;
+    if !header.producer.is_idempotent() || shard.producer_ids.owns(access.principal(), producer_id)
+    {
+        return Ok(());
+    }
+    Err(PartitionError::new(
+        ErrorCode::ProducerIdNotOwned,
+        format!(
+            "producer id {producer_id} was not given to this login; initialise a producer id of your own"
+        ),
+    ))
+}
 
 pub(super) async fn produce(
     shard: &Rc<Shard>,
@@ -83,7 +113,9 @@ pub(super) async fn produce(
     for (target, batch) in targets.into_iter().zip(batches) {
         let located = if let Err(error) = access.topic(Operation::Produce, &target.topic) {
             Err(error)
-        } else if target.topic.starts_with("__") {
+        } else if let Err(error) = check_producer_id(shard, access, &batch) {
+            Err(error)
+        } else if target.topic.starts_with("__") && !access.is_broker() {
             Err(PartitionError::new(
                 ErrorCode::InternalTopic,
                 format!(
