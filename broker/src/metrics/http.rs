@@ -174,7 +174,11 @@ async fn answer(
             Err(error) => return Err(error),
         };
         if head.len() + read > REQUEST_HEAD_BYTES_MAX {
-            break plain("431 Request Header Fields Too Large", &[], "request head too large\n");
+            break plain(
+                "431 Request Header Fields Too Large",
+                &[],
+                "request head too large\n",
+            );
         }
         head.extend_from_slice(&buffer[..read]);
     };
@@ -230,7 +234,10 @@ fn plain(status: &str, headers: &[&str], body: &str) -> String {
 /// Whether `head`, read so far, can still be the start of an HTTP request
 /// line: a method of capital letters and then a space.
 fn could_start_a_request(head: &[u8]) -> bool {
-    let method = head.iter().take_while(|byte| byte.is_ascii_uppercase()).count();
+    let method = head
+        .iter()
+        .take_while(|byte| byte.is_ascii_uppercase())
+        .count();
     match head.get(method) {
         None => method <= METHOD_BYTES_MAX,
         Some(b' ') => (1..=METHOD_BYTES_MAX).contains(&method),
