@@ -9,11 +9,13 @@
 //! - [`loopback`]: the same handlers for calls this broker makes to itself.
 //! - [`request_body`]: an aligned, owned body, cut into batches uncopied.
 //! - [`shard_ports`]: the port each shard also accepts on alone, for
-//!   shard-aware clients.
+//!   shard-aware clients; [`kept_ports`]: those `auto` picked, kept
+//!   across restarts.
 
 pub mod access;
 pub mod connection;
 pub mod handlers;
+pub mod kept_ports;
 pub mod listener;
 pub mod loopback;
 pub mod port;
