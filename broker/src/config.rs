@@ -237,8 +237,9 @@ pub enum ShardPorts {
     /// Only the shared port: requests for another shard's partitions are
     /// forwarded to it.
     Off,
-    /// A port the kernel picks for each shard at every start; clients
-    /// learn them with `DescribeShards`.
+    /// A port the kernel picks for each shard at the first start, kept in
+    /// the data directory and taken again at later starts (unless taken
+    /// meanwhile); clients learn them with `DescribeShards`.
     Auto,
     /// Shard `N` listens on this port plus `N`, for firewalls that need
     /// fixed ports.

@@ -10,11 +10,14 @@
 //! close its partitions (flush, sync, seal indexes, snapshot producer
 //! state), so that the next start needs no recovery scan.
 
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -25,7 +28,7 @@ use corelog_wire::producer_id::ProducerIdKey;
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::raft_log::RaftLogFile;
 use crate::cluster::{ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, ShardPorts};
 use crate::data_dir::{self, Privacy};
 use crate::descriptors::{DescriptorBudget, raise_soft_limit};
 use crate::group::service::{AUDIT_TOPIC, GROUPS_TOPIC};
@@ -34,6 +37,7 @@ use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::migration;
 use crate::net::edge::Edge;
+use crate::net::kept_ports;
 use crate::net::login_ledger::LoginLimits;
 use crate::net::port::Port;
 use crate::net::shard_ports::ShardPortTable;
@@ -95,6 +99,52 @@ impl RunError {
     }
 }
 
+/// Whether the shards' ports are not `auto` ones to keep across restarts.
+fn kept_ports_unused(config: &BrokerConfig) -> bool {
+    config.shards < 2 || config.shard_ports != ShardPorts::Auto
+}
+
+/// Under `--shard-ports auto`, the ports the last start recorded that
+/// nothing accepts connections on now. A port another program took is
+/// given up, its shard takes a new one: the shards bind with
+/// `SO_REUSEPORT`, so a bind alone could succeed beside another listener
+/// of the same user and split its connections with it.
+fn ports_to_keep(config: &BrokerConfig) -> BTreeMap<u16, u16> {
+    if kept_ports_unused(config) {
+        return BTreeMap::new();
+    }
+    kept_ports::load(&config.data_dir)
+        .into_iter()
+        .filter(|(shard, _)| *shard < config.shards)
+        .filter(|(shard, port)| {
+            let addr = SocketAddr::new(config.listen.ip(), *port);
+            let taken = accepts_connections_until(addr, Instant::now() + LINGER_WAIT);
+            if taken {
+                tracing::warn!(
+                    shard,
+                    port,
+                    "the shard's port of the last start is taken; it takes a new one"
+                );
+            }
+            !taken
+        })
+        .collect()
+}
+
+/// Binds a shard's own port: `kept` (its port of the last start) if it
+/// can, else `addr`.
+fn bind_shard_port(addr: SocketAddr, kept: Option<u16>, listen_now: bool) -> io::Result<Port> {
+    if let Some(port) = kept {
+        match Port::bind(SocketAddr::new(addr.ip(), port), listen_now) {
+            Ok(bound) => return Ok(bound),
+            Err(error) => {
+                tracing::warn!(port, %error, "cannot take the shard's port of the last start; it takes a new one");
+            }
+        }
+    }
+    Port::bind(addr, listen_now)
+}
+
 /// Refuses to start on a listen or metrics address where something already
 /// accepts connections. The shards' listeners share their port with
 /// `SO_REUSEPORT`, so binding alone would let a second broker silently take
@@ -115,20 +165,33 @@ fn refuse_ports_in_use(config: &BrokerConfig) -> Result<(), RunError> {
     .into_iter()
     .chain(shard_addresses)
     {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-        while accepts_connections(addr) {
-            if std::time::Instant::now() >= deadline {
-                return Err(RunError::ShardStart {
-                    shard: 0,
-                    message: format!(
-                        "cannot use {what} address {addr}: something already accepts connections there; is another broker running there?"
-                    ),
-                });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        if accepts_connections_until(addr, Instant::now() + LINGER_WAIT) {
+            return Err(RunError::ShardStart {
+                shard: 0,
+                message: format!(
+                    "cannot use {what} address {addr}: something already accepts connections there; is another broker running there?"
+                ),
+            });
         }
     }
     Ok(())
+}
+
+/// How long a listener of a predecessor that just exited may linger (its
+/// io_uring torn down by the kernel after the process is gone) before an
+/// address that still accepts connections counts as taken.
+const LINGER_WAIT: Duration = Duration::from_secs(3);
+
+/// Whether `addr` still accepts connections at `deadline`: asked again
+/// every 50 ms until it refuses or the deadline passes.
+fn accepts_connections_until(addr: SocketAddr, deadline: Instant) -> bool {
+    while accepts_connections(addr) {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
 }
 
 /// Whether a connection to `addr` (the loopback address for a wildcard)
@@ -266,6 +329,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         crate::decoy_key::load(&config).map_err(RunError::Configuration)?,
     ));
     let shard_ports = Arc::new(ShardPortTable::new(shard_count));
+    let kept_ports = Arc::new(ports_to_keep(&config));
     let topic_deletions = Arc::new(TopicDeletions::default());
     let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
     let (listening, listen_reports) = mpsc::channel::<Result<u16, RunError>>();
@@ -283,6 +347,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let listening = listening.clone();
         let edge = edge.clone();
         let shard_ports = shard_ports.clone();
+        let kept_ports = kept_ports.clone();
         let topic_deletions = topic_deletions.clone();
         let tls = tls.clone();
         let producer_ids = producer_ids.clone();
@@ -302,6 +367,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                         open_files_per_shard,
                         edge,
                         shard_ports,
+                        kept_ports,
                         topic_deletions,
                         listening,
                         tls,
@@ -344,6 +410,11 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         stop_all(&senders);
         join_all(executors);
         return Err(error);
+    }
+    if !kept_ports_unused(&config)
+        && let Err(error) = kept_ports::store(&config.data_dir, &shard_ports.ports())
+    {
+        tracing::warn!(%error, "cannot record the shards' ports; the next start takes new ones");
     }
     Ok(RunningBroker {
         config,
@@ -472,6 +543,9 @@ struct ShardShared {
     edge: Arc<Edge>,
     /// The port each shard accepts on alone.
     shard_ports: Arc<ShardPortTable>,
+    /// Under `auto`, the port each shard had at the last start, by shard,
+    /// to take again.
+    kept_ports: Arc<BTreeMap<u16, u16>>,
     /// Deleted topics whose files the shards are still removing.
     topic_deletions: Arc<TopicDeletions>,
     /// Told once the shard accepts connections.
@@ -525,7 +599,8 @@ async fn start_shard(
         .address(config.listen, config.shards, id.0)
     {
         Some(addr) => {
-            let own = Port::bind(addr, listen_now).map_err(|error| {
+            let kept = listeners.kept_ports.get(&id.0).copied();
+            let own = bind_shard_port(addr, kept, listen_now).map_err(|error| {
                 format!("cannot listen on {addr} for shard {id}: {error}; pick other --shard-ports or set them off")
             })?;
             let port = own

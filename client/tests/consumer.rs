@@ -274,3 +274,30 @@ async fn a_stopped_broker_is_reported_with_how_to_start_one() {
     assert!(error.is_connect_failure(), "{error}");
     assert!(error.to_string().contains("make run"), "{error}");
 }
+
+/// A listed shard port that refuses connections (the port of a broker
+/// process that was killed, issue 35 item 18): the fetches go to the
+/// broker's shared port, and the consumer reads everything.
+#[tokio::test]
+async fn a_shard_port_that_refuses_sends_the_fetches_to_the_shared_port() {
+    let broker = broker_with_records(6, 2).await;
+    let refusing = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    broker.list_shard_ports(&[refusing]);
+    let asked_before = broker.describe_shards_count();
+    let mut consumer = consumer(&broker, OffsetOutOfRangePolicy::Error).await;
+    consumer
+        .assign_topic("t", StartFrom::Earliest)
+        .await
+        .unwrap();
+    let read = read_all(&mut consumer).await;
+    let expected: Vec<(u64, String)> = (0..6).map(|offset| (offset, offset.to_string())).collect();
+    assert_eq!(read, expected);
+    assert!(
+        broker.describe_shards_count() > asked_before,
+        "the consumer asked for the shard ports, so it was sent to the refusing one"
+    );
+    assert_eq!(broker.shard_connection_count(), 0);
+}

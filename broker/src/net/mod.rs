@@ -14,7 +14,8 @@
 //! - [`loopback`]: the same handlers for calls this broker makes to itself.
 //! - [`request_body`]: an aligned, owned body, cut into batches uncopied.
 //! - [`shard_ports`]: the port each shard also accepts on alone, for
-//!   shard-aware clients.
+//!   shard-aware clients; [`kept_ports`]: those `auto` picked, kept
+//!   across restarts.
 
 pub mod accept_backoff;
 pub mod access;
@@ -22,6 +23,7 @@ pub mod connection;
 pub mod connection_counts;
 pub mod edge;
 pub mod handlers;
+pub mod kept_ports;
 pub mod listener;
 pub mod login_ledger;
 pub mod loopback;

@@ -33,14 +33,19 @@ impl ShardPortTable {
         }
     }
 
+    /// Each shard's own port, by shard index (0: none yet).
+    #[must_use]
+    pub fn ports(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .map(|port| port.load(Ordering::Acquire))
+            .collect()
+    }
+
     /// One endpoint per shard, or none when no shard listens alone.
     #[must_use]
     pub fn endpoints(&self) -> Vec<ShardEndpoint> {
-        let ports: Vec<u16> = self
-            .ports
-            .iter()
-            .map(|port| port.load(Ordering::Acquire))
-            .collect();
+        let ports = self.ports();
         if ports.iter().all(|&port| port == 0) {
             return Vec::new();
         }
