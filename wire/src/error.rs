@@ -219,6 +219,8 @@ error_codes! {
         "This principal (or source address) has as many connections open as its quota allows; close some, or ask for a higher connection quota.";
     BrokerNotReady = 92, "BROKER_NOT_READY", retriable: true,
         "This broker has just started and has not loaded the cluster's users and ACLs from the controller yet; retry in a moment, or through another broker.";
+    GroupSubscribedToTopic = 96, "GROUP_SUBSCRIBED_TO_TOPIC", retriable: false,
+        "Members of the group consume this topic, so its offsets are theirs: stop them (the group must not subscribe to the topic), or delete only a deleted topic's offsets (--deleted-only).";
 }
 
 impl ErrorCode {
@@ -334,6 +336,7 @@ mod tests {
         (90, "QUOTA_NOT_FOUND", false),
         (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
         (92, "BROKER_NOT_READY", true),
+        (96, "GROUP_SUBSCRIBED_TO_TOPIC", false),
     ];
 
     #[test]
