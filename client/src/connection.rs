@@ -452,15 +452,21 @@ impl Connection {
         self.shared.close(reason);
     }
 
-    fn check_supported(&self, api: ApiKey) -> Result<(), ClientError> {
+    /// Whether the broker speaks `version` of `api` (as far as known: before
+    /// the handshake completes, only version 0 is assumed).
+    pub(crate) fn supports(&self, api: ApiKey, version: u16) -> bool {
+        match self.supported.get() {
+            Some(apis) => apis.iter().any(|range| {
+                range.api_key == api.code()
+                    && (range.min_version..=range.max_version).contains(&version)
+            }),
+            None => version == 0,
+        }
+    }
+
+    fn check_supported(&self, api: ApiKey, version: u16) -> Result<(), ClientError> {
         // Before the handshake completes, only ApiVersions itself is sent.
-        let Some(apis) = self.supported.get() else {
-            return Ok(());
-        };
-        let supported = apis
-            .iter()
-            .any(|range| range.api_key == api.code() && range.min_version == 0);
-        if supported {
+        if self.supported.get().is_none() || self.supports(api, version) {
             Ok(())
         } else {
             Err(ClientError::UnsupportedApi {
@@ -490,7 +496,7 @@ impl Connection {
         raw: Vec<Bytes>,
         extra_wait: Duration,
     ) -> Result<PendingReply<R>, ClientError> {
-        self.check_supported(R::API_KEY)?;
+        self.check_supported(R::API_KEY, R::API_VERSION)?;
         let frame = self.encode(request, raw)?;
         let slot = Arc::clone(&self.shared.slots)
             .acquire_owned()
@@ -551,7 +557,7 @@ impl Connection {
             .map_err(|error| protocol_error(self.addr(), &format!("cannot encode: {error}")))?;
         let header = RequestHeader {
             api_key: R::API_KEY,
-            api_version: 0,
+            api_version: R::API_VERSION,
             correlation_id: 0,
             flags: 0,
         }

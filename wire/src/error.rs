@@ -227,6 +227,8 @@ error_codes! {
         "This broker has just started and has not loaded the cluster's users and ACLs from the controller yet; retry in a moment, or through another broker.";
     LoginLockedOut = 93, "LOGIN_LOCKED_OUT", retriable: false,
         "Too many failed logins for this user name: it is locked out for a while, except from client addresses that logged in as it before; wait (the message says how long), or log in from such a client, or ask an administrator to check who is guessing.";
+    GroupSubscribedToTopic = 96, "GROUP_SUBSCRIBED_TO_TOPIC", retriable: false,
+        "Members of the group consume this topic, so its offsets are theirs: stop them (the group must not subscribe to the topic), or delete only a deleted topic's offsets (--deleted-only).";
 }
 
 impl ErrorCode {
@@ -346,6 +348,7 @@ mod tests {
         (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
         (92, "BROKER_NOT_READY", true),
         (93, "LOGIN_LOCKED_OUT", false),
+        (96, "GROUP_SUBSCRIBED_TO_TOPIC", false),
     ];
 
     #[test]

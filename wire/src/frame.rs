@@ -59,8 +59,8 @@ const _: () = assert!(RESPONSE_HEADER_BYTES == 4 + 4);
 /// A numbered API. The numbers are part of the protocol and never reused.
 ///
 /// `0..20` are the data and admin APIs (`10..20` are kept free for later ones
-/// of that kind); `20..31` are the consumer-group APIs and the audit log
-/// (`31..40` are kept free for later ones of that kind).
+/// of that kind); `20..32` are the consumer-group APIs and the audit log
+/// (`32..40` are kept free for later ones of that kind).
 ///
 /// `40..` are the inter-broker and controller APIs: brokers and controller
 /// voters speak them to each other, never clients
@@ -132,6 +132,10 @@ pub enum ApiKey {
     ResetOffsets = 29,
     /// Record a poison-record skip in the audit log (C8).
     WriteAudit = 30,
+    /// Delete a group's committed offsets of one topic (of a deleted
+    /// topic, or of one the group no longer consumes): privileged and
+    /// audited, as a reset.
+    DeleteOffsets = 31,
     /// One raft message between controller voters (inter-broker).
     ControllerRaft = 40,
     /// A broker announces itself to the controller leader (inter-broker).
@@ -190,6 +194,7 @@ impl ApiKey {
         ApiKey::DeleteGroups,
         ApiKey::ResetOffsets,
         ApiKey::WriteAudit,
+        ApiKey::DeleteOffsets,
         ApiKey::ControllerRaft,
         ApiKey::BrokerRegister,
         ApiKey::BrokerHeartbeat,
@@ -241,6 +246,7 @@ impl ApiKey {
             28 => Some(ApiKey::DeleteGroups),
             29 => Some(ApiKey::ResetOffsets),
             30 => Some(ApiKey::WriteAudit),
+            31 => Some(ApiKey::DeleteOffsets),
             40 => Some(ApiKey::ControllerRaft),
             41 => Some(ApiKey::BrokerRegister),
             42 => Some(ApiKey::BrokerHeartbeat),
@@ -279,6 +285,7 @@ impl ApiKey {
             ApiKey::DeleteGroups => "DeleteGroups",
             ApiKey::ResetOffsets => "ResetOffsets",
             ApiKey::WriteAudit => "WriteAudit",
+            ApiKey::DeleteOffsets => "DeleteOffsets",
             ApiKey::ControllerRaft => "ControllerRaft",
             ApiKey::BrokerRegister => "BrokerRegister",
             ApiKey::BrokerHeartbeat => "BrokerHeartbeat",
@@ -323,10 +330,10 @@ impl ApiKey {
             | ApiKey::OffsetCommit
             | ApiKey::OffsetFetch
             | ApiKey::ListGroups
-            | ApiKey::DescribeGroups
             | ApiKey::DeleteGroups
             | ApiKey::ResetOffsets
             | ApiKey::WriteAudit
+            | ApiKey::DeleteOffsets
             | ApiKey::ControllerRaft
             | ApiKey::BrokerRegister
             | ApiKey::BrokerHeartbeat
@@ -344,6 +351,9 @@ impl ApiKey {
             | ApiKey::DescribeQuotas
             | ApiKey::AlterQuotas
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
+            // Version 1 also lists the offsets a group holds of deleted
+            // topics (issue 35, item 17); version 0 omits them.
+            ApiKey::DescribeGroups => VersionRange { min: 0, max: 1 },
         }
     }
 
@@ -392,7 +402,8 @@ impl ApiKey {
             | ApiKey::DescribeGroups
             | ApiKey::DeleteGroups
             | ApiKey::ResetOffsets
-            | ApiKey::WriteAudit => false,
+            | ApiKey::WriteAudit
+            | ApiKey::DeleteOffsets => false,
         }
     }
 
@@ -916,6 +927,7 @@ mod tests {
                 (28, "DeleteGroups"),
                 (29, "ResetOffsets"),
                 (30, "WriteAudit"),
+                (31, "DeleteOffsets"),
                 (40, "ControllerRaft"),
                 (41, "BrokerRegister"),
                 (42, "BrokerHeartbeat"),
@@ -930,14 +942,25 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 17 || (20..=30).contains(&code) || (40..=48).contains(&code))
+                (code <= 17 || (20..=31).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
         for key in ApiKey::ALL {
+            let newest = match key {
+                ApiKey::DescribeGroups => 1,
+                _ => 0,
+            };
             assert!(key.supports(0));
-            assert!(!key.supports(1));
-            assert_eq!(key.supported_versions(), VersionRange { min: 0, max: 0 });
+            assert!(key.supports(newest));
+            assert!(!key.supports(newest + 1));
+            assert_eq!(
+                key.supported_versions(),
+                VersionRange {
+                    min: 0,
+                    max: newest
+                }
+            );
         }
     }
 

@@ -468,6 +468,7 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         DeleteGroups => delete_groups::DeleteGroupsResponse,
         ResetOffsets => reset_offsets::ResetOffsetsResponse,
         WriteAudit => write_audit::WriteAuditResponse,
+        DeleteOffsets => delete_offsets::DeleteOffsetsResponse,
         ControllerRaft => controller_raft::ControllerRaftResponse,
         BrokerRegister => broker_register::BrokerRegisterResponse,
         BrokerHeartbeat => broker_heartbeat::BrokerHeartbeatResponse,

@@ -33,6 +33,7 @@ use event_listener::Event;
 
 use super::assignor::TopicPartition;
 use super::log::GroupLog;
+use super::offsets::TopicIdentity;
 use super::records;
 use super::state::{Committed, Group, GroupState, JoinOutcome, JoinRequest};
 use crate::partition::PartitionError;
@@ -55,7 +56,7 @@ pub struct GroupCoordinator {
     /// Index of the `__groups` partition.
     pub partition_index: u32,
     log: Rc<dyn GroupLog>,
-    groups: RefCell<BTreeMap<String, Group>>,
+    pub(super) groups: RefCell<BTreeMap<String, Group>>,
     /// Per group, the newest generation whose membership record is durable.
     persisted: RefCell<BTreeMap<String, i32>>,
     /// Notified when a generation is persisted (joiners wait on it).
@@ -90,6 +91,7 @@ pub type HighWatermarkLookup =
 /// The judgement of one partition of a commit.
 struct Verdict {
     topic: String,
+    topic_id: Option<u64>,
     partition: u32,
     next_offset: u64,
     metadata: Option<String>,
@@ -122,6 +124,9 @@ pub type ManualCommitAudit =
 pub trait TopicView {
     /// Partition count of `topic`, if it exists.
     fn partition_count(&self, topic: &str) -> Option<u32>;
+    /// The id and creation time of the live topic named `topic`, if it
+    /// exists: whose committed offsets are its (see [`super::offsets`]).
+    fn topic_identity(&self, topic: &str) -> Option<TopicIdentity>;
 }
 
 impl GroupCoordinator {
@@ -196,7 +201,7 @@ impl GroupCoordinator {
     }
 
     /// Appends records durably.
-    async fn append(
+    pub(super) async fn append(
         &self,
         records: &[GroupRecord],
         now: TimestampMs,
@@ -227,20 +232,8 @@ impl GroupCoordinator {
             .borrow()
             .values()
             .flat_map(|group| {
-                let membership = records::membership(group);
-                let offsets = group.offsets.iter().map(|((topic, partition), committed)| {
-                    GroupRecord::Offset {
-                        group: group.name.clone(),
-                        topic: topic.clone(),
-                        partition: *partition,
-                        next_offset: committed.next_offset,
-                        metadata: committed.metadata.clone(),
-                        committed_at_ms: committed.committed_at.0,
-                        generation: group.generation,
-                    }
-                });
-                std::iter::once(membership)
-                    .chain(offsets)
+                std::iter::once(records::membership(group))
+                    .chain(records::offsets(group))
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -460,6 +453,26 @@ impl GroupCoordinator {
             .unwrap_or_default()
     }
 
+    /// Sets apart the offsets of deleted topics of `group` (every group
+    /// for `None`) by the metadata in `topics`, before anything reads or
+    /// changes its offsets (see [`super::offsets`]).
+    pub fn set_apart_deleted_topic_offsets(&self, group: Option<&str>, topics: &dyn TopicView) {
+        let identity = |name: &str| topics.topic_identity(name);
+        let mut groups = self.groups.borrow_mut();
+        match group {
+            Some(name) => {
+                if let Some(group) = groups.get_mut(name) {
+                    group.set_apart_deleted_topic_offsets(&identity);
+                }
+            }
+            None => {
+                for group in groups.values_mut() {
+                    group.set_apart_deleted_topic_offsets(&identity);
+                }
+            }
+        }
+    }
+
     /// Ticks so far, for pacing periodic work.
     #[must_use]
     pub fn ticks(&self) -> u64 {
@@ -480,10 +493,12 @@ impl GroupCoordinator {
     /// ownership, bounded by each partition's high watermark (looked up
     /// with `high_watermark`), acknowledged once durable. A commit outside
     /// a generation is first written to the audit log by `audit` (which
-    /// the caller passes for those).
+    /// the caller passes for those). Each offset is committed on the live
+    /// topic of its name in `topics` (with its id).
     pub async fn commit(
         &self,
         request: OffsetCommitRequest,
+        topics: &dyn TopicView,
         high_watermark: &HighWatermarkLookup,
         audit: Option<&ManualCommitAudit>,
         now: TimestampMs,
@@ -491,6 +506,7 @@ impl GroupCoordinator {
         if let Err(code) = self.judge_committer(&request) {
             return refused_commit(&request, code);
         }
+        self.set_apart_deleted_topic_offsets(Some(request.group.as_str()), topics);
         let mut verdicts: Vec<Verdict> = Vec::new();
         for topic in &request.topics {
             for entry in &topic.partitions {
@@ -500,7 +516,13 @@ impl GroupCoordinator {
                     .borrow()
                     .get(&request.group)
                     .is_none_or(|group| group.owns(&request.member_id, &key));
-                let verdict = if owns {
+                let topic_id = topics.topic_identity(&topic.name).map(|live| live.id);
+                let verdict = if topic_id.is_none() {
+                    Err(PartitionError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {:?} does not exist", topic.name),
+                    ))
+                } else if owns {
                     match high_watermark(&topic.name, entry.partition).await {
                         Ok(hw) if entry.next_offset > hw.0 => Err(PartitionError::new(
                             ErrorCode::OffsetBeyondHighWatermark,
@@ -523,6 +545,7 @@ impl GroupCoordinator {
                 };
                 verdicts.push(Verdict {
                     topic: topic.name.clone(),
+                    topic_id,
                     partition: entry.partition,
                     next_offset: entry.next_offset,
                     metadata: entry.metadata.clone(),
@@ -540,6 +563,7 @@ impl GroupCoordinator {
             .map(|verdict| GroupRecord::Offset {
                 group: request.group.clone(),
                 topic: verdict.topic.clone(),
+                topic_id: verdict.topic_id,
                 partition: verdict.partition,
                 next_offset: verdict.next_offset,
                 metadata: verdict.metadata.clone(),
@@ -568,12 +592,13 @@ impl GroupCoordinator {
                 let mut groups = self.groups.borrow_mut();
                 if let Some(group) = groups.get_mut(&request.group) {
                     for verdict in verdicts.iter().filter(|verdict| verdict.result.is_ok()) {
-                        group.offsets.insert(
+                        group.record_offset(
                             (verdict.topic.clone(), verdict.partition),
                             Committed {
                                 next_offset: verdict.next_offset,
                                 metadata: verdict.metadata.clone(),
                                 committed_at: now,
+                                topic_id: verdict.topic_id,
                             },
                         );
                     }
@@ -615,9 +640,16 @@ impl GroupCoordinator {
         }
     }
 
-    /// Committed offsets of a group.
+    /// Committed offsets of a group on the live topics of `topics` (never a
+    /// deleted topic's: a topic created again under its name starts
+    /// afresh).
     #[must_use]
-    pub fn fetch_offsets(&self, request: &OffsetFetchRequest) -> OffsetFetchResponse {
+    pub fn fetch_offsets(
+        &self,
+        request: &OffsetFetchRequest,
+        topics: &dyn TopicView,
+    ) -> OffsetFetchResponse {
+        self.set_apart_deleted_topic_offsets(Some(request.group.as_str()), topics);
         let groups = self.groups.borrow();
         let offsets = groups.get(&request.group).map(|group| &group.offsets);
         let wanted: Vec<TopicPartition> = match &request.topics {
@@ -736,14 +768,16 @@ impl GroupCoordinator {
         Ok(())
     }
 
-    /// Sets offsets after an audited reset (the audit record is written by
-    /// the caller first). The group must have no members.
+    /// Sets offsets of the topic with id `topic_id` after an audited reset
+    /// (the audit record is written by the caller first). The group must
+    /// have no members.
     ///
     /// # Errors
     /// `GROUP_NOT_EMPTY`, or the append's error.
     pub async fn set_offsets(
         &self,
         name: &str,
+        topic_id: u64,
         offsets: &[(String, u32, u64)],
         now: TimestampMs,
     ) -> Result<(), PartitionError> {
@@ -753,6 +787,7 @@ impl GroupCoordinator {
             .map(|(topic, partition, next_offset)| GroupRecord::Offset {
                 group: name.to_owned(),
                 topic: topic.clone(),
+                topic_id: Some(topic_id),
                 partition: *partition,
                 next_offset: *next_offset,
                 metadata: Some("reset".to_owned()),
@@ -769,12 +804,13 @@ impl GroupCoordinator {
             .entry(name.to_owned())
             .or_insert_with(|| Group::new(name));
         for (topic, partition, next_offset) in offsets {
-            group.offsets.insert(
+            group.record_offset(
                 (topic.clone(), *partition),
                 Committed {
                     next_offset: *next_offset,
                     metadata: Some("reset".to_owned()),
                     committed_at: now,
+                    topic_id: Some(topic_id),
                 },
             );
         }
@@ -989,6 +1025,22 @@ mod tests {
         }
     }
 
+    /// Topic `orders`, id 3, as the metadata shows it.
+    struct Orders;
+
+    impl TopicView for Orders {
+        fn partition_count(&self, topic: &str) -> Option<u32> {
+            (topic == "orders").then_some(4)
+        }
+
+        fn topic_identity(&self, topic: &str) -> Option<TopicIdentity> {
+            (topic == "orders").then_some(TopicIdentity {
+                id: 3,
+                created_at_ms: 0,
+            })
+        }
+    }
+
     fn unbounded(
         _: &str,
         _: u32,
@@ -1013,6 +1065,7 @@ mod tests {
                 let response = coordinator
                     .commit(
                         commit_request(&group, (round % 4) as u32, round),
+                        &Orders,
                         &unbounded,
                         None,
                         TimestampMs(2_000),

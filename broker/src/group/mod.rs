@@ -9,6 +9,9 @@
 //! - [`host`]: what a coordinator needs from the broker it runs on.
 //! - [`requests`]: group requests and answers as they travel between shards.
 //! - [`records`]: how group state is written to and replayed from `__groups`.
+//! - [`offsets`]: which topic a committed offset belongs to, and the
+//!   offsets of deleted topics.
+//! - [`offset_deletion`]: `group delete-offsets`, audited.
 //! - [`service`]: group requests on the coordinator's shard, audited resets
 //!   and skips (`__audit`), periodic expiry.
 //! - [`lag`]: lag in records, bytes and time, and retention left.
@@ -22,6 +25,8 @@ pub mod coordinator;
 pub mod host;
 pub mod lag;
 pub mod log;
+pub mod offset_deletion;
+pub mod offsets;
 pub mod records;
 pub mod requests;
 pub mod service;

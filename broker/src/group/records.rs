@@ -75,12 +75,40 @@ pub fn to_wire(assignment: Option<&BTreeSet<TopicPartition>>) -> Vec<TopicPartit
         .collect()
 }
 
+/// The offset records of a group's state, deleted topics' first (so that
+/// a replay meets them in the order they were committed), for a snapshot.
+#[must_use]
+pub fn offsets(group: &Group) -> Vec<GroupRecord> {
+    let deleted = group
+        .deleted_topic_offsets
+        .iter()
+        .map(|((topic, partition, _), committed)| (topic, *partition, committed));
+    let live = group
+        .offsets
+        .iter()
+        .map(|((topic, partition), committed)| (topic, *partition, committed));
+    deleted
+        .chain(live)
+        .map(|(topic, partition, committed)| GroupRecord::Offset {
+            group: group.name.clone(),
+            topic: topic.clone(),
+            topic_id: committed.topic_id,
+            partition,
+            next_offset: committed.next_offset,
+            metadata: committed.metadata.clone(),
+            committed_at_ms: committed.committed_at.0,
+            generation: group.generation,
+        })
+        .collect()
+}
+
 /// Applies one replayed record to the groups it describes.
 pub fn replay(groups: &mut BTreeMap<String, Group>, record: GroupRecord, now: TimestampMs) {
     match record {
         GroupRecord::Offset {
             group,
             topic,
+            topic_id,
             partition,
             next_offset,
             metadata,
@@ -90,22 +118,24 @@ pub fn replay(groups: &mut BTreeMap<String, Group>, record: GroupRecord, now: Ti
             let entry = groups
                 .entry(group.clone())
                 .or_insert_with(|| Group::new(&group));
-            entry.offsets.insert(
+            entry.record_offset(
                 (topic, partition),
                 Committed {
                     next_offset,
                     metadata,
                     committed_at: TimestampMs(committed_at_ms),
+                    topic_id,
                 },
             );
         }
         GroupRecord::OffsetTombstone {
             group,
             topic,
+            topic_id,
             partition,
         } => {
             if let Some(entry) = groups.get_mut(&group) {
-                entry.offsets.remove(&(topic, partition));
+                entry.forget_offset(&(topic, partition), topic_id);
             }
         }
         GroupRecord::Membership {
@@ -113,9 +143,9 @@ pub fn replay(groups: &mut BTreeMap<String, Group>, record: GroupRecord, now: Ti
             generation,
             members,
         } => {
-            let offsets = groups
+            let (offsets, deleted_topic_offsets) = groups
                 .remove(&group)
-                .map(|old| old.offsets)
+                .map(|old| (old.offsets, old.deleted_topic_offsets))
                 .unwrap_or_default();
             let assignment = members
                 .iter()
@@ -148,6 +178,7 @@ pub fn replay(groups: &mut BTreeMap<String, Group>, record: GroupRecord, now: Ti
                 .collect();
             let mut restored = Group::restored(&group, generation, members, assignment, now);
             restored.offsets = offsets;
+            restored.deleted_topic_offsets = deleted_topic_offsets;
             groups.insert(group, restored);
         }
         GroupRecord::GroupDeleted { group } => {

@@ -35,6 +35,8 @@ pub enum GroupRequest {
     Reset(corelog_wire::message::reset_offsets::ResetOffsetsRequest),
     /// WriteAudit.
     Audit(corelog_wire::message::write_audit::WriteAuditRequest),
+    /// DeleteOffsets.
+    DeleteOffsets(corelog_wire::message::delete_offsets::DeleteOffsetsRequest),
 }
 
 /// The answer to a [`GroupRequest`].
@@ -50,14 +52,17 @@ pub enum GroupResponse {
     Commit(corelog_wire::message::offset_commit::OffsetCommitResponse),
     /// OffsetFetch.
     Fetch(corelog_wire::message::offset_fetch::OffsetFetchResponse),
-    /// DescribeGroups, one group.
-    Describe(corelog_wire::message::describe_groups::GroupDescription),
+    /// DescribeGroups, one group, with the offsets of deleted topics
+    /// (which version 0 leaves out).
+    Describe(corelog_wire::message::describe_groups::GroupDescriptionV1),
     /// DeleteGroups, one group: the error, if any.
     Delete(Option<PartitionError>),
     /// ResetOffsets.
     Reset(corelog_wire::message::reset_offsets::ResetOffsetsResponse),
     /// WriteAudit.
     Audit(corelog_wire::message::write_audit::WriteAuditResponse),
+    /// DeleteOffsets.
+    DeleteOffsets(corelog_wire::message::delete_offsets::DeleteOffsetsResponse),
     /// The coordinator is not available (not loaded, or its shard stopped).
     Unavailable(PartitionError),
 }

@@ -7,7 +7,9 @@ use std::rc::Rc;
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::audit::{AuditKind, AuditRecord};
-use corelog_wire::message::describe_groups::{GroupDescription, MemberDescription};
+use corelog_wire::message::describe_groups::{
+    DeletedTopicOffset, GroupDescription, GroupDescriptionV1, MemberDescription,
+};
 use corelog_wire::message::heartbeat::HeartbeatResponse;
 use corelog_wire::message::join_group::{JoinGroupRequest, JoinGroupResponse};
 use corelog_wire::message::leave_group::LeaveGroupResponse;
@@ -22,6 +24,8 @@ use super::coordinator::{
 };
 use super::host::{GroupHost, Host};
 use super::lag::partition_lag;
+use super::offset_deletion;
+use super::offsets::TopicIdentity;
 use super::records;
 use super::requests::{GroupRequest, GroupResponse};
 use super::state::JoinRequest;
@@ -37,6 +41,13 @@ pub type Coordinator = GroupCoordinator;
 impl TopicView for MetadataSnapshot {
     fn partition_count(&self, topic: &str) -> Option<u32> {
         self.topics.get(topic).map(|view| view.record.partitions)
+    }
+
+    fn topic_identity(&self, topic: &str) -> Option<TopicIdentity> {
+        self.topics.get(topic).map(|view| TopicIdentity {
+            id: view.record.id,
+            created_at_ms: view.record.created_at_ms,
+        })
     }
 }
 
@@ -95,13 +106,22 @@ pub async fn serve(
                 });
                 future
             };
+            let snapshot = host.snapshot();
             GroupResponse::Commit(
                 coordinator
-                    .commit(request, &high_watermark, audit.as_deref(), now())
+                    .commit(
+                        request,
+                        &*snapshot,
+                        &high_watermark,
+                        audit.as_deref(),
+                        now(),
+                    )
                     .await,
             )
         }
-        GroupRequest::Fetch(request) => GroupResponse::Fetch(coordinator.fetch_offsets(&request)),
+        GroupRequest::Fetch(request) => {
+            GroupResponse::Fetch(coordinator.fetch_offsets(&request, &*host.snapshot()))
+        }
         GroupRequest::Describe(group) => {
             GroupResponse::Describe(describe(host, coordinator, &group).await)
         }
@@ -118,6 +138,9 @@ pub async fn serve(
             GroupResponse::Reset(reset(host, coordinator, request).await)
         }
         GroupRequest::Audit(request) => GroupResponse::Audit(write_audit(host, request).await),
+        GroupRequest::DeleteOffsets(request) => {
+            GroupResponse::DeleteOffsets(offset_deletion::serve(host, coordinator, request).await)
+        }
     }
 }
 
@@ -191,16 +214,22 @@ async fn join(
     }
 }
 
-async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> GroupDescription {
+/// A group's description, with the offsets it holds of deleted topics
+/// (which DescribeGroups version 0 leaves out).
+async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> GroupDescriptionV1 {
+    coordinator.set_apart_deleted_topic_offsets(Some(name), &*host.snapshot());
     let Some(group) = coordinator.group(name) else {
-        return GroupDescription {
-            group: name.to_owned(),
-            error_code: ErrorCode::UnknownGroup.code(),
-            error_message: Some(format!("group {name:?} does not exist")),
-            state: "Dead".to_owned(),
-            generation: -1,
-            members: Vec::new(),
-            partitions: Vec::new(),
+        return GroupDescriptionV1 {
+            description: GroupDescription {
+                group: name.to_owned(),
+                error_code: ErrorCode::UnknownGroup.code(),
+                error_message: Some(format!("group {name:?} does not exist")),
+                state: "Dead".to_owned(),
+                generation: -1,
+                members: Vec::new(),
+                partitions: Vec::new(),
+            },
+            deleted_topic_offsets: Vec::new(),
         };
     };
     let now = host.now();
@@ -218,7 +247,21 @@ async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> Gro
                 .0,
         );
     }
-    GroupDescription {
+    let deleted_topic_offsets = group
+        .deleted_topic_offsets
+        .iter()
+        .map(
+            |((topic, partition, topic_id), committed)| DeletedTopicOffset {
+                topic: topic.clone(),
+                topic_id: topic_id.map_or(-1, |id| i64::try_from(id).unwrap_or(i64::MAX)),
+                partition: *partition,
+                committed_offset: committed.next_offset,
+                metadata: committed.metadata.clone(),
+                committed_at_ms: committed.committed_at.0,
+            },
+        )
+        .collect();
+    let description = GroupDescription {
         group: group.name.clone(),
         error_code: ErrorCode::None.code(),
         error_message: None,
@@ -236,11 +279,18 @@ async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> Gro
             })
             .collect(),
         partitions: lags,
+    };
+    GroupDescriptionV1 {
+        description,
+        deleted_topic_offsets,
     }
 }
 
 /// Appends an audit record to `__audit` and returns its offset.
-async fn append_audit(host: &Host, record: &AuditRecord) -> Result<Offset, PartitionError> {
+pub(super) async fn append_audit(
+    host: &Host,
+    record: &AuditRecord,
+) -> Result<Offset, PartitionError> {
     host.append_audit(audit_batch(&record.group, record.encode(), host.now()))
         .await
 }
@@ -272,6 +322,8 @@ async fn reset(
             format!("topic {:?} does not exist", request.topic),
         ));
     };
+    coordinator.set_apart_deleted_topic_offsets(Some(request.group.as_str()), &*snapshot);
+    let topic_id = view.record.id;
     let partitions = match reset_partitions(&request, view.record.partitions) {
         Ok(partitions) => partitions,
         Err(error) => return refused(error),
@@ -342,7 +394,7 @@ async fn reset(
         Err(error) => return refused(error),
     };
     if let Err(error) = coordinator
-        .set_offsets(&request.group, &changes, host.now())
+        .set_offsets(&request.group, topic_id, &changes, host.now())
         .await
     {
         return refused(error);
@@ -547,6 +599,8 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
     }
     // Lag metrics every 20 ticks (5 s): each needs lookups on other shards.
     if coordinator.ticks() % 20 == 1 {
+        // A deleted topic's offsets have no lag (and no series).
+        coordinator.set_apart_deleted_topic_offsets(None, &*snapshot);
         for (group, offsets) in coordinator.committed() {
             let mut lagging = BTreeSet::new();
             for ((topic, partition), committed) in offsets {

@@ -13,6 +13,7 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::types::TimestampMs;
 
 use super::assignor::{self, MemberInput, TopicPartition};
+use super::offsets::DeletedTopicPartition;
 
 /// Where a group is in its membership protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +71,9 @@ pub struct Committed {
     pub metadata: Option<String>,
     /// When.
     pub committed_at: TimestampMs,
+    /// The id of the topic it was committed on; `None` for an offset
+    /// written before offsets carried topic ids (see [`super::offsets`]).
+    pub topic_id: Option<u64>,
 }
 
 /// A join request, as the state machine needs it.
@@ -121,8 +125,11 @@ pub struct Group {
     pub assignment: BTreeMap<String, BTreeSet<TopicPartition>>,
     /// Members that rejoined during the current rebalance.
     joined: BTreeSet<String>,
-    /// Committed positions.
+    /// Committed positions on live topics (see [`super::offsets`]).
     pub offsets: BTreeMap<TopicPartition, Committed>,
+    /// Committed positions on topics since deleted, kept until deleted
+    /// with `group delete-offsets` or the group.
+    pub deleted_topic_offsets: BTreeMap<DeletedTopicPartition, Committed>,
     /// Source of member ids unique within the group.
     next_member_number: u64,
 }
@@ -150,6 +157,7 @@ impl Group {
             assignment: BTreeMap::new(),
             joined: BTreeSet::new(),
             offsets: BTreeMap::new(),
+            deleted_topic_offsets: BTreeMap::new(),
             next_member_number: 0,
         }
     }

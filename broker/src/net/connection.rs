@@ -747,6 +747,7 @@ async fn handle(
     let dispatched = handlers::dispatch(
         shard,
         header.api_key,
+        header.api_version,
         body,
         received,
         Origin::Network(peer),

@@ -40,9 +40,11 @@ impl LocalService for Loopback {
                 return Reply::error(ErrorCode::LeaderNotAvailable);
             };
             let body = RequestBody::copy_from(&body);
+            // Brokers speak version 0 of every API to themselves.
             handlers::dispatch(
                 &shard,
                 api_key,
+                0,
                 body,
                 Instant::now(),
                 Origin::Loopback,

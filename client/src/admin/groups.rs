@@ -1,6 +1,7 @@
 //! Group administration: list, describe (members, assignment, committed
-//! offsets, lag), delete, reset offsets with an audit reason, manual
-//! offsets, and reading the audit log.
+//! offsets, lag), delete, reset offsets with an audit reason, delete
+//! offsets (of deleted topics) with an audit reason, manual offsets, and
+//! reading the audit log.
 //!
 //! ```no_run
 //! use corelog_client::{Admin, ClientConfig};
@@ -24,9 +25,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corelog_wire::error::ErrorCode;
+use corelog_wire::frame::ApiKey;
 use corelog_wire::message::audit::{AUDIT_TOPIC, AuditKind, AuditRecord};
 use corelog_wire::message::delete_groups::DeleteGroupsRequest;
-use corelog_wire::message::describe_groups::{ArchivedGroupDescription, DescribeGroupsRequest};
+use corelog_wire::message::describe_groups::{
+    ArchivedDeletedTopicOffset, ArchivedGroupDescription, DescribeGroupsRequest,
+    DescribeGroupsRequestV1,
+};
 use corelog_wire::message::list_groups::ListGroupsRequest;
 use corelog_wire::message::reset_offsets::ResetOffsetsRequest;
 pub use corelog_wire::message::reset_offsets::{PartitionOffset, ResetTarget};
@@ -110,6 +115,28 @@ pub struct PartitionLag {
     /// Time before retention deletes the oldest record the group still
     /// needs, ms; `None` when nothing is needed or retention is unbounded.
     pub retention_left_ms: Option<i64>,
+    /// The offset is of a topic since deleted (the name may be a new
+    /// topic's now, with offsets of its own): never used by consumers,
+    /// removed with `corelog group delete-offsets`. Its log fields are 0.
+    pub topic_deleted: bool,
+}
+
+impl PartitionLag {
+    /// A deleted topic's offset, as DescribeGroups version 1 lists it.
+    fn of_deleted_topic(offset: &ArchivedDeletedTopicOffset) -> PartitionLag {
+        PartitionLag {
+            partition: TopicPartition::new(offset.topic.as_str(), offset.partition.to_native()),
+            committed_offset: Some(offset.committed_offset.to_native()),
+            metadata: offset.metadata.as_ref().map(|m| m.to_string()),
+            log_start_offset: 0,
+            high_watermark: 0,
+            lag_records: 0,
+            lag_bytes: 0,
+            oldest_unconsumed_age_ms: None,
+            retention_left_ms: None,
+            topic_deleted: true,
+        }
+    }
 }
 
 /// A group's membership, offsets and lag.
@@ -132,7 +159,12 @@ fn optional(value: i64) -> Option<i64> {
 }
 
 impl GroupDescription {
-    fn from_archived(group: &ArchivedGroupDescription) -> GroupDescription {
+    /// A description from its archive, with the offsets of deleted topics
+    /// (listed before the live topic's offset of the same partition).
+    fn from_archived(
+        group: &ArchivedGroupDescription,
+        deleted_topic_offsets: Vec<PartitionLag>,
+    ) -> GroupDescription {
         let partitions_of =
             |topics: &rkyv::vec::ArchivedVec<corelog_wire::message::ArchivedTopicPartitions>| {
                 topics
@@ -159,9 +191,13 @@ impl GroupDescription {
                 lag_bytes: lag.lag_bytes.to_native(),
                 oldest_unconsumed_age_ms: optional(lag.oldest_unconsumed_age_ms.to_native()),
                 retention_left_ms: optional(lag.retention_left_ms.to_native()),
+                topic_deleted: false,
             })
+            .chain(deleted_topic_offsets)
             .collect();
-        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        partitions.sort_by(|a, b| {
+            (&a.partition, !a.topic_deleted).cmp(&(&b.partition, !b.topic_deleted))
+        });
         GroupDescription {
             group: group.group.to_string(),
             state: group.state.to_string(),
@@ -323,7 +359,47 @@ impl AuditLogEntry {
 /// kept when there are more.
 pub const AUDIT_READ_MAX: usize = 100_000;
 
-fn check(
+/// DescribeGroups version 1 of `group` on `connection`.
+async fn describe_v1(
+    connection: &crate::connection::Connection,
+    group: &str,
+) -> Result<GroupDescription, ClientError> {
+    let request = DescribeGroupsRequestV1 {
+        groups: vec![group.to_owned()],
+    };
+    let reply = connection
+        .call(&request, Vec::new(), Duration::ZERO)
+        .await?;
+    let (response, _) = reply.decode()?;
+    let described = response
+        .groups
+        .iter()
+        .find(|described| described.description.group == group)
+        .ok_or_else(|| ClientError::Protocol {
+            addr: reply.addr().to_owned(),
+            detail: format!("DescribeGroups response has no entry for {group}"),
+        })?;
+    check(
+        described.description.error_code.to_native(),
+        described
+            .description
+            .error_message
+            .as_ref()
+            .map(|m| m.to_string()),
+        || format!("describe group {group}"),
+    )?;
+    let deleted = described
+        .deleted_topic_offsets
+        .iter()
+        .map(PartitionLag::of_deleted_topic)
+        .collect();
+    Ok(GroupDescription::from_archived(
+        &described.description,
+        deleted,
+    ))
+}
+
+pub(super) fn check(
     code: u16,
     message: Option<String>,
     context: impl FnOnce() -> String,
@@ -335,7 +411,7 @@ fn check(
 }
 
 impl Admin {
-    fn coordinator(&self, group: &str) -> Result<Coordinator, ClientError> {
+    pub(super) fn coordinator(&self, group: &str) -> Result<Coordinator, ClientError> {
         validate_group_id(group)?;
         Ok(Coordinator::new(Arc::clone(&self.cluster), group))
     }
@@ -402,7 +478,9 @@ impl Admin {
         })
     }
 
-    /// Describes one group: members, assignment, committed offsets and lag.
+    /// Describes one group: members, assignment, committed offsets and lag,
+    /// and the offsets it holds of deleted topics (from brokers that speak
+    /// DescribeGroups version 1; older ones do not list them).
     ///
     /// # Errors
     /// `UNKNOWN_GROUP` for a group the coordinator does not know;
@@ -412,6 +490,10 @@ impl Admin {
         coordinator
             .retrying(|| async {
                 let connection = coordinator.connection().await?;
+                if connection.supports(ApiKey::DescribeGroups, 1) {
+                    let result = describe_v1(&connection, group).await;
+                    return coordinator.observe(result);
+                }
                 let request = DescribeGroupsRequest {
                     groups: vec![group.to_owned()],
                 };
@@ -433,7 +515,7 @@ impl Admin {
                         described.error_message.as_ref().map(|m| m.to_string()),
                         || format!("describe group {group}"),
                     )?;
-                    Ok(GroupDescription::from_archived(described))
+                    Ok(GroupDescription::from_archived(described, Vec::new()))
                 }
                 .await;
                 coordinator.observe(result)

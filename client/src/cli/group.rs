@@ -1,11 +1,13 @@
 //! `corelog group …`: list, describe (once or every few seconds), reset
-//! offsets (`reset.rs`), read the audit log, delete.
+//! offsets (`reset.rs`), delete offsets, read the audit log, delete.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Subcommand;
-use corelog_client::admin::{AuditLogEntry, GroupDescription, GroupListing};
+use corelog_client::admin::{
+    AuditLogEntry, DeleteOffsets, DeleteOffsetsOutcome, GroupDescription, GroupListing,
+};
 use corelog_client::{Admin, ClientError};
 use serde_json::json;
 
@@ -44,6 +46,31 @@ pub(crate) enum GroupCommand {
     /// members; the reason and the before/after offsets are written to the
     /// audit log.
     ResetOffsets(ResetArgs),
+    /// Delete a group's committed offsets of a topic: those it holds of
+    /// deleted topics of that name (`group describe` shows them as
+    /// "TOPIC (deleted)") and, without --deleted-only, the live topic's,
+    /// which members must not be consuming. Needs group-admin; the reason
+    /// and the offsets deleted are written to the audit log.
+    DeleteOffsets {
+        /// Group id.
+        group: String,
+        /// Topic name.
+        #[arg(long)]
+        topic: String,
+        /// Only this partition's offsets (repeat for several).
+        #[arg(long = "partition", value_name = "N")]
+        partitions: Vec<u32>,
+        /// Only the offsets of deleted topics of that name, never the live
+        /// topic's.
+        #[arg(long)]
+        deleted_only: bool,
+        /// Why: required, written to the audit log.
+        #[arg(long, value_name = "TEXT", required = true, value_parser = reset::non_blank)]
+        reason: String,
+        /// Who asks, for the audit log. Default: $USER.
+        #[arg(long)]
+        principal: Option<String>,
+    },
     /// Show the audit log: offset resets and poison-record decisions.
     Audit {
         /// Only this group's records.
@@ -108,6 +135,29 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
             watch: Some(seconds),
         } => watch(global, &admin, &group, seconds).await?,
         GroupCommand::ResetOffsets(args) => reset::run(global, &admin, &args).await?,
+        GroupCommand::DeleteOffsets {
+            group,
+            topic,
+            partitions,
+            deleted_only,
+            reason,
+            principal,
+        } => {
+            let deletion = DeleteOffsets {
+                group,
+                topic,
+                partitions: (!partitions.is_empty()).then_some(partitions),
+                deleted_topics_only: deleted_only,
+                reason,
+                principal: reset::principal_or_user(principal),
+            };
+            let outcome = admin.delete_offsets(&deletion).await?;
+            if global.json {
+                println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+            } else {
+                print!("{}", deleted_offsets_text(&deletion, &outcome));
+            }
+        }
         GroupCommand::Audit { group } => {
             let entries = admin.read_audit(group.as_deref()).await?;
             if global.json {
@@ -201,6 +251,41 @@ fn list_text(groups: &[GroupListing]) -> String {
     table(&["GROUP", "STATE", "MEMBERS", "GENERATION"], &rows)
 }
 
+fn deleted_offsets_text(deletion: &DeleteOffsets, outcome: &DeleteOffsetsOutcome) -> String {
+    let group = printable(&deletion.group);
+    let topic = printable(&deletion.topic);
+    let Some(audit_offset) = outcome.audit_offset else {
+        return format!("group {group} has no offsets to delete on {topic}\n");
+    };
+    let mut text = format!(
+        "deleted {} of group {group} on {topic}; audit record at __audit offset {audit_offset}\n",
+        plural(outcome.deleted.len() as u64, "offset", "offsets")
+    );
+    let rows: Vec<Vec<String>> = outcome
+        .deleted
+        .iter()
+        .map(|offset| {
+            vec![
+                topic_label(&deletion.topic, offset.topic_deleted),
+                offset.partition.to_string(),
+                offset.committed_offset.to_string(),
+            ]
+        })
+        .collect();
+    text.push_str(&table(&["TOPIC", "PARTITION", "COMMITTED"], &rows));
+    text
+}
+
+/// A topic's name as listed: "NAME (deleted)" for a deleted topic's
+/// offsets, which the live topic of the name does not use.
+fn topic_label(topic: &str, deleted: bool) -> String {
+    if deleted {
+        format!("{topic} (deleted)")
+    } else {
+        topic.to_owned()
+    }
+}
+
 fn describe_text(description: &GroupDescription) -> String {
     let mut text = format!(
         "group {}: {}, generation {}, {}\n",
@@ -243,7 +328,7 @@ fn describe_text(description: &GroupDescription) -> String {
             .iter()
             .map(|lag| {
                 vec![
-                    lag.partition.topic.to_string(),
+                    topic_label(&lag.partition.topic, lag.topic_deleted),
                     lag.partition.partition.to_string(),
                     lag.committed_offset
                         .map_or_else(|| "-".to_owned(), |offset| offset.to_string()),
@@ -395,6 +480,7 @@ mod tests {
                 lag_bytes: 102_400,
                 oldest_unconsumed_age_ms: Some(192_000),
                 retention_left_ms: Some(6 * 86_400_000),
+                topic_deleted: false,
             }],
         };
         let text = describe_text(&description);

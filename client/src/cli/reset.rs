@@ -83,7 +83,7 @@ pub(crate) struct ResetArgs {
     dry_run: bool,
 }
 
-fn non_blank(text: &str) -> Result<String, String> {
+pub(crate) fn non_blank(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
         Err("the reason must say why: it is written to the audit log".to_owned())
     } else {
@@ -124,13 +124,17 @@ impl ResetArgs {
     }
 
     fn principal(&self) -> String {
-        self.principal
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .or_else(|| std::env::var("LOGNAME").ok())
-            .filter(|name| !name.trim().is_empty())
-            .unwrap_or_else(|| "corelog-cli".to_owned())
+        principal_or_user(self.principal.clone())
     }
+}
+
+/// Who asks, for the audit log: `given`, else the login's user name.
+pub(crate) fn principal_or_user(given: Option<String>) -> String {
+    given
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "corelog-cli".to_owned())
 }
 
 /// Resets a group's offsets as `args` asks, and prints what moved.
@@ -222,7 +226,7 @@ fn chosen_commits<'a>(
     let topic = args.topic.as_str();
     let committed: Vec<(u32, u64, &PartitionLag)> = positions
         .iter()
-        .filter(|lag| &*lag.partition.topic == topic)
+        .filter(|lag| &*lag.partition.topic == topic && !lag.topic_deleted)
         .filter_map(|lag| Some((lag.partition.partition, lag.committed_offset?, lag)))
         .collect();
     if args.partitions.is_empty() {
@@ -458,6 +462,7 @@ mod tests {
             lag_bytes: 0,
             oldest_unconsumed_age_ms: None,
             retention_left_ms: None,
+            topic_deleted: false,
         }
     }
 

@@ -27,7 +27,7 @@ use corelog_wire::frame::{
 };
 use corelog_wire::message::TopicResult;
 use corelog_wire::message::api_versions::{
-    ApiVersionsRequest, ApiVersionsResponse, supported_apis,
+    ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, supported_apis,
 };
 use corelog_wire::message::create_topics::{CreateTopicsRequest, CreateTopicsResponse};
 use corelog_wire::message::delete_topics::{DeleteTopicsRequest, DeleteTopicsResponse};
@@ -385,7 +385,16 @@ impl FakeBroker {
                 answer::<ApiVersionsRequest>(body, |_, _| {
                     (
                         ApiVersionsResponse {
-                            apis: supported_apis(),
+                            // Version 0 of every API, as brokers spoke
+                            // before DescribeGroups had a version 1: the
+                            // client keeps working with them.
+                            apis: supported_apis()
+                                .into_iter()
+                                .map(|range| ApiVersionRange {
+                                    max_version: range.min_version,
+                                    ..range
+                                })
+                                .collect(),
                             broker_version: "fake".to_owned(),
                         },
                         Vec::new(),

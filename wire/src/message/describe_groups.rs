@@ -104,6 +104,63 @@ no_raw_section!(
     ArchivedDescribeGroupsResponse,
 );
 
+/// Version 1 of the request: the same groups, asking for
+/// [`DescribeGroupsResponseV1`], which also lists offsets of deleted topics.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DescribeGroupsRequestV1 {
+    /// Group ids.
+    pub groups: Vec<String>,
+}
+
+/// An offset a group committed on a topic that has since been deleted
+/// (its name may be in use again by a new topic, whose offsets are
+/// separate). Kept until `corelog group delete-offsets` removes it or the
+/// group is deleted, so that nobody loses a position silently.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DeletedTopicOffset {
+    /// The deleted topic's name.
+    pub topic: String,
+    /// The deleted topic's id; `-1` if unknown (an offset committed
+    /// before offsets carried topic ids).
+    pub topic_id: i64,
+    /// Partition index.
+    pub partition: u32,
+    /// The committed next offset.
+    pub committed_offset: u64,
+    /// Application data stored with the offset.
+    pub metadata: Option<String>,
+    /// When it was committed (ms since the Unix epoch, coordinator clock).
+    pub committed_at_ms: i64,
+}
+
+/// One group's description, version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct GroupDescriptionV1 {
+    /// As in version 0: `partitions` lists live topics only.
+    pub description: GroupDescription,
+    /// Offsets the group holds of deleted topics.
+    pub deleted_topic_offsets: Vec<DeletedTopicOffset>,
+}
+
+/// Group descriptions, version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DescribeGroupsResponseV1 {
+    /// One entry per requested group, in request order.
+    pub groups: Vec<GroupDescriptionV1>,
+}
+
+api!(ApiKey::DescribeGroups, version 1, DescribeGroupsRequestV1 => DescribeGroupsResponseV1);
+no_raw_section!(
+    DescribeGroupsRequestV1,
+    ArchivedDescribeGroupsRequestV1,
+    DescribeGroupsResponseV1,
+    ArchivedDescribeGroupsResponseV1,
+);
+
 #[cfg(test)]
 pub(crate) mod tests {
     use proptest::prelude::*;
@@ -185,7 +242,60 @@ pub(crate) mod tests {
         few(group).prop_map(|groups| DescribeGroupsResponse { groups })
     }
 
+    pub(crate) fn request_v1() -> impl Strategy<Value = DescribeGroupsRequestV1> {
+        few(name()).prop_map(|groups| DescribeGroupsRequestV1 { groups })
+    }
+
+    fn deleted_topic_offset() -> impl Strategy<Value = DeletedTopicOffset> {
+        (
+            (name(), any::<i64>(), any::<u32>()),
+            (any::<u64>(), optional_name(), any::<i64>()),
+        )
+            .prop_map(
+                |((topic, topic_id, partition), (committed_offset, metadata, committed_at_ms))| {
+                    DeletedTopicOffset {
+                        topic,
+                        topic_id,
+                        partition,
+                        committed_offset,
+                        metadata,
+                        committed_at_ms,
+                    }
+                },
+            )
+    }
+
+    pub(crate) fn response_v1() -> impl Strategy<Value = DescribeGroupsResponseV1> {
+        (response(), few(deleted_topic_offset())).prop_map(|(v0, deleted)| {
+            DescribeGroupsResponseV1 {
+                groups: v0
+                    .groups
+                    .into_iter()
+                    .map(|description| GroupDescriptionV1 {
+                        description,
+                        deleted_topic_offsets: deleted.clone(),
+                    })
+                    .collect(),
+            }
+        })
+    }
+
     proptest! {
+        #[test]
+        fn request_v1_round_trips(msg in request_v1()) {
+            round_trip_request(&msg, &[])?;
+        }
+
+        #[test]
+        fn response_v1_round_trips(msg in response_v1()) {
+            round_trip_response(&msg, &[])?;
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_v1(q in request_v1(), s in response_v1(), noise in noise()) {
+            arbitrary_bodies_never_panic((&q, &[]), (&s, &[]), &noise);
+        }
+
         #[test]
         fn request_round_trips(msg in request()) {
             round_trip_request(&msg, &[])?;

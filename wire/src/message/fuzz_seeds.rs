@@ -158,11 +158,11 @@ fn write_all_seeds(dir: &Path) {
     use super::{
         alter_acls, alter_quotas, alter_users, api_versions, audit, authenticate, broker_heartbeat,
         broker_register, controller_operation, controller_raft, create_topics, delete_groups,
-        delete_topics, describe_acls, describe_cluster, describe_groups, describe_quotas,
-        describe_shards, describe_topics, describe_users, fetch, find_coordinator, group_records,
-        heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
-        metadata_fetch, offset_commit, offset_fetch, partition_report, produce, replica_push,
-        replica_query, replica_stream, reset_offsets, write_audit,
+        delete_offsets, delete_topics, describe_acls, describe_cluster, describe_groups,
+        describe_quotas, describe_shards, describe_topics, describe_users, fetch, find_coordinator,
+        group_records, heartbeat, init_producer_id, join_group, leave_group, list_groups,
+        list_offsets, metadata, metadata_fetch, offset_commit, offset_fetch, partition_report,
+        produce, replica_push, replica_query, replica_stream, reset_offsets, write_audit,
     };
     write_seeds(
         dir,
@@ -244,6 +244,13 @@ fn write_all_seeds(dir: &Path) {
         delete_groups,
         reset_offsets,
         write_audit,
+        delete_offsets,
+    );
+    write_seeds(
+        dir,
+        "describe_groups_v1",
+        no_raw(describe_groups::tests::request_v1()),
+        no_raw(describe_groups::tests::response_v1()),
     );
     write_seeds(
         dir,

@@ -88,6 +88,7 @@ pub mod controller_operation;
 pub mod controller_raft;
 pub mod create_topics;
 pub mod delete_groups;
+pub mod delete_offsets;
 pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_cluster;
@@ -161,6 +162,9 @@ pub trait Message:
 {
     /// The API this message belongs to.
     const API_KEY: ApiKey;
+    /// The version of the API this message is (a changed message is a new
+    /// version, its own type, beside the old one).
+    const API_VERSION: u16 = 0;
 }
 
 /// A request message; its response type is fixed by the API.
@@ -175,6 +179,20 @@ pub trait Response: Message {}
 /// Implements [`Message`] and [`Request`]/[`Response`] for an API's pair of
 /// messages.
 macro_rules! api {
+    ($key:expr, version $version:expr, $request:ty => $response:ty) => {
+        impl $crate::message::Message for $request {
+            const API_KEY: $crate::frame::ApiKey = $key;
+            const API_VERSION: u16 = $version;
+        }
+        impl $crate::message::Message for $response {
+            const API_KEY: $crate::frame::ApiKey = $key;
+            const API_VERSION: u16 = $version;
+        }
+        impl $crate::message::Request for $request {
+            type Response = $response;
+        }
+        impl $crate::message::Response for $response {}
+    };
     ($key:expr, $request:ty => $response:ty) => {
         impl $crate::message::Message for $request {
             const API_KEY: $crate::frame::ApiKey = $key;

@@ -10,8 +10,10 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::message::delete_groups::{
     DeleteGroupsRequest, DeleteGroupsResponse, GroupResult,
 };
+use corelog_wire::message::delete_offsets::{DeleteOffsetsRequest, DeleteOffsetsResponse};
 use corelog_wire::message::describe_groups::{
-    DescribeGroupsRequest, DescribeGroupsResponse, GroupDescription,
+    DescribeGroupsRequest, DescribeGroupsRequestV1, DescribeGroupsResponse,
+    DescribeGroupsResponseV1, GroupDescription, GroupDescriptionV1,
 };
 use corelog_wire::message::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
 use corelog_wire::message::heartbeat::{HeartbeatRequest, HeartbeatResponse};
@@ -335,14 +337,22 @@ pub(super) async fn list(
     Reply::message(&ListGroupsResponse { groups }, Vec::new()).map_err(unencodable)
 }
 
+/// DescribeGroups; version 1 also lists the offsets groups hold of
+/// deleted topics, which version 0 leaves out (its clients would show them
+/// as the live topic's).
 pub(super) async fn describe(
     shard: &Rc<Shard>,
     body: &[u8],
     access: &Access,
+    api_version: u16,
 ) -> Result<Reply, ErrorCode> {
-    let request: DescribeGroupsRequest = owned(body)?;
-    let mut groups = Vec::with_capacity(request.groups.len());
-    for group in request.groups {
+    let names = if api_version >= 1 {
+        owned::<DescribeGroupsRequestV1>(body)?.groups
+    } else {
+        owned::<DescribeGroupsRequest>(body)?.groups
+    };
+    let mut groups = Vec::with_capacity(names.len());
+    for group in names {
         let description = match guarded(
             shard,
             access,
@@ -358,19 +368,30 @@ pub(super) async fn describe(
             }
             other => {
                 let (error_code, error_message) = failure(other);
-                GroupDescription {
-                    group,
-                    error_code,
-                    error_message,
-                    state: "Unknown".to_owned(),
-                    generation: -1,
-                    members: Vec::new(),
-                    partitions: Vec::new(),
+                GroupDescriptionV1 {
+                    description: GroupDescription {
+                        group,
+                        error_code,
+                        error_message,
+                        state: "Unknown".to_owned(),
+                        generation: -1,
+                        members: Vec::new(),
+                        partitions: Vec::new(),
+                    },
+                    deleted_topic_offsets: Vec::new(),
                 }
             }
         };
         groups.push(description);
     }
+    if api_version >= 1 {
+        return Reply::message(&DescribeGroupsResponseV1 { groups }, Vec::new())
+            .map_err(unencodable);
+    }
+    let groups = groups
+        .into_iter()
+        .map(|described| described.description)
+        .collect();
     Reply::message(&DescribeGroupsResponse { groups }, Vec::new()).map_err(unencodable)
 }
 
@@ -431,6 +452,42 @@ pub(super) async fn reset(
                 error_message,
                 audit_offset: -1,
                 partitions: Vec::new(),
+            }
+        }
+    };
+    count_error(shard, response.error_code);
+    Reply::message(&response, Vec::new()).map_err(unencodable)
+}
+
+/// DeleteOffsets: moves a group's position as a reset does, so it needs
+/// `group-admin` and is audited (with the login as principal); a topic
+/// the principal may not describe is refused as a missing one.
+pub(super) async fn delete_offsets(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
+    let mut request: DeleteOffsetsRequest = owned(body)?;
+    record_authenticated_principal(&mut request.principal, access);
+    let group = request.group.clone();
+    let hidden = access.topic(Operation::Describe, &request.topic).err();
+    let answer = match guarded_naming(access, Operation::GroupAdmin, &group, hidden) {
+        Some(refused) => refused,
+        None => {
+            shard
+                .group_request(&group, GroupRequest::DeleteOffsets(request))
+                .await
+        }
+    };
+    let response = match answer {
+        GroupResponse::DeleteOffsets(response) => response,
+        other => {
+            let (error_code, error_message) = failure(other);
+            DeleteOffsetsResponse {
+                error_code,
+                error_message,
+                audit_offset: -1,
+                deleted: Vec::new(),
             }
         }
     };
@@ -599,11 +656,20 @@ fn hide_fetched_offsets(response: &mut OffsetFetchResponse, access: &Access) {
 
 /// A group's description without the topics the principal may not
 /// describe: not in members' assignments, not in the lag.
-fn hide_described_topics(description: &mut GroupDescription, access: &Access) {
+fn hide_described_topics(described: &mut GroupDescriptionV1, access: &Access) {
+    let GroupDescriptionV1 {
+        description,
+        deleted_topic_offsets,
+    } = described;
     let named = description
         .partitions
         .iter()
         .map(|lag| lag.topic.as_str())
+        .chain(
+            deleted_topic_offsets
+                .iter()
+                .map(|offset| offset.topic.as_str()),
+        )
         .chain(
             description
                 .members
@@ -620,6 +686,7 @@ fn hide_described_topics(description: &mut GroupDescription, access: &Access) {
     description
         .partitions
         .retain(|lag| !hidden.contains(&lag.topic));
+    deleted_topic_offsets.retain(|offset| !hidden.contains(&offset.topic));
     for member in &mut description.members {
         member
             .assignment
