@@ -452,15 +452,20 @@ impl Connection {
         self.shared.close(reason);
     }
 
-    fn check_supported(&self, api: ApiKey) -> Result<(), ClientError> {
-        // Before the handshake completes, only ApiVersions itself is sent.
-        let Some(apis) = self.supported.get() else {
-            return Ok(());
-        };
-        let supported = apis
-            .iter()
-            .any(|range| range.api_key == api.code() && range.min_version == 0);
-        if supported {
+    /// Whether the broker speaks `version` of `api` (before the handshake
+    /// completes, only ApiVersions itself is sent: true).
+    pub(crate) fn supports(&self, api: ApiKey, version: u16) -> bool {
+        self.supported.get().is_none_or(|apis| {
+            apis.iter().any(|range| {
+                range.api_key == api.code()
+                    && range.min_version <= version
+                    && version <= range.max_version
+            })
+        })
+    }
+
+    fn check_supported(&self, api: ApiKey, version: u16) -> Result<(), ClientError> {
+        if self.supports(api, version) {
             Ok(())
         } else {
             Err(ClientError::UnsupportedApi {
@@ -490,7 +495,7 @@ impl Connection {
         raw: Vec<Bytes>,
         extra_wait: Duration,
     ) -> Result<PendingReply<R>, ClientError> {
-        self.check_supported(R::API_KEY)?;
+        self.check_supported(R::API_KEY, R::API_VERSION)?;
         let frame = self.encode(request, raw)?;
         let slot = Arc::clone(&self.shared.slots)
             .acquire_owned()
@@ -551,7 +556,7 @@ impl Connection {
             .map_err(|error| protocol_error(self.addr(), &format!("cannot encode: {error}")))?;
         let header = RequestHeader {
             api_key: R::API_KEY,
-            api_version: 0,
+            api_version: R::API_VERSION,
             correlation_id: 0,
             flags: 0,
         }

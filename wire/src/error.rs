@@ -159,6 +159,8 @@ error_codes! {
         "The broker's request queue is full; back off and retry.";
     TooManyConnections = 52, "TOO_MANY_CONNECTIONS", retriable: true,
         "The broker has reached its connection limit; close idle connections and retry later.";
+    PrincipalLimitReached = 55, "PRINCIPAL_LIMIT_REACHED", retriable: false,
+        "This principal owns as many topics or partitions as its limit allows (the message names which); delete topics it no longer needs, or ask an administrator to raise the limit (`corelog quota set user:NAME --topics N --partitions N`).";
 
     IllegalGeneration = 60, "ILLEGAL_GENERATION", retriable: false,
         "The group generation is stale; rejoin the group before committing.";
@@ -219,6 +221,8 @@ error_codes! {
         "This principal (or source address) has as many connections open as its quota allows; close some, or ask for a higher connection quota.";
     BrokerNotReady = 92, "BROKER_NOT_READY", retriable: true,
         "This broker has just started and has not loaded the cluster's users and ACLs from the controller yet; retry in a moment, or through another broker.";
+    GroupLimitReached = 95, "GROUP_LIMIT_REACHED", retriable: false,
+        "This principal created as many consumer groups on this group's coordinator as its limit allows; delete groups it no longer uses (`corelog group delete`), or ask an administrator to raise the limit (`corelog quota set user:NAME --groups N`).";
 }
 
 impl ErrorCode {
@@ -306,6 +310,7 @@ mod tests {
         (50, "TOO_MANY_REQUESTS", true),
         (51, "QUEUE_FULL", true),
         (52, "TOO_MANY_CONNECTIONS", true),
+        (55, "PRINCIPAL_LIMIT_REACHED", false),
         (60, "ILLEGAL_GENERATION", false),
         (61, "NOT_OWNER", false),
         (62, "OFFSET_BEYOND_HIGH_WATERMARK", false),
@@ -334,6 +339,7 @@ mod tests {
         (90, "QUOTA_NOT_FOUND", false),
         (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
         (92, "BROKER_NOT_READY", true),
+        (95, "GROUP_LIMIT_REACHED", false),
     ];
 
     #[test]

@@ -341,9 +341,9 @@ impl ApiKey {
             | ApiKey::AlterUsers
             | ApiKey::DescribeAcls
             | ApiKey::AlterAcls
-            | ApiKey::DescribeQuotas
-            | ApiKey::AlterQuotas
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
+            // Version 1: quotas with topic, partition and group limits.
+            ApiKey::DescribeQuotas | ApiKey::AlterQuotas => VersionRange { min: 0, max: 1 },
         }
     }
 
@@ -936,8 +936,10 @@ mod tests {
         }
         for key in ApiKey::ALL {
             assert!(key.supports(0));
-            assert!(!key.supports(1));
-            assert_eq!(key.supported_versions(), VersionRange { min: 0, max: 0 });
+            // Quotas gained topic, partition and group limits in version 1.
+            let max = u16::from(matches!(key, ApiKey::DescribeQuotas | ApiKey::AlterQuotas));
+            assert!(key.supports(max) && !key.supports(max + 1));
+            assert_eq!(key.supported_versions(), VersionRange { min: 0, max });
         }
     }
 

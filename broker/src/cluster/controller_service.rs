@@ -139,6 +139,9 @@ pub struct NewTopic {
     pub replication_factor: u16,
     /// Settings as `key=value` entries, defaults included.
     pub config: BTreeMap<String, String>,
+    /// The principal whose topic and partition limits it counts against;
+    /// `None` for nobody (internal topics, super users, no login).
+    pub owner: Option<String>,
 }
 
 /// How much older than a session timeout a partition report may be and
@@ -476,6 +479,13 @@ impl ControllerService {
         state
             .check_new_topic(&topic.name, topic.internal, &topic.config)
             .map_err(|error| refused(&error))?;
+        // Before the placement, which costs more; the state machine checks
+        // again when the command applies.
+        if let Some(owner) = &topic.owner {
+            state
+                .check_owner_limits(owner, topic.partitions)
+                .map_err(|error| refused(&error))?;
+        }
         let assignments = place(
             state.brokers().values(),
             topic.partitions,
@@ -497,6 +507,7 @@ impl ControllerService {
             config: topic.config.clone(),
             assignments,
             created_at_ms: self.clock.now().0,
+            owner: topic.owner.clone(),
         };
         state.check(&command).map_err(|error| refused(&error))?;
         Ok(command)
@@ -787,6 +798,7 @@ impl ControllerService {
                     partitions: topic.partitions,
                     replication_factor: u16::try_from(replication_factor).unwrap_or(3),
                     config: topic.config,
+                    owner: None,
                 };
                 match service.create_topic(&new).await
                 {
@@ -1038,6 +1050,7 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
             ErrorCode::UnknownTopicOrPartition
         }
         CommandError::TopicExists(_) => ErrorCode::TopicAlreadyExists,
+        CommandError::LimitExceeded(_) => ErrorCode::PrincipalLimitReached,
         CommandError::InvalidTopicName(_) => ErrorCode::InvalidTopicName,
         CommandError::InternalTopic(_) => ErrorCode::InternalTopic,
         CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,

@@ -618,7 +618,7 @@ async fn handle(
     shard.metrics.request(header.api_key.name());
     let dispatched = handlers::dispatch(
         shard,
-        header.api_key,
+        (header.api_key, header.api_version),
         body,
         received,
         Origin::Network(peer),

@@ -40,9 +40,10 @@ impl LocalService for Loopback {
                 return Reply::error(ErrorCode::LeaderNotAvailable);
             };
             let body = RequestBody::copy_from(&body);
+            // This broker's own calls speak version 0 of every API.
             handlers::dispatch(
                 &shard,
-                api_key,
+                (api_key, 0),
                 body,
                 Instant::now(),
                 Origin::Loopback,

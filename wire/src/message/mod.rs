@@ -161,6 +161,11 @@ pub trait Message:
 {
     /// The API this message belongs to.
     const API_KEY: ApiKey;
+    /// The API version whose layout this message has (the request
+    /// header's `api_version`). A changed message is a new type under the
+    /// next version; the broker answers each version in its own layout, so
+    /// older clients keep working.
+    const API_VERSION: u16 = 0;
 }
 
 /// A request message; its response type is fixed by the API.
@@ -175,6 +180,20 @@ pub trait Response: Message {}
 /// Implements [`Message`] and [`Request`]/[`Response`] for an API's pair of
 /// messages.
 macro_rules! api {
+    ($key:expr, version $version:literal, $request:ty => $response:ty) => {
+        impl $crate::message::Message for $request {
+            const API_KEY: $crate::frame::ApiKey = $key;
+            const API_VERSION: u16 = $version;
+        }
+        impl $crate::message::Message for $response {
+            const API_KEY: $crate::frame::ApiKey = $key;
+            const API_VERSION: u16 = $version;
+        }
+        impl $crate::message::Request for $request {
+            type Response = $response;
+        }
+        impl $crate::message::Response for $response {}
+    };
     ($key:expr, $request:ty => $response:ty) => {
         impl $crate::message::Message for $request {
             const API_KEY: $crate::frame::ApiKey = $key;
