@@ -9,7 +9,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use corelog_broker::group::service::groups_partition_for;
 use corelog_tests::tenants::Tenants;
+use corelog_tests::wire_client::{Client, ask};
+use corelog_wire::error::ErrorCode;
+use corelog_wire::message::join_group::{JoinGroupRequest, JoinGroupResponse};
+use corelog_wire::message::offset_commit::{
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
+};
 
 fn create(tenants: &Tenants, user: &str, topic: &str, partitions: u32) -> Result<(), String> {
     let output = tenants.run(
@@ -96,4 +103,108 @@ fn the_default_entry_limits_every_principal_without_its_own() {
         create(&tenants, "bob", topic, 1).unwrap();
     }
     refused_by_limit(create(&tenants, "bob", "bob.d", 1), "3 topics");
+}
+fn join(client: &mut Client, group: &str) -> JoinGroupResponse {
+    ask(
+        client,
+        &JoinGroupRequest {
+            group: group.to_owned(),
+            member_id: None,
+            instance_id: None,
+            client_id: "tests".to_owned(),
+            topics: vec!["shared.orders".to_owned()],
+            session_timeout_ms: 30_000,
+            rebalance_timeout_ms: 3_000,
+            owned: Vec::new(),
+        },
+    )
+}
+
+#[track_caller]
+fn joined(response: &JoinGroupResponse) {
+    assert_eq!(response.error_code, 0, "{response:?}");
+}
+
+#[test]
+fn a_tenant_stops_at_its_group_limit() {
+    let tenants = Tenants::start(&["alice", "bob"], &[("shared.orders", 1)], &[]);
+    for user in ["alice", "bob"] {
+        tenants.grant(&[
+            "--allow",
+            user,
+            "--operation",
+            "fetch",
+            "--topic",
+            "shared.orders",
+        ]);
+        tenants.grant_prefix(user, &format!("{user}."), &["group-read", "group-admin"]);
+    }
+    // 16 groups over the 8 `__groups` partitions: 2 on each coordinator.
+    let _served = tenants.ok(
+        "admin",
+        &["quota", "set", "user:alice", "--groups", "16"],
+        None,
+    );
+    let [one, two, three] = same_coordinator("alice");
+    let mut alice = tenants.client_as("alice");
+    joined(&join(&mut alice, &one));
+    joined(&join(&mut alice, &two));
+    let refused = join(&mut alice, &three);
+    assert_eq!(
+        ErrorCode::from_code(refused.error_code),
+        Some(ErrorCode::GroupLimitReached),
+        "{refused:?}"
+    );
+    let message = refused.error_message.clone().unwrap_or_default();
+    assert!(message.contains("may own 16 groups, 2 on"), "{message}");
+    // A manual commit cannot create it either.
+    let committed = commit(&mut alice, &three);
+    assert_eq!(committed, ErrorCode::GroupLimitReached.code());
+    // Another tenant has its own budget.
+    let mut bob = tenants.client_as("bob");
+    for group in same_coordinator("bob") {
+        joined(&join(&mut bob, &group));
+    }
+    // Raising the limit lets her go on.
+    let _served = tenants.ok(
+        "admin",
+        &["quota", "set", "user:alice", "--groups", "24"],
+        None,
+    );
+    joined(&join(&mut alice, &three));
+}
+
+/// Three group names of `user`'s namespace that one coordinator (of the
+/// default 8 `__groups` partitions) coordinates.
+fn same_coordinator(user: &str) -> [String; 3] {
+    let name = |index: u32| format!("{user}.group-{index}");
+    let target = groups_partition_for(&name(0), 8);
+    let found: Vec<String> = (0..)
+        .map(name)
+        .filter(|group| groups_partition_for(group, 8) == target)
+        .take(3)
+        .collect();
+    [found[0].clone(), found[1].clone(), found[2].clone()]
+}
+
+/// A commit outside a generation of offset 0 on `shared.orders`/0; its
+/// partition's error code.
+fn commit(client: &mut Client, group: &str) -> u16 {
+    let response: OffsetCommitResponse = ask(
+        client,
+        &OffsetCommitRequest {
+            group: group.to_owned(),
+            generation: -1,
+            member_id: String::new(),
+            topics: vec![OffsetCommitTopic {
+                name: "shared.orders".to_owned(),
+                partitions: vec![OffsetCommitPartition {
+                    partition: 0,
+                    next_offset: 0,
+                    metadata: None,
+                }],
+            }],
+        },
+    );
+    response.topics[0].partitions[0].error_code
 }

@@ -125,6 +125,9 @@ pub struct Group {
     pub offsets: BTreeMap<TopicPartition, Committed>,
     /// Source of member ids unique within the group.
     next_member_number: u64,
+    /// The principal whose group limit it counts against, when this
+    /// coordinator created it (see [`super::budget`]); `None` for nobody.
+    pub creator: Option<String>,
 }
 
 /// Ids of members, and whether another round must follow, after a rebalance.
@@ -151,6 +154,7 @@ impl Group {
             joined: BTreeSet::new(),
             offsets: BTreeMap::new(),
             next_member_number: 0,
+            creator: None,
         }
     }
 
