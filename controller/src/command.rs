@@ -12,7 +12,11 @@
 //! body = tag u8 · fields (little-endian; strings and lists u32-length-prefixed)
 //! ```
 //!
-//! Tags are never reused: a retired command keeps its number. A node that
+//! Tags are never reused: a retired command keeps its number. A command
+//! that gained a field takes a new tag for the form with it, and is
+//! written under its old tag while the field is unset, so that nodes of
+//! the release before read every command that does not use the field
+//! (a rolling upgrade works until the first one that does). A node that
 //! meets a version or tag it does not know stops applying (see
 //! [`crate::node`]) instead of skipping, because skipping would let it
 //! diverge from nodes that understood the command.
@@ -25,7 +29,10 @@ use corelog_wire::sasl::scram::StoredCredential;
 
 use crate::acls::AclBinding;
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::quotas::{QUOTA_ENTITY_BYTES_MAX, QuotaEntity, QuotaLimits, read_quota, write_quota};
+use crate::quotas::{
+    QUOTA_ENTITY_BYTES_MAX, QuotaEntity, QuotaLimits, read_object_limits, read_quota,
+    write_object_limits, write_quota,
+};
 use crate::state::IMPORTED_LEADER_EPOCH;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use crate::users::{USERNAME_BYTES_MAX, read_credentials, write_credentials};
@@ -79,6 +86,10 @@ const TAG_PUT_ACL: u8 = 12;
 const TAG_DELETE_ACL: u8 = 13;
 const TAG_PUT_QUOTA: u8 = 14;
 const TAG_DELETE_QUOTA: u8 = 15;
+/// A [`Command::CreateTopic`] with an owner.
+const TAG_CREATE_OWNED_TOPIC: u8 = 16;
+/// A [`Command::PutQuota`] that sets topic, partition or group limits.
+const TAG_PUT_QUOTA_WITH_OBJECT_LIMITS: u8 = 17;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +141,9 @@ pub enum Command {
         assignments: Vec<Vec<Replica>>,
         /// Creation time stamped by the proposer (the state has no clock).
         created_at_ms: i64,
+        /// The principal whose topic and partition limits it counts
+        /// against (see [`crate::limits`]); `None` counts for nobody.
+        owner: Option<String>,
     },
     /// Removes a topic. By id, so that a delete racing a re-creation under
     /// the same name never removes the new topic.
@@ -382,8 +396,13 @@ impl Command {
                 config,
                 assignments,
                 created_at_ms,
+                owner,
             } => {
-                writer.u8(TAG_CREATE_TOPIC);
+                writer.u8(if owner.is_some() {
+                    TAG_CREATE_OWNED_TOPIC
+                } else {
+                    TAG_CREATE_TOPIC
+                });
                 writer.str(name);
                 writer.bool(*internal);
                 write_config(writer, config);
@@ -392,6 +411,9 @@ impl Command {
                     write_replicas(writer, replicas);
                 }
                 writer.i64(*created_at_ms);
+                if let Some(owner) = owner {
+                    writer.str(owner);
+                }
             }
             Command::DeleteTopic { topic_id } => {
                 writer.u8(TAG_DELETE_TOPIC);
@@ -481,8 +503,14 @@ impl Command {
                 binding.write(writer);
             }
             Command::PutQuota { entity, limits } => {
-                writer.u8(TAG_PUT_QUOTA);
-                write_quota(writer, entity, limits);
+                if limits.has_object_limits() {
+                    writer.u8(TAG_PUT_QUOTA_WITH_OBJECT_LIMITS);
+                    write_quota(writer, entity, limits);
+                    write_object_limits(writer, limits);
+                } else {
+                    writer.u8(TAG_PUT_QUOTA);
+                    write_quota(writer, entity, limits);
+                }
             }
             Command::DeleteQuota { entity } => {
                 writer.u8(TAG_DELETE_QUOTA);
@@ -533,6 +561,9 @@ impl Command {
     fn decode_body(reader: &mut Reader<'_>) -> Result<Command, DecodeError> {
         let at = reader.position();
         let command = match reader.u8("command tag")? {
+            tag @ (TAG_CREATE_TOPIC | TAG_CREATE_OWNED_TOPIC) => {
+                read_create_topic(reader, tag == TAG_CREATE_OWNED_TOPIC)?
+            }
             TAG_REGISTER_BROKER => Command::RegisterBroker {
                 node: NodeId(reader.u64("node")?),
                 host: reader.str("host", HOST_BYTES_MAX)?,
@@ -548,23 +579,6 @@ impl Command {
                 node: NodeId(reader.u64("node")?),
                 incarnation: reader.u64("incarnation")?,
             },
-            TAG_CREATE_TOPIC => {
-                let name = reader.str("topic name", TOPIC_NAME_BYTES_MAX)?;
-                let internal = reader.bool("internal")?;
-                let config = read_config(reader)?;
-                let count = reader.len("partitions", PARTITIONS_MAX as usize, 4)?;
-                let mut assignments = Vec::with_capacity(count);
-                for _ in 0..count {
-                    assignments.push(read_replicas(reader)?);
-                }
-                Command::CreateTopic {
-                    name,
-                    internal,
-                    config,
-                    assignments,
-                    created_at_ms: reader.i64("created at")?,
-                }
-            }
             TAG_DELETE_TOPIC => Command::DeleteTopic {
                 topic_id: TopicId(reader.u64("topic id")?),
             },
@@ -640,6 +654,20 @@ impl Command {
                 let (entity, limits) = read_quota(reader)?;
                 Command::PutQuota { entity, limits }
             }
+            TAG_PUT_QUOTA_WITH_OBJECT_LIMITS => {
+                let at = reader.position();
+                let (entity, mut limits) = read_quota(reader)?;
+                read_object_limits(reader, &mut limits)?;
+                if !limits.has_object_limits() {
+                    // Such a quota is written under the older tag: one encoding per command.
+                    return Err(reader.invalid_at(
+                        "quota",
+                        at,
+                        "no topic, partition or group limit under their tag".to_owned(),
+                    ));
+                }
+                Command::PutQuota { entity, limits }
+            }
             TAG_DELETE_QUOTA => {
                 let at = reader.position();
                 let entity = reader.str("quota entity", QUOTA_ENTITY_BYTES_MAX)?;
@@ -654,6 +682,33 @@ impl Command {
         };
         Ok(command)
     }
+}
+
+/// Reads a [`Command::CreateTopic`] after its tag; `owned`: the form with
+/// an owner.
+fn read_create_topic(reader: &mut Reader<'_>, owned: bool) -> Result<Command, DecodeError> {
+    let name = reader.str("topic name", TOPIC_NAME_BYTES_MAX)?;
+    let internal = reader.bool("internal")?;
+    let config = read_config(reader)?;
+    let count = reader.len("partitions", PARTITIONS_MAX as usize, 4)?;
+    let mut assignments = Vec::with_capacity(count);
+    for _ in 0..count {
+        assignments.push(read_replicas(reader)?);
+    }
+    let created_at_ms = reader.i64("created at")?;
+    let owner = if owned {
+        Some(reader.str("topic owner", USERNAME_BYTES_MAX)?)
+    } else {
+        None
+    };
+    Ok(Command::CreateTopic {
+        name,
+        internal,
+        config,
+        assignments,
+        created_at_ms,
+        owner,
+    })
 }
 
 /// Writes config entries (sorted, as the map keeps them).
@@ -744,6 +799,26 @@ mod tests {
                     },
                 ]],
                 created_at_ms: 1_700_000_000_000,
+                owner: None,
+            },
+            Command::CreateTopic {
+                name: "tenant.orders".to_owned(),
+                internal: false,
+                config: BTreeMap::new(),
+                assignments: vec![vec![Replica {
+                    node: NodeId(1),
+                    shard: ShardId(0),
+                }]],
+                created_at_ms: 1_700_000_000_000,
+                owner: Some("alice".to_owned()),
+            },
+            Command::PutQuota {
+                entity: QuotaEntity::User("alice".to_owned()),
+                limits: QuotaLimits {
+                    topics: Some(5),
+                    groups: Some(0),
+                    ..QuotaLimits::default()
+                },
             },
             Command::DeleteTopic {
                 topic_id: TopicId(9),
@@ -800,6 +875,40 @@ mod tests {
         for command in commands {
             assert_eq!(Command::decode(&command.encode()), Ok(command));
         }
+    }
+
+    /// Nodes of the release before owners and object limits read every
+    /// command that does not use them: such commands keep their old tags.
+    #[test]
+    fn commands_without_the_new_fields_keep_their_old_tags() {
+        let topic = |owner: Option<&str>| Command::CreateTopic {
+            name: "t".to_owned(),
+            internal: false,
+            config: BTreeMap::new(),
+            assignments: vec![vec![Replica {
+                node: NodeId(1),
+                shard: ShardId(0),
+            }]],
+            created_at_ms: 0,
+            owner: owner.map(str::to_owned),
+        };
+        let tag = |command: &Command| command.encode()[HEADER_BYTES];
+        assert_eq!(tag(&topic(None)), TAG_CREATE_TOPIC);
+        assert_eq!(tag(&topic(Some("alice"))), TAG_CREATE_OWNED_TOPIC);
+        let quota = |limits| Command::PutQuota {
+            entity: QuotaEntity::DefaultUser,
+            limits,
+        };
+        let rate = QuotaLimits {
+            produce_bytes_per_second: Some(1),
+            ..QuotaLimits::default()
+        };
+        let groups = QuotaLimits {
+            groups: Some(1),
+            ..rate
+        };
+        assert_eq!(tag(&quota(rate)), TAG_PUT_QUOTA);
+        assert_eq!(tag(&quota(groups)), TAG_PUT_QUOTA_WITH_OBJECT_LIMITS);
     }
 
     #[test]

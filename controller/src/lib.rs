@@ -162,6 +162,7 @@ pub mod acls;
 pub mod codec;
 pub mod command;
 pub mod durable;
+pub mod limits;
 pub mod logger;
 mod message;
 pub mod node;

@@ -142,6 +142,7 @@ fn placements_apply_to_the_state() {
                     config: BTreeMap::new(),
                     assignments,
                     created_at_ms: 0,
+                    owner: None,
                 },
             )
             .unwrap();

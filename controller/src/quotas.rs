@@ -7,15 +7,23 @@
 //! the default for every address (`ip:*`). A principal's limits are
 //! produce and fetch bytes per second, a share of request-handling time
 //! (percent of one shard's time) and a connection count; an address's, a
-//! connection count only. A limit not set is no limit.
+//! connection count only. A rate or connection limit not set is no limit.
+//! A principal's entry may also set how many topics, partitions and
+//! consumer groups it may create; those fall back on the default entry and
+//! then on a built-in default (see [`crate::limits`]).
 //!
 //! Encoding of one quota (in [`crate::command::Command::PutQuota`] and the
 //! metadata snapshot):
 //!
 //! ```text
 //! entity str · produce opt-u64 · fetch opt-u64 · request percent opt-u32 · connections opt-u32
-//! opt-x = u8 (0 none, 1 some) · x
+//! object limits = topics opt-u32 · partitions opt-u32 · groups opt-u32
+//! opt-x = u8 (0 none, 1 some) · u64
 //! ```
+//!
+//! The object limits follow the entity's rates only where they are set
+//! (a command tag and a snapshot section of their own), so that an entry
+//! without them is encoded as releases before them wrote it.
 
 use std::collections::BTreeMap;
 
@@ -96,9 +104,21 @@ pub struct QuotaLimits {
     pub request_percent: Option<u32>,
     /// Open connections.
     pub connections: Option<u32>,
+    /// Topics the principal may own.
+    pub topics: Option<u32>,
+    /// Partitions the principal may own, over all its topics.
+    pub partitions: Option<u32>,
+    /// Consumer groups the principal may create per coordinator.
+    pub groups: Option<u32>,
 }
 
 impl QuotaLimits {
+    /// Whether it sets a topic, partition or group limit.
+    #[must_use]
+    pub fn has_object_limits(&self) -> bool {
+        self.topics.is_some() || self.partitions.is_some() || self.groups.is_some()
+    }
+
     /// Checks the limits against the entity: at least one set, rates above
     /// zero, a request share of 1 to 100 percent, and only a connection
     /// count for an address.
@@ -112,10 +132,11 @@ impl QuotaLimits {
         if !entity.is_user()
             && (self.produce_bytes_per_second.is_some()
                 || self.fetch_bytes_per_second.is_some()
-                || self.request_percent.is_some())
+                || self.request_percent.is_some()
+                || self.has_object_limits())
         {
             return Err(format!(
-                "{entity} limits connections only: rates belong to principals (user:NAME)"
+                "{entity} limits connections only: rates and topic, partition and group limits belong to principals (user:NAME)"
             ));
         }
         if self.produce_bytes_per_second == Some(0) || self.fetch_bytes_per_second == Some(0) {
@@ -167,6 +188,34 @@ pub(crate) fn write_quota(writer: &mut Writer, entity: &QuotaEntity, limits: &Qu
     write_opt_u64(writer, limits.connections.map(u64::from));
 }
 
+/// Writes the topic, partition and group limits (the extension of
+/// [`write_quota`]).
+pub(crate) fn write_object_limits(writer: &mut Writer, limits: &QuotaLimits) {
+    write_opt_u64(writer, limits.topics.map(u64::from));
+    write_opt_u64(writer, limits.partitions.map(u64::from));
+    write_opt_u64(writer, limits.groups.map(u64::from));
+}
+
+/// Reads what [`write_object_limits`] wrote into `limits`.
+pub(crate) fn read_object_limits(
+    reader: &mut Reader<'_>,
+    limits: &mut QuotaLimits,
+) -> Result<(), DecodeError> {
+    limits.topics = read_opt_u32(reader, "topic limit")?;
+    limits.partitions = read_opt_u32(reader, "partition limit")?;
+    limits.groups = read_opt_u32(reader, "group limit")?;
+    Ok(())
+}
+
+fn read_opt_u32(reader: &mut Reader<'_>, what: &'static str) -> Result<Option<u32>, DecodeError> {
+    let at = reader.position();
+    read_opt_u64(reader, what)?
+        .map(|value| {
+            u32::try_from(value).map_err(|_| reader.invalid_at(what, at, "over u32".to_owned()))
+        })
+        .transpose()
+}
+
 pub(crate) fn read_quota(
     reader: &mut Reader<'_>,
 ) -> Result<(QuotaEntity, QuotaLimits), DecodeError> {
@@ -195,6 +244,7 @@ pub(crate) fn read_quota(
             fetch_bytes_per_second,
             request_percent,
             connections,
+            ..QuotaLimits::default()
         },
     ))
 }
@@ -253,6 +303,12 @@ mod tests {
             ..QuotaLimits::default()
         };
         assert!(share.check(&user).is_err());
+        let topics = QuotaLimits {
+            topics: Some(0),
+            ..QuotaLimits::default()
+        };
+        assert!(topics.check(&user).is_ok(), "0 topics forbids creating any");
+        assert!(topics.check(&ip).unwrap_err().contains("connections only"));
     }
 
     #[test]
@@ -284,11 +340,17 @@ mod tests {
             fetch_bytes_per_second: None,
             request_percent: Some(20),
             connections: Some(3),
+            topics: Some(4),
+            partitions: None,
+            groups: Some(0),
         };
         let mut writer = Writer::default();
         write_quota(&mut writer, &entity, &limits);
+        write_object_limits(&mut writer, &limits);
         let mut reader = Reader::new(&writer.bytes, 0);
-        assert_eq!(read_quota(&mut reader).unwrap(), (entity, limits));
+        let (read_entity, mut read_limits) = read_quota(&mut reader).unwrap();
+        read_object_limits(&mut reader, &mut read_limits).unwrap();
+        assert_eq!((read_entity, read_limits), (entity, limits));
         reader.finish().unwrap();
     }
 }

@@ -15,14 +15,22 @@
 //!      · users (version 2 and 3): count u32 · (name str · changed at u64
 //!                              · credentials, see [`crate::users`])*
 //!      · ACLs (version 3 and 4): count u32 · (binding, see [`crate::acls`])*
-//!      · quotas (version 4 only): count u32 · (quota, see [`crate::quotas`])*
+//!      · quotas (version 4 and 5): count u32 · (quota, see [`crate::quotas`])*
+//!      · object limits (version 5): count u32 · (entity str
+//!                              · topics, partitions, groups, see [`crate::quotas`])*
+//!      · topic owners (version 5): count u32 · (topic id u64 · principal str)*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
 //!
 //! A state is written in the oldest version that holds it: without users,
 //! ACLs or quotas as version 1, with users only as version 2, with ACLs but
-//! no quotas as version 3. Brokers of the releases before read it, so a
-//! rolling upgrade works until the first user (ACL, quota) is created.
+//! no quotas as version 3, with quotas but neither object limits nor topic
+//! owners as version 4. Brokers of the releases before read it, so a
+//! rolling upgrade works until the first user (ACL, quota, owned topic or
+//! object limit) is created. Object limits are listed only for the quotas
+//! that set them (in entity order, each a quota of the section before);
+//! owners only for the topics that have one (in id order). A topic of an
+//! older state has no owner: it counts for nobody.
 //!
 //! Brokers, topics and config keys are written in increasing order and the
 //! decoder insists on it, so a state has exactly one encoding: the cluster
@@ -38,7 +46,10 @@ use crate::command::{
     HOST_BYTES_MAX, PARTITIONS_MAX, RACK_BYTES_MAX, TOPIC_NAME_BYTES_MAX, read_config,
     read_replicas, write_config, write_replicas,
 };
-use crate::quotas::{QUOTAS_MAX, read_quota, write_quota};
+use crate::quotas::{
+    QUOTA_ENTITY_BYTES_MAX, QUOTAS_MAX, QuotaEntity, read_object_limits, read_quota,
+    write_object_limits, write_quota,
+};
 use crate::state::{BrokerRecord, MetadataState, PartitionRecord, TopicRecord};
 use crate::types::{LeaderEpoch, NodeId, TopicId};
 use crate::users::{
@@ -47,8 +58,9 @@ use crate::users::{
 
 const MAGIC: [u8; 4] = *b"CLMS";
 /// Version 1: no users; version 2: users after the topics; version 3:
-/// ACLs after the users; version 4: quotas after the ACLs.
-const VERSION: u8 = 4;
+/// ACLs after the users; version 4: quotas after the ACLs; version 5:
+/// object limits and topic owners after the quotas.
+const VERSION: u8 = 5;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -88,7 +100,18 @@ impl MetadataState {
                 write_replicas(&mut writer, &partition.replicas);
             }
         }
-        if self.users.is_empty() && self.acls.is_empty() && self.quotas.is_empty() {
+        let owned: Vec<&TopicRecord> = self
+            .topics
+            .values()
+            .filter(|topic| topic.owner.is_some())
+            .collect();
+        let object_limits: Vec<_> = self
+            .quotas
+            .iter()
+            .filter(|(_, limits)| limits.has_object_limits())
+            .collect();
+        let newest = !owned.is_empty() || !object_limits.is_empty();
+        if self.users.is_empty() && self.acls.is_empty() && self.quotas.is_empty() && !newest {
             return seal(MAGIC, 1, &writer.bytes);
         }
         writer.len(self.users.len());
@@ -97,19 +120,32 @@ impl MetadataState {
             writer.u64(user.changed_at);
             write_credentials(&mut writer, &user.credentials);
         }
-        if self.acls.is_empty() && self.quotas.is_empty() {
+        if self.acls.is_empty() && self.quotas.is_empty() && !newest {
             return seal(MAGIC, 2, &writer.bytes);
         }
         writer.len(self.acls.len());
         for binding in self.acls.iter() {
             binding.write(&mut writer);
         }
-        if self.quotas.is_empty() {
+        if self.quotas.is_empty() && !newest {
             return seal(MAGIC, 3, &writer.bytes);
         }
         writer.len(self.quotas.len());
         for (entity, limits) in &self.quotas {
             write_quota(&mut writer, entity, limits);
+        }
+        if !newest {
+            return seal(MAGIC, 4, &writer.bytes);
+        }
+        writer.len(object_limits.len());
+        for (entity, limits) in object_limits {
+            writer.str(&entity.to_string());
+            write_object_limits(&mut writer, limits);
+        }
+        writer.len(owned.len());
+        for topic in owned {
+            writer.u64(topic.id.0);
+            writer.str(topic.owner.as_deref().unwrap_or_default());
         }
         seal(MAGIC, VERSION, &writer.bytes)
     }
@@ -212,7 +248,7 @@ impl MetadataState {
         if version >= 4 {
             // An entity and four presence bytes: at least 9 bytes.
             let count = reader.len("quotas", QUOTAS_MAX, 9)?;
-            if count == 0 {
+            if count == 0 && version == 4 {
                 return Err(reader.invalid_at(
                     "quotas",
                     reader.position(),
@@ -232,12 +268,84 @@ impl MetadataState {
                 state.quotas.insert(entity, limits);
             }
         }
+        if version >= 5 {
+            read_object_limits_section(&mut reader, &mut state)?;
+            read_owners_section(&mut reader, &mut state)?;
+        }
         reader.finish()?;
         state
             .check_invariants()
             .map_err(|reason| reader.invalid_at("metadata state", 0, reason))?;
         Ok(state)
     }
+}
+
+/// The object limits of version 5: each names a quota of the section
+/// before, in increasing entity order, and sets at least one limit.
+fn read_object_limits_section(
+    reader: &mut Reader<'_>,
+    state: &mut MetadataState,
+) -> Result<(), DecodeError> {
+    // An entity and three presence bytes: at least 8 bytes.
+    let count = reader.len("object limits", QUOTAS_MAX, 8)?;
+    let mut previous: Option<QuotaEntity> = None;
+    for _ in 0..count {
+        let at = reader.position();
+        let entity = reader.str("quota entity", QUOTA_ENTITY_BYTES_MAX)?;
+        let entity = QuotaEntity::parse(&entity)
+            .map_err(|reason| reader.invalid_at("quota entity", at, reason))?;
+        if previous
+            .as_ref()
+            .is_some_and(|previous| *previous >= entity)
+        {
+            return Err(reader.invalid_at("object limits", at, "out of order".to_owned()));
+        }
+        let Some(limits) = state.quotas.get_mut(&entity) else {
+            return Err(reader.invalid_at("object limits", at, format!("{entity} has no quota")));
+        };
+        read_object_limits(reader, limits)?;
+        if !limits.has_object_limits() {
+            return Err(reader.invalid_at("object limits", at, "none set".to_owned()));
+        }
+        previous = Some(entity);
+    }
+    Ok(())
+}
+
+/// The topic owners of version 5, in increasing topic id order; a state
+/// of version 5 has an owner or an object limit.
+fn read_owners_section(
+    reader: &mut Reader<'_>,
+    state: &mut MetadataState,
+) -> Result<(), DecodeError> {
+    // An id and a name: at least 12 bytes.
+    let count = reader.len("topic owners", usize::MAX, 12)?;
+    let mut previous: Option<TopicId> = None;
+    for _ in 0..count {
+        let at = reader.position();
+        let id = TopicId(reader.u64("topic id")?);
+        let owner = reader.str("topic owner", USERNAME_BYTES_MAX)?;
+        if previous.is_some_and(|previous| previous >= id) {
+            return Err(reader.invalid_at("topic owners", at, "out of order".to_owned()));
+        }
+        let Some(topic) = state.topics.get_mut(&id) else {
+            return Err(reader.invalid_at("topic owners", at, format!("no topic {id}")));
+        };
+        topic.owner = Some(owner);
+        previous = Some(id);
+    }
+    let limited = state
+        .quotas
+        .values()
+        .any(|limits| limits.has_object_limits());
+    if count == 0 && !limited {
+        return Err(reader.invalid_at(
+            "topic owners",
+            reader.position(),
+            "a state without owners or object limits is written as version 1 to 4".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 fn read_broker(reader: &mut Reader<'_>) -> Result<BrokerRecord, DecodeError> {
@@ -279,6 +387,7 @@ fn read_topic(reader: &mut Reader<'_>) -> Result<TopicRecord, DecodeError> {
         config,
         partitions,
         created_at_ms,
+        owner: None,
     })
 }
 

@@ -25,6 +25,7 @@ use crate::command::{
     ImportedTopic, Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX,
     REPLICAS_MAX,
 };
+use crate::limits::{self, LimitExceeded, ObjectLimits, Usage};
 use crate::quotas::{QUOTAS_MAX, Quotas};
 use crate::topic_config::TopicConfig;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
@@ -94,6 +95,9 @@ pub struct TopicRecord {
     pub partitions: Vec<PartitionRecord>,
     /// When it was created (stamped by the proposer).
     pub created_at_ms: i64,
+    /// The principal whose limits it counts against (see
+    /// [`crate::limits`]); `None` for nobody.
+    pub owner: Option<String>,
 }
 
 impl TopicRecord {
@@ -250,12 +254,27 @@ pub enum CommandError {
     /// The quota is malformed.
     #[error("invalid quota: {0}")]
     InvalidQuota(String),
+    /// A topic's owner is not a principal that can own it.
+    #[error("invalid topic owner: {0}")]
+    InvalidTopicOwner(String),
     /// The entity has no quota.
     #[error("{0} has no quota")]
     UnknownQuota(String),
     /// The cluster holds [`QUOTAS_MAX`] quotas already.
     #[error("the cluster holds {QUOTAS_MAX} quotas already; remove some first")]
     TooManyQuotas,
+    /// The creation would take the principal over one of its limits.
+    #[error(transparent)]
+    LimitExceeded(#[from] LimitExceeded),
+}
+
+/// What a [`Command::CreateTopic`] says about the topic besides its
+/// placement.
+struct NewTopicRecord<'a> {
+    name: &'a str,
+    internal: bool,
+    config: &'a BTreeMap<String, String>,
+    owner: Option<&'a str>,
 }
 
 /// Checks a user's name and credentials.
@@ -423,7 +442,17 @@ impl MetadataState {
                 config,
                 assignments,
                 created_at_ms,
-            } => self.create_topic(name, *internal, config, assignments, *created_at_ms),
+                owner,
+            } => self.create_topic(
+                NewTopicRecord {
+                    name,
+                    internal: *internal,
+                    config,
+                    owner: owner.as_deref(),
+                },
+                assignments,
+                *created_at_ms,
+            ),
             Command::DeleteTopic { topic_id } => self.delete_topic(*topic_id),
             Command::ResignLeader {
                 topic_id,
@@ -606,30 +635,55 @@ impl MetadataState {
     /// proposes (and for `validate_only` requests).
     fn check_create_topic(
         &self,
-        name: &str,
-        internal: bool,
-        config: &BTreeMap<String, String>,
+        topic: &NewTopicRecord<'_>,
         assignments: &[Vec<Replica>],
     ) -> Result<(), CommandError> {
-        self.check_new_topic(name, internal, config)?;
+        self.check_new_topic(topic.name, topic.internal, topic.config)?;
         if assignments.is_empty() || assignments.len() > PARTITIONS_MAX as usize {
             return Err(CommandError::InvalidPartitions(assignments.len()));
         }
         for (partition, replicas) in (0u32..).zip(assignments) {
             self.validate_replicas(partition, replicas)?;
         }
+        if let Some(owner) = topic.owner {
+            if topic.internal {
+                return Err(CommandError::InvalidTopicOwner(
+                    "an internal topic counts for nobody".to_owned(),
+                ));
+            }
+            check_user_name(owner).map_err(CommandError::InvalidTopicOwner)?;
+            let partitions = u32::try_from(assignments.len()).unwrap_or(u32::MAX);
+            self.check_owner_limits(owner, partitions)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that `owner` may own one more topic of `partitions`
+    /// partitions: before a proposal, and again when it applies, so that
+    /// creations proposed together cannot pass the limit between them.
+    ///
+    /// # Errors
+    /// [`CommandError::LimitExceeded`].
+    pub fn check_owner_limits(&self, owner: &str, partitions: u32) -> Result<(), CommandError> {
+        let usage = Usage::of(self.topics.values(), owner);
+        let allowed = ObjectLimits::of(&self.quotas, owner);
+        limits::check_new_topic(owner, usage, allowed, partitions)?;
         Ok(())
     }
 
     fn create_topic(
         &mut self,
-        name: &str,
-        internal: bool,
-        config: &BTreeMap<String, String>,
+        topic: NewTopicRecord<'_>,
         assignments: &[Vec<Replica>],
         created_at_ms: i64,
     ) -> Result<Outcome, CommandError> {
-        self.check_create_topic(name, internal, config, assignments)?;
+        self.check_create_topic(&topic, assignments)?;
+        let NewTopicRecord {
+            name,
+            internal,
+            config,
+            owner,
+        } = topic;
         let partitions = assignments
             .iter()
             .map(|replicas| PartitionRecord {
@@ -647,6 +701,7 @@ impl MetadataState {
             config: config.clone(),
             partitions,
             created_at_ms,
+            owner: owner.map(str::to_owned),
         });
         Ok(Outcome::TopicCreated { topic_id: id })
     }
@@ -788,6 +843,8 @@ impl MetadataState {
                     })
                     .collect(),
                 created_at_ms: topic.created_at_ms,
+                // A standalone broker's topics predate owners.
+                owner: None,
             });
         }
         self.next_topic_id = self.next_topic_id.max(next_topic_id);
@@ -810,8 +867,17 @@ impl MetadataState {
                 internal,
                 config,
                 assignments,
+                owner,
                 ..
-            } => self.check_create_topic(name, *internal, config, assignments),
+            } => self.check_create_topic(
+                &NewTopicRecord {
+                    name,
+                    internal: *internal,
+                    config,
+                    owner: owner.as_deref(),
+                },
+                assignments,
+            ),
             Command::DeleteTopic { topic_id } => self.check_delete_topic(*topic_id).map(drop),
             Command::ImportTopics {
                 topics,
@@ -983,6 +1049,12 @@ impl MetadataState {
                 return Err(format!("topic {id} is not below the next topic id"));
             }
             check_topic_name(&topic.name, topic.internal).map_err(|error| error.to_string())?;
+            if let Some(owner) = &topic.owner {
+                if topic.internal {
+                    return Err(format!("internal topic {id} has an owner"));
+                }
+                check_user_name(owner).map_err(|reason| format!("topic {id} owner: {reason}"))?;
+            }
             validate_config(&topic.config).map_err(|error| error.to_string())?;
             if topic.partitions.is_empty() || topic.partitions.len() > PARTITIONS_MAX as usize {
                 return Err(format!(

@@ -24,6 +24,7 @@ fn create(name: &str, assignments: Vec<Vec<Replica>>) -> Command {
         config: BTreeMap::new(),
         assignments,
         created_at_ms: 0,
+        owner: None,
     }
 }
 
@@ -175,6 +176,7 @@ fn bad_assignments_are_refused() {
                 config: BTreeMap::new(),
                 assignments: vec![vec![replica(1, 0)]],
                 created_at_ms: 0,
+                owner: None,
             },
             "a user topic named like an internal one",
         ),
@@ -194,6 +196,7 @@ fn bad_assignments_are_refused() {
         config: BTreeMap::new(),
         assignments: vec![vec![replica(1, 0)]],
         created_at_ms: 0,
+        owner: None,
     };
     assert!(
         state
@@ -410,6 +413,7 @@ fn topic_settings_are_checked_by_the_state_machine() {
         config: BTreeMap::from([("segment.bytes".to_owned(), "10".to_owned())]),
         assignments: vec![vec![replica(1, 0)]],
         created_at_ms: 0,
+        owner: None,
     };
     let checked = state.check(&bad);
     assert!(
@@ -429,6 +433,7 @@ fn topic_settings_are_checked_by_the_state_machine() {
         config: BTreeMap::from([("colour".to_owned(), "blue".to_owned())]),
         assignments: vec![vec![replica(1, 0)]],
         created_at_ms: 0,
+        owner: None,
     };
     assert!(state.check(&unknown).is_err());
     let bad_name = create("orders/2024", vec![vec![replica(1, 0)]]);
@@ -842,4 +847,150 @@ fn a_rebuilt_catalog_is_imported_at_each_partitions_epoch() {
             .is_err(),
         "one epoch per partition"
     );
+}
+
+fn owned(name: &str, partitions: u64, owner: Option<&str>) -> Command {
+    Command::CreateTopic {
+        name: name.to_owned(),
+        internal: name.starts_with("__"),
+        config: BTreeMap::new(),
+        assignments: (0..partitions)
+            .map(|index| vec![replica(1 + index % 2, 0)])
+            .collect(),
+        created_at_ms: 0,
+        owner: owner.map(str::to_owned),
+    }
+}
+
+fn limit(principal: &str, topics: Option<u32>, partitions: Option<u32>) -> Command {
+    Command::PutQuota {
+        entity: crate::quotas::QuotaEntity::User(principal.to_owned()),
+        limits: crate::quotas::QuotaLimits {
+            topics,
+            partitions,
+            ..crate::quotas::QuotaLimits::default()
+        },
+    }
+}
+
+fn exceeded(result: &Result<Outcome, CommandError>) -> Option<&'static str> {
+    match result {
+        Err(CommandError::LimitExceeded(error)) => Some(error.what),
+        _ => None,
+    }
+}
+
+#[test]
+fn an_owner_creates_topics_and_partitions_up_to_its_limits() {
+    let mut state = two_live_brokers();
+    let results = apply_all(
+        &mut state,
+        &[
+            limit("alice", Some(2), Some(3)),
+            owned("a", 2, Some("alice")),
+            owned("b", 2, Some("alice")),
+            owned("c", 1, Some("alice")),
+            owned("d", 1, Some("alice")),
+            owned("bob.a", 3, Some("bob")),
+            owned("nobody", 3, None),
+        ],
+    );
+    assert!(results[1].is_ok() && results[3].is_ok(), "{results:?}");
+    assert_eq!(exceeded(&results[2]), Some("partitions"), "2 + 2 > 3");
+    assert_eq!(
+        exceeded(&results[4]),
+        Some("topics"),
+        "a and c are 2 topics"
+    );
+    assert!(
+        results[5].is_ok(),
+        "bob has the built-in limits: {results:?}"
+    );
+    assert!(
+        results[6].is_ok(),
+        "a topic without an owner counts for nobody"
+    );
+    let message = results[4].as_ref().unwrap_err().to_string();
+    assert!(
+        message.contains("\"alice\" may own 2 topics and owns 2"),
+        "{message}"
+    );
+    // Deleting a topic gives its budget back; the check is the same before
+    // a proposal as when it applies.
+    let a = state.topic_by_name("a").map(|topic| topic.id).unwrap();
+    assert!(state.check(&owned("d", 1, Some("alice"))).is_err());
+    apply_all(&mut state, &[Command::DeleteTopic { topic_id: a }])[0]
+        .as_ref()
+        .unwrap();
+    assert!(state.check(&owned("d", 1, Some("alice"))).is_ok());
+    assert_eq!(
+        state.topic_by_name("c").unwrap().owner.as_deref(),
+        Some("alice")
+    );
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn the_default_entry_and_the_built_in_limit_apply_without_an_own_entry() {
+    let mut state = two_live_brokers();
+    let too_many = crate::limits::DEFAULT_PARTITIONS_PER_PRINCIPAL as u64 + 1;
+    let results = apply_all(
+        &mut state,
+        &[
+            owned(
+                "big",
+                too_many.min(u64::from(PARTITIONS_MAX)),
+                Some("carol"),
+            ),
+            Command::PutQuota {
+                entity: crate::quotas::QuotaEntity::DefaultUser,
+                limits: crate::quotas::QuotaLimits {
+                    topics: Some(0),
+                    ..crate::quotas::QuotaLimits::default()
+                },
+            },
+            owned("small", 1, Some("carol")),
+            owned("__groups", 1, Some("carol")),
+        ],
+    );
+    // PARTITIONS_MAX (10,000) equals the built-in partition limit: a topic
+    // of that size fits, the next partition would not.
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(exceeded(&results[2]), Some("topics"), "user:* allows none");
+    assert!(
+        matches!(results[3], Err(CommandError::InvalidTopicOwner(_))),
+        "internal topics count for nobody: {results:?}"
+    );
+}
+
+#[test]
+fn owners_and_object_limits_survive_a_snapshot_and_older_snapshots_read() {
+    let mut state = two_live_brokers();
+    let before = state.encode();
+    assert_eq!(before[4], 1, "no users, ACLs, quotas or owners: version 1");
+    apply_all(&mut state, &[owned("plain", 1, None)]);
+    apply_all(
+        &mut state,
+        &[Command::PutQuota {
+            entity: crate::quotas::QuotaEntity::DefaultUser,
+            limits: crate::quotas::QuotaLimits {
+                connections: Some(5),
+                ..crate::quotas::QuotaLimits::default()
+            },
+        }],
+    );
+    assert_eq!(state.encode()[4], 4, "rates only: still version 4");
+    assert_eq!(MetadataState::decode(&state.encode()), Ok(state.clone()));
+    apply_all(&mut state, &[owned("mine", 2, Some("alice"))]);
+    assert_eq!(state.encode()[4], 5);
+    let decoded = MetadataState::decode(&state.encode()).unwrap();
+    assert_eq!(
+        decoded.topic_by_name("mine").unwrap().owner.as_deref(),
+        Some("alice")
+    );
+    assert_eq!(decoded.topic_by_name("plain").unwrap().owner, None);
+    assert_eq!(decoded, state);
+    apply_all(&mut state, &[limit("bob", None, Some(9))]);
+    let decoded = MetadataState::decode(&state.encode()).unwrap();
+    assert_eq!(decoded, state);
 }

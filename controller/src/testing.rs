@@ -85,17 +85,21 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
             any::<bool>(),
             arb_config(),
             proptest::collection::vec(arb_replicas(), 0..6),
-            any::<i64>()
+            any::<i64>(),
+            proptest::option::of("[a-zA-Z0-9._@-]{1,255}")
         )
-            .prop_map(|(name, internal, config, assignments, created_at_ms)| {
-                Command::CreateTopic {
-                    name,
-                    internal,
-                    config,
-                    assignments,
-                    created_at_ms,
+            .prop_map(
+                |(name, internal, config, assignments, created_at_ms, owner)| {
+                    Command::CreateTopic {
+                        name,
+                        internal,
+                        config,
+                        assignments,
+                        created_at_ms,
+                        owner,
+                    }
                 }
-            }),
+            ),
         any::<u64>().prop_map(|id| Command::DeleteTopic {
             topic_id: TopicId(id)
         }),
@@ -184,14 +188,29 @@ pub(crate) fn arb_quota_limits() -> impl Strategy<Value = QuotaLimits> {
         proptest::option::of(0u64..1 << 30),
         proptest::option::of(0u32..120),
         proptest::option::of(0u32..1000),
+        // Small object limits, so that random creations meet them.
+        proptest::option::of(0u32..4),
+        proptest::option::of(0u32..8),
+        proptest::option::of(0u32..4),
     )
         .prop_map(
-            |(produce_bytes_per_second, fetch_bytes_per_second, request_percent, connections)| {
+            |(
+                produce_bytes_per_second,
+                fetch_bytes_per_second,
+                request_percent,
+                connections,
+                topics,
+                partitions,
+                groups,
+            )| {
                 QuotaLimits {
                     produce_bytes_per_second,
                     fetch_bytes_per_second,
                     request_percent,
                     connections,
+                    topics,
+                    partitions,
+                    groups,
                 }
             },
         )
@@ -256,14 +275,18 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
             prop_oneof![Just("a"), Just("b"), Just("__groups"), Just("c.d")],
             any::<bool>(),
             proptest::collection::vec(replicas, 0..4),
+            proptest::option::of(prop_oneof![Just("alice"), Just("bob")]),
         )
-            .prop_map(|(name, internal, assignments)| Command::CreateTopic {
-                name: name.to_owned(),
-                internal,
-                config: BTreeMap::from([("retention.ms".to_owned(), "1000".to_owned())]),
-                assignments,
-                created_at_ms: 0,
-            }),
+            .prop_map(
+                |(name, internal, assignments, owner)| Command::CreateTopic {
+                    name: name.to_owned(),
+                    internal,
+                    config: BTreeMap::from([("retention.ms".to_owned(), "1000".to_owned())]),
+                    assignments,
+                    created_at_ms: 0,
+                    owner: owner.map(str::to_owned),
+                }
+            ),
         (0u64..6).prop_map(|id| Command::DeleteTopic {
             topic_id: TopicId(id)
         }),
@@ -354,6 +377,7 @@ pub(crate) fn sample_state() -> MetadataState {
             ]),
             assignments: (0..4).map(replicas).collect(),
             created_at_ms: 1_700_000_000_000,
+            owner: Some("alice".to_owned()),
         },
     );
     apply(
@@ -364,6 +388,7 @@ pub(crate) fn sample_state() -> MetadataState {
             config: BTreeMap::new(),
             assignments: (0..2).map(replicas).collect(),
             created_at_ms: 1_700_000_000_001,
+            owner: None,
         },
     );
     apply(

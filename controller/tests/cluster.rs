@@ -62,6 +62,7 @@ fn create_topic(cluster: &Cluster, name: &str, partitions: u32, factor: u16) -> 
         config: BTreeMap::from([("retention.ms".to_owned(), "60000".to_owned())]),
         assignments,
         created_at_ms: 1_700_000_000_000,
+        owner: None,
     }
 }
 

@@ -77,6 +77,7 @@ fn random_command(rng: &mut Rng, cluster: &Cluster, serial: u64) -> Command {
                 config: BTreeMap::new(),
                 assignments,
                 created_at_ms: serial as i64,
+                owner: None,
             }
         }
         4 => match state.topics().values().next() {

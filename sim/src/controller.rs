@@ -144,6 +144,7 @@ impl Controller {
                     .collect(),
             ],
             created_at_ms: 0,
+            owner: None,
         });
         let listeners = nodes
             .iter()

@@ -165,6 +165,8 @@ error_codes! {
         "The broker ran out of file descriptors for a moment; nothing it acknowledged is lost. Retry (as after a timeout, the records may be stored already: an idempotent producer's retry is not duplicated), and tell an operator to raise the broker's descriptor limit (LimitNOFILE=) or lower its connection limit.";
     PartitionLimitReached = 54, "PARTITION_LIMIT_REACHED", retriable: false,
         "The brokers would hold more partition replicas than they are configured for; delete unused topics, create fewer partitions, add brokers, or raise --max-partitions-per-shard.";
+    PrincipalLimitReached = 55, "PRINCIPAL_LIMIT_REACHED", retriable: false,
+        "This principal owns as many topics or partitions as its limit allows (the message names which); delete topics it no longer needs, or ask an administrator to raise the limit (`corelog quota set user:NAME --topics N --partitions N`).";
 
     IllegalGeneration = 60, "ILLEGAL_GENERATION", retriable: false,
         "The group generation is stale; rejoin the group before committing.";
@@ -227,6 +229,8 @@ error_codes! {
         "This broker has just started and has not loaded the cluster's users and ACLs from the controller yet; retry in a moment, or through another broker.";
     LoginLockedOut = 93, "LOGIN_LOCKED_OUT", retriable: false,
         "Too many failed logins for this user name: it is locked out for a while, except from client addresses that logged in as it before; wait (the message says how long), or log in from such a client, or ask an administrator to check who is guessing.";
+    GroupLimitReached = 95, "GROUP_LIMIT_REACHED", retriable: false,
+        "This principal created as many consumer groups on this group's coordinator as its limit allows; delete groups it no longer uses (`corelog group delete`), or ask an administrator to raise the limit (`corelog quota set user:NAME --groups N`).";
     GroupSubscribedToTopic = 96, "GROUP_SUBSCRIBED_TO_TOPIC", retriable: false,
         "Members of the group consume this topic, so its offsets are theirs: stop them (the group must not subscribe to the topic), or delete only a deleted topic's offsets (--deleted-only).";
 }
@@ -319,6 +323,7 @@ mod tests {
         (52, "TOO_MANY_CONNECTIONS", true),
         (53, "OUT_OF_FILE_DESCRIPTORS", true),
         (54, "PARTITION_LIMIT_REACHED", false),
+        (55, "PRINCIPAL_LIMIT_REACHED", false),
         (60, "ILLEGAL_GENERATION", false),
         (61, "NOT_OWNER", false),
         (62, "OFFSET_BEYOND_HIGH_WATERMARK", false),
@@ -348,6 +353,7 @@ mod tests {
         (91, "TOO_MANY_CONNECTIONS_FOR_PRINCIPAL", false),
         (92, "BROKER_NOT_READY", true),
         (93, "LOGIN_LOCKED_OUT", false),
+        (95, "GROUP_LIMIT_REACHED", false),
         (96, "GROUP_SUBSCRIBED_TO_TOPIC", false),
     ];
 

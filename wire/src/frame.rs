@@ -348,12 +348,12 @@ impl ApiKey {
             | ApiKey::AlterUsers
             | ApiKey::DescribeAcls
             | ApiKey::AlterAcls
-            | ApiKey::DescribeQuotas
-            | ApiKey::AlterQuotas
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
             // Version 1 also lists the offsets a group holds of deleted
             // topics (issue 35, item 17); version 0 omits them.
             ApiKey::DescribeGroups => VersionRange { min: 0, max: 1 },
+            // Version 1: quotas with topic, partition and group limits.
+            ApiKey::DescribeQuotas | ApiKey::AlterQuotas => VersionRange { min: 0, max: 1 },
         }
     }
 
@@ -947,11 +947,13 @@ mod tests {
             );
         }
         for key in ApiKey::ALL {
-            let newest = match key {
-                ApiKey::DescribeGroups => 1,
-                _ => 0,
-            };
             assert!(key.supports(0));
+            // DescribeGroups version 1 lists deleted topics' offsets;
+            // quotas gained topic, partition and group limits in version 1.
+            let newest = u16::from(matches!(
+                key,
+                ApiKey::DescribeGroups | ApiKey::DescribeQuotas | ApiKey::AlterQuotas
+            ));
             assert!(key.supports(newest));
             assert!(!key.supports(newest + 1));
             assert_eq!(

@@ -283,6 +283,45 @@ async fn metadata_fetch(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorC
     Reply::message(&response, vec![Bytes::from(state)]).map_err(unencodable)
 }
 
+/// A client's topic as the controller is asked for it: internal ones are
+/// created by the controller itself, and `__` names are refused as
+/// reserved.
+fn client_topic(
+    name: String,
+    partitions: u32,
+    replication_factor: u16,
+    configs: Vec<corelog_wire::message::ConfigEntry>,
+    owner: Option<String>,
+) -> NewTopic {
+    NewTopic {
+        name,
+        internal: false,
+        partitions,
+        replication_factor,
+        config: configs
+            .into_iter()
+            .map(|entry| (entry.key, entry.value))
+            .collect(),
+        owner,
+    }
+}
+
+/// Creates (or with `validate_only`, plans) `topic`; its id, or -1.
+async fn create_topic(
+    controller: &ControllerService,
+    topic: &NewTopic,
+    validate_only: bool,
+) -> Result<i64, ControllerRequestError> {
+    if validate_only {
+        controller.plan_topic(topic).map(|_| -1)
+    } else {
+        controller
+            .create_topic(topic)
+            .await
+            .map(|id| i64::try_from(id).unwrap_or(i64::MAX))
+    }
+}
+
 async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
     let request = owned::<ControllerOperationRequest>(body)?;
     let result = match controller(role) {
@@ -294,26 +333,20 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                 configs,
                 validate_only,
             } => {
-                // Clients' topics: internal ones are created by the
-                // controller itself, and `__` names are refused as reserved.
-                let topic = NewTopic {
-                    name,
-                    internal: false,
-                    partitions,
-                    replication_factor,
-                    config: configs
-                        .into_iter()
-                        .map(|entry| (entry.key, entry.value))
-                        .collect(),
-                };
-                if validate_only {
-                    controller.plan_topic(&topic).map(|_| -1)
-                } else {
-                    controller
-                        .create_topic(&topic)
-                        .await
-                        .map(|id| i64::try_from(id).unwrap_or(i64::MAX))
-                }
+                let topic = client_topic(name, partitions, replication_factor, configs, None);
+                create_topic(controller, &topic, validate_only).await
+            }
+            ControllerOp::CreateOwnedTopic {
+                name,
+                partitions,
+                replication_factor,
+                configs,
+                validate_only,
+                owner,
+            } => {
+                let topic =
+                    client_topic(name, partitions, replication_factor, configs, Some(owner));
+                create_topic(controller, &topic, validate_only).await
             }
             ControllerOp::DeleteTopic { name } => controller.delete_topic(&name).await.map(|()| 0),
             ControllerOp::AllocateProducerIds { count } => {
@@ -348,6 +381,13 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                 Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
             },
             ControllerOp::PutQuota { quota } => match super::quota_entries::quota(&quota) {
+                Ok((entity, limits)) => controller
+                    .alter_access(Command::PutQuota { entity, limits })
+                    .await
+                    .map(i64::from),
+                Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
+            },
+            ControllerOp::PutQuotaV1 { quota } => match super::quota_entries::quota_v1(&quota) {
                 Ok((entity, limits)) => controller
                     .alter_access(Command::PutQuota { entity, limits })
                     .await

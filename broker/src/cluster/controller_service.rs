@@ -139,6 +139,9 @@ pub struct NewTopic {
     pub replication_factor: u16,
     /// Settings as `key=value` entries, defaults included.
     pub config: BTreeMap<String, String>,
+    /// The principal whose topic and partition limits it counts against;
+    /// `None` for nobody (internal topics, super users, no login).
+    pub owner: Option<String>,
 }
 
 /// How much older than a session timeout a partition report may be and
@@ -485,6 +488,13 @@ impl ControllerService {
         state
             .check_new_topic(&topic.name, topic.internal, &topic.config)
             .map_err(|error| refused(&error))?;
+        // Before the placement, which costs more; the state machine checks
+        // again when the command applies.
+        if let Some(owner) = &topic.owner {
+            state
+                .check_owner_limits(owner, topic.partitions)
+                .map_err(|error| refused(&error))?;
+        }
         // The cluster's own topics are small and it cannot work without
         // them: they count against the limit but are never refused by it.
         let per_shard = if topic.internal {
@@ -515,6 +525,7 @@ impl ControllerService {
             config: topic.config.clone(),
             assignments,
             created_at_ms: self.clock.now().0,
+            owner: topic.owner.clone(),
         };
         state.check(&command).map_err(|error| refused(&error))?;
         Ok(command)
@@ -806,6 +817,7 @@ impl ControllerService {
                     partitions: topic.partitions,
                     replication_factor: u16::try_from(replication_factor).unwrap_or(3),
                     config: topic.config,
+                    owner: None,
                 };
                 match service.create_topic(&new).await
                 {
@@ -1057,6 +1069,7 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
             ErrorCode::UnknownTopicOrPartition
         }
         CommandError::TopicExists(_) => ErrorCode::TopicAlreadyExists,
+        CommandError::LimitExceeded(_) => ErrorCode::PrincipalLimitReached,
         CommandError::InvalidTopicName(_) => ErrorCode::InvalidTopicName,
         CommandError::InternalTopic(_) => ErrorCode::InternalTopic,
         CommandError::InvalidConfig { .. } => ErrorCode::InvalidConfig,

@@ -631,6 +631,7 @@ mod tests {
                         .collect(),
                 ],
                 created_at_ms: 0,
+                owner: None,
             },
         );
         assert_eq!(outcome, Outcome::TopicCreated { topic_id: TOPIC });
@@ -985,6 +986,7 @@ mod tests {
                     100
                 ],
                 created_at_ms: 0,
+                owner: None,
             },
         );
         apply(&mut state, Command::FenceBroker { node: NodeId(2) });

@@ -258,6 +258,7 @@ mod tests {
                 config: BTreeMap::new(),
                 assignments: vec![replicas.clone(), replicas],
                 created_at_ms: 0,
+                owner: None,
             },
         );
         let topic = state.topic_by_name("t").expect("created").id;

@@ -77,6 +77,9 @@ pub struct TopicToCreate {
     /// Settings as `key=value` entries: the request's over the broker's
     /// defaults. The controller checks them.
     pub config: BTreeMap<String, String>,
+    /// The principal whose topic and partition limits it counts against
+    /// ([`crate::net::access::Access::limited_principal`]).
+    pub owner: Option<String>,
 }
 
 /// The outcome for one topic of an admin change.
@@ -572,22 +575,34 @@ impl ClusterMember {
         topic: &TopicToCreate,
         validate_only: bool,
     ) -> Result<(), PartitionError> {
-        let request = ControllerOperationRequest {
-            op: ControllerOp::CreateTopic {
+        let configs: Vec<ConfigEntry> = topic
+            .config
+            .iter()
+            .map(|(key, value)| ConfigEntry {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        // A topic without an owner goes as the older operation, which a
+        // controller of the release before serves.
+        let op = match &topic.owner {
+            None => ControllerOp::CreateTopic {
                 name: topic.name.clone(),
                 partitions: topic.partitions,
                 replication_factor: topic.replication_factor,
-                configs: topic
-                    .config
-                    .iter()
-                    .map(|(key, value)| ConfigEntry {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
-                    .collect(),
+                configs,
                 validate_only,
             },
+            Some(owner) => ControllerOp::CreateOwnedTopic {
+                name: topic.name.clone(),
+                partitions: topic.partitions,
+                replication_factor: topic.replication_factor,
+                configs,
+                validate_only,
+                owner: owner.clone(),
+            },
         };
+        let request = ControllerOperationRequest { op };
         let answer = self.call(&request).await?;
         if validate_only {
             return Ok(());
@@ -688,6 +703,14 @@ impl ClusterMember {
             ControllerOp::PutQuota { quota } => {
                 let (entity, limits) =
                     crate::cluster::quota_entries::quota(quota).map_err(invalid)?;
+                (
+                    format!("the quota of {entity}"),
+                    Box::new(move |state| state.quotas().get(&entity) == Some(&limits)),
+                )
+            }
+            ControllerOp::PutQuotaV1 { quota } => {
+                let (entity, limits) =
+                    crate::cluster::quota_entries::quota_v1(quota).map_err(invalid)?;
                 (
                     format!("the quota of {entity}"),
                     Box::new(move |state| state.quotas().get(&entity) == Some(&limits)),

@@ -4,24 +4,52 @@
 
 use corelog_controller::quotas::{QuotaEntity, QuotaLimits};
 use corelog_wire::error::ErrorCode;
-use corelog_wire::message::describe_quotas::QuotaEntry;
+use corelog_wire::message::describe_quotas::{QuotaEntry, QuotaEntryV1};
 
 /// The metadata form of `entry`, checked by the metadata's rules.
 ///
 /// # Errors
 /// `INVALID_REQUEST` with a message saying what is wrong.
 pub fn quota(entry: &QuotaEntry) -> Result<(QuotaEntity, QuotaLimits), (ErrorCode, String)> {
-    let entity = entity(&entry.entity)?;
+    quota_v1(&QuotaEntryV1 {
+        quota: entry.clone(),
+        topics: None,
+        partitions: None,
+        groups: None,
+    })
+}
+
+/// The metadata form of a version 1 entry (with topic, partition and
+/// group limits), checked by the metadata's rules.
+///
+/// # Errors
+/// `INVALID_REQUEST` with a message saying what is wrong.
+pub fn quota_v1(entry: &QuotaEntryV1) -> Result<(QuotaEntity, QuotaLimits), (ErrorCode, String)> {
+    let entity = entity(&entry.quota.entity)?;
     let limits = QuotaLimits {
-        produce_bytes_per_second: entry.produce_bytes_per_second,
-        fetch_bytes_per_second: entry.fetch_bytes_per_second,
-        request_percent: entry.request_percent,
-        connections: entry.connections,
+        produce_bytes_per_second: entry.quota.produce_bytes_per_second,
+        fetch_bytes_per_second: entry.quota.fetch_bytes_per_second,
+        request_percent: entry.quota.request_percent,
+        connections: entry.quota.connections,
+        topics: entry.topics,
+        partitions: entry.partitions,
+        groups: entry.groups,
     };
     limits
         .check(&entity)
         .map_err(|reason| (ErrorCode::InvalidRequest, reason))?;
     Ok((entity, limits))
+}
+
+/// The version 1 wire form of a quota.
+#[must_use]
+pub fn entry_v1(entity: &QuotaEntity, limits: &QuotaLimits) -> QuotaEntryV1 {
+    QuotaEntryV1 {
+        quota: entry(entity, limits),
+        topics: limits.topics,
+        partitions: limits.partitions,
+        groups: limits.groups,
+    }
 }
 
 /// The entity named `text`.

@@ -32,6 +32,7 @@ use corelog_wire::types::{Offset, TimestampMs};
 use event_listener::Event;
 
 use super::assignor::TopicPartition;
+use super::budget::GroupBudget;
 use super::log::GroupLog;
 use super::offsets::TopicIdentity;
 use super::records;
@@ -70,6 +71,28 @@ pub struct GroupCoordinator {
     /// the partitions of their lag series: removed when a group goes, a
     /// partition's offset goes, or the coordinator moves away.
     published: RefCell<BTreeMap<String, BTreeSet<TopicPartition>>>,
+}
+
+/// The refusal of new group `name` under `budget`, given the groups the
+/// coordinator holds.
+fn refusal(
+    groups: &BTreeMap<String, Group>,
+    name: &str,
+    budget: Option<&GroupBudget>,
+) -> Option<PartitionError> {
+    let budget = budget?;
+    let used = groups
+        .values()
+        .filter(|group| group.creator.as_deref() == Some(budget.principal.as_str()))
+        .count();
+    budget.refusal(name, u32::try_from(used).unwrap_or(u32::MAX))
+}
+
+/// A new group, created by `budget`'s principal.
+fn created(name: &str, budget: Option<&GroupBudget>) -> Group {
+    let mut group = Group::new(name);
+    group.creator = budget.map(|budget| budget.principal.clone());
+    group
 }
 
 /// Records per batch when the coordinator writes a snapshot of its state.
@@ -306,24 +329,39 @@ impl GroupCoordinator {
     /// or after the rebalance it joined is complete and persisted.
     ///
     /// # Errors
-    /// `UNKNOWN_MEMBER_ID`, or `COORDINATOR_NOT_AVAILABLE` if persisting failed.
+    /// `UNKNOWN_MEMBER_ID`, or `COORDINATOR_NOT_AVAILABLE` if persisting
+    /// failed (without a message: the code says it all);
+    /// `GROUP_LIMIT_REACHED` for a new group over `budget`.
     pub async fn join(
         &self,
         name: &str,
         request: JoinRequest,
+        budget: Option<&GroupBudget>,
         topics: &dyn TopicView,
         now: TimestampMs,
-    ) -> Result<Joined, ErrorCode> {
+    ) -> Result<Joined, PartitionError> {
         let (outcome, generation_before) = {
             let mut groups = self.groups.borrow_mut();
+            if !groups.contains_key(name)
+                && let Some(refusal) = refusal(&groups, name, budget)
+            {
+                return Err(refusal);
+            }
             let group = groups
                 .entry(name.to_owned())
-                .or_insert_with(|| Group::new(name));
+                .or_insert_with(|| created(name, budget));
             let before = group.generation;
-            (group.join(request, now)?, before)
+            let joined = group
+                .join(request, now)
+                .map_err(|code| PartitionError::new(code, String::new()))?;
+            (joined, before)
+        };
+        let joined = |member_id: &str| {
+            self.joined(name, member_id)
+                .map_err(|code| PartitionError::new(code, String::new()))
         };
         let member_id = match outcome {
-            JoinOutcome::Settled { member_id } => return self.joined(name, &member_id),
+            JoinOutcome::Settled { member_id } => return joined(&member_id),
             JoinOutcome::Wait { member_id } => member_id,
         };
         // Completes at once if everyone has rejoined; otherwise the
@@ -333,7 +371,7 @@ impl GroupCoordinator {
             let listener = self.rebalanced.listen();
             let persisted = self.persisted.borrow().get(name).copied().unwrap_or(0);
             if persisted > generation_before {
-                return self.joined(name, &member_id);
+                return joined(&member_id);
             }
             listener.await;
         }
@@ -501,6 +539,7 @@ impl GroupCoordinator {
         topics: &dyn TopicView,
         high_watermark: &HighWatermarkLookup,
         audit: Option<&ManualCommitAudit>,
+        budget: Option<&GroupBudget>,
         now: TimestampMs,
     ) -> OffsetCommitResponse {
         if let Err(code) = self.judge_committer(&request) {
@@ -583,10 +622,20 @@ impl GroupCoordinator {
             }
         }
         if !accepted.is_empty() && durable.is_ok() {
-            self.groups
-                .borrow_mut()
-                .entry(request.group.clone())
-                .or_insert_with(|| Group::new(&request.group));
+            // Checked here, after the lookups awaited, right before the
+            // group is created: concurrent commits cannot pass it together.
+            let mut groups = self.groups.borrow_mut();
+            if !groups.contains_key(&request.group)
+                && let Some(refusal) = refusal(&groups, &request.group, budget)
+            {
+                durable = Err(refusal);
+            } else {
+                groups
+                    .entry(request.group.clone())
+                    .or_insert_with(|| created(&request.group, budget));
+            }
+        }
+        if !accepted.is_empty() && durable.is_ok() {
             durable = self.append(&accepted, now).await.map(drop);
             if durable.is_ok() {
                 let mut groups = self.groups.borrow_mut();
@@ -1067,6 +1116,7 @@ mod tests {
                         commit_request(&group, (round % 4) as u32, round),
                         &Orders,
                         &unbounded,
+                        None,
                         None,
                         TimestampMs(2_000),
                     )

@@ -21,6 +21,7 @@
 //! forwarded to it.
 
 pub mod assignor;
+pub mod budget;
 pub mod coordinator;
 pub mod host;
 pub mod lag;

@@ -12,6 +12,9 @@ pub enum GroupRequest {
         request: corelog_wire::message::join_group::JoinGroupRequest,
         /// Where the member connects from.
         client_host: String,
+        /// The principal whose group limit a new group counts against
+        /// (`Access::limited_principal`).
+        creator: Option<String>,
     },
     /// Heartbeat.
     Heartbeat(corelog_wire::message::heartbeat::HeartbeatRequest),
@@ -24,6 +27,9 @@ pub enum GroupRequest {
         /// Who commits (the login; `None` without one), for the audit
         /// record of a commit outside a generation.
         principal: Option<String>,
+        /// The principal whose group limit a new group counts against
+        /// (`Access::limited_principal`).
+        creator: Option<String>,
     },
     /// OffsetFetch.
     Fetch(corelog_wire::message::offset_fetch::OffsetFetchRequest),

@@ -19,6 +19,7 @@ use corelog_wire::message::reset_offsets::{
 use corelog_wire::message::write_audit::{AuditAction, WriteAuditRequest, WriteAuditResponse};
 use corelog_wire::types::{Offset, TimestampMs};
 
+use super::budget::GroupBudget;
 use super::coordinator::{
     AuditedMove, GroupCoordinator, ManualCommitAudit, TopicView, audit_batch,
 };
@@ -68,7 +69,11 @@ pub async fn serve(
         GroupRequest::Join {
             request,
             client_host,
-        } => GroupResponse::Join(join(host, coordinator, request, client_host).await),
+            creator,
+        } => {
+            let budget = creator.map(|creator| GroupBudget::of(&host.snapshot(), &creator));
+            GroupResponse::Join(join(host, coordinator, request, client_host, budget).await)
+        }
         GroupRequest::Heartbeat(request) => {
             let result = coordinator.heartbeat(
                 &request.group,
@@ -90,7 +95,12 @@ pub async fn serve(
                 error_message: None,
             })
         }
-        GroupRequest::Commit { request, principal } => {
+        GroupRequest::Commit {
+            request,
+            principal,
+            creator,
+        } => {
+            let budget = creator.map(|creator| GroupBudget::of(&host.snapshot(), &creator));
             let manual = request.generation == -1 && request.member_id.is_empty();
             let audit = manual.then(|| manual_commit_audit(host, &request.group, principal));
             let lookup = host.clone();
@@ -114,6 +124,7 @@ pub async fn serve(
                         &*snapshot,
                         &high_watermark,
                         audit.as_deref(),
+                        budget.as_ref(),
                         now(),
                     )
                     .await,
@@ -149,6 +160,7 @@ async fn join(
     coordinator: &Rc<Coordinator>,
     request: JoinGroupRequest,
     client_host: String,
+    budget: Option<GroupBudget>,
 ) -> JoinGroupResponse {
     // A tenth of the session: members learn of a rebalance within it.
     let heartbeat_interval_ms = (request.session_timeout_ms / 10).max(100);
@@ -198,7 +210,13 @@ async fn join(
         rebalance_timeout_ms: request.rebalance_timeout_ms,
     };
     match coordinator
-        .join(&request.group, join_request, &*snapshot, host.now())
+        .join(
+            &request.group,
+            join_request,
+            budget.as_ref(),
+            &*snapshot,
+            host.now(),
+        )
         .await
     {
         Ok(joined) => JoinGroupResponse {
@@ -210,7 +228,7 @@ async fn join(
             heartbeat_interval_ms,
             members: joined.members,
         },
-        Err(code) => refused(code, None),
+        Err(error) => refused(error.code, Some(error.message).filter(|m| !m.is_empty())),
     }
 }
 

@@ -132,6 +132,9 @@ pub struct Group {
     pub deleted_topic_offsets: BTreeMap<DeletedTopicPartition, Committed>,
     /// Source of member ids unique within the group.
     next_member_number: u64,
+    /// The principal whose group limit it counts against, when this
+    /// coordinator created it (see [`super::budget`]); `None` for nobody.
+    pub creator: Option<String>,
 }
 
 /// Ids of members, and whether another round must follow, after a rebalance.
@@ -159,6 +162,7 @@ impl Group {
             offsets: BTreeMap::new(),
             deleted_topic_offsets: BTreeMap::new(),
             next_member_number: 0,
+            creator: None,
         }
     }
 

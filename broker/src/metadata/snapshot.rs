@@ -272,6 +272,7 @@ mod tests {
                     shard: ShardId(1),
                 }]],
                 created_at_ms: 7,
+                owner: None,
             },
         );
         if leader_registered_again {

@@ -31,6 +31,9 @@ pub struct Access {
     /// A broker of the cluster (this one, or a peer that proved the
     /// cluster secret): it may also write the internal topics.
     broker: bool,
+    /// Whether the principal's topic, partition and group limits apply:
+    /// it logged in and is not a super user.
+    limited: bool,
 }
 
 impl Access {
@@ -41,6 +44,7 @@ impl Access {
             principal: None,
             restricted_by: None,
             broker: true,
+            limited: false,
         }
     }
 
@@ -55,12 +59,14 @@ impl Access {
             return Access::unrestricted();
         }
         let name = principal.and_then(Principal::name);
-        let everything = config.authorization == Authorization::Off
-            || name.is_some_and(|name| config.super_users.iter().any(|user| user == name));
+        let super_user =
+            name.is_some_and(|name| config.super_users.iter().any(|user| user == name));
+        let everything = config.authorization == Authorization::Off || super_user;
         Access {
             principal: name.map(str::to_owned),
             restricted_by: (!everything).then_some(metadata),
             broker: false,
+            limited: name.is_some() && !super_user,
         }
     }
 
@@ -77,6 +83,16 @@ impl Access {
     #[must_use]
     pub fn principal(&self) -> Option<&str> {
         self.principal.as_deref()
+    }
+
+    /// The principal whose topic, partition and group limits a creation
+    /// counts against ([`corelog_controller::limits`]): a logged-in
+    /// principal that is not a super user. `None` for super users, the
+    /// brokers, and connections that did not log in (a cluster without
+    /// authentication has no principal to key a budget to).
+    #[must_use]
+    pub fn limited_principal(&self) -> Option<&str> {
+        self.principal.as_deref().filter(|_| self.limited)
     }
 
     /// Whether anything is refused at all (else the checks can be skipped).

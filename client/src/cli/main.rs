@@ -15,7 +15,7 @@
 //! corelog user create NAME --password-stdin [--mechanism M ...] | user delete NAME | user list
 //! corelog acl add|remove --allow|--deny PRINCIPAL --operation OP --topic|--group NAME [--prefix] | --cluster
 //! corelog acl list [--principal P] [--topic N | --group N | --cluster]
-//! corelog quota set ENTITY [--produce-rate R] [--fetch-rate R] [--request-percent P] [--connections N] | quota describe [ENTITY] | quota remove ENTITY
+//! corelog quota set ENTITY [--produce-rate R] [--fetch-rate R] [--request-percent P] [--connections N] [--topics N] [--partitions N] [--groups N] | quota describe [ENTITY] | quota remove ENTITY
 //! corelog verify [--topic T] [--duration 10m] [--rate N] [--producers N] [--history FILE]
 //! ```
 //!

@@ -44,6 +44,17 @@ pub(crate) struct SetArgs {
     /// Open connections to one broker.
     #[arg(long)]
     connections: Option<u32>,
+    /// Topics the principal may own (default: the user:* entry's, else 1000).
+    #[arg(long)]
+    topics: Option<u32>,
+    /// Partitions the principal may own over all its topics (default: the
+    /// user:* entry's, else 10000).
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Consumer groups the principal may create on each group coordinator
+    /// (default: the user:* entry's, else 1000).
+    #[arg(long)]
+    groups: Option<u32>,
 }
 
 pub(crate) async fn run(global: &Global, command: QuotaCommand) -> Result<(), ClientError> {
@@ -56,6 +67,9 @@ pub(crate) async fn run(global: &Global, command: QuotaCommand) -> Result<(), Cl
                 fetch_bytes_per_second: args.fetch_rate,
                 request_percent: args.request_percent,
                 connections: args.connections,
+                topics: args.topics,
+                partitions: args.partitions,
+                groups: args.groups,
             };
             let created = admin.set_quota(&quota).await?;
             if global.json {
@@ -80,6 +94,9 @@ pub(crate) async fn run(global: &Global, command: QuotaCommand) -> Result<(), Cl
                             limit(quota.fetch_bytes_per_second),
                             limit(quota.request_percent.map(u64::from)),
                             limit(quota.connections.map(u64::from)),
+                            limit(quota.topics.map(u64::from)),
+                            limit(quota.partitions.map(u64::from)),
+                            limit(quota.groups.map(u64::from)),
                         ]
                     })
                     .collect();
@@ -91,7 +108,10 @@ pub(crate) async fn run(global: &Global, command: QuotaCommand) -> Result<(), Cl
                             "PRODUCE-B/S",
                             "FETCH-B/S",
                             "REQUEST-%",
-                            "CONNECTIONS"
+                            "CONNECTIONS",
+                            "TOPICS",
+                            "PARTITIONS",
+                            "GROUPS"
                         ],
                         &rows
                     )

@@ -101,8 +101,12 @@ pub(crate) mod tests {
         assert_eq!(apis.len(), ApiKey::ALL.len());
         for (range, key) in apis.iter().zip(ApiKey::ALL) {
             assert_eq!(range.api_key, key.code());
-            // DescribeGroups version 1 lists deleted topics' offsets.
-            let newest = u16::from(*key == ApiKey::DescribeGroups);
+            // DescribeGroups version 1 lists deleted topics' offsets; the
+            // quota APIs' version 1 carries topic, partition and group limits.
+            let newest = u16::from(matches!(
+                key,
+                ApiKey::DescribeGroups | ApiKey::DescribeQuotas | ApiKey::AlterQuotas
+            ));
             assert_eq!((range.min_version, range.max_version), (0, newest));
         }
     }

@@ -16,7 +16,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 use super::alter_users::ScramCredentialEntry;
 use super::common::ConfigEntry;
 use super::describe_acls::AclEntry;
-use super::describe_quotas::QuotaEntry;
+use super::describe_quotas::{QuotaEntry, QuotaEntryV1};
 use super::{api, no_raw_section};
 use crate::frame::ApiKey;
 
@@ -96,6 +96,30 @@ pub enum ControllerOp {
         /// The entity.
         entity: String,
     } = 9,
+    /// Create a topic that counts against a principal's topic and
+    /// partition limits: [`ControllerOp::CreateTopic`] with an owner. The
+    /// forwarding broker sends `CreateTopic` for a topic without one, so
+    /// that a controller of the release before serves it.
+    CreateOwnedTopic {
+        /// Topic name.
+        name: String,
+        /// Number of partitions.
+        partitions: u32,
+        /// Replicas per partition.
+        replication_factor: u16,
+        /// Topic configuration, as in `CreateTopic`.
+        configs: Vec<ConfigEntry>,
+        /// Check everything a creation would, change nothing.
+        validate_only: bool,
+        /// The principal that asked for it (logged in, not a super user).
+        owner: String,
+    } = 10,
+    /// Set a quota with topic, partition or group limits (`AlterQuotas`
+    /// version 1); a quota without them goes as `PutQuota`.
+    PutQuotaV1 {
+        /// The entity and all its limits.
+        quota: QuotaEntryV1,
+    } = 11,
 }
 
 /// Forwards one change to the controller leader.
@@ -122,11 +146,12 @@ pub struct ControllerOperationResponse {
     pub leader_hint: Option<u32>,
     /// With `NONE`: for `AllocateProducerIds`, the first id of the allocated
     /// block (the block is `value..value + count`); for `CreateTopic`, the
-    /// new topic's id (-1 when only validated); for `DeleteTopic`, 0; for
+    /// new topic's id (-1 when only validated), and for `CreateOwnedTopic`
+    /// likewise; for `DeleteTopic`, 0; for
     /// `ResignLeadership`, 1 if the partition became leaderless, else 0;
     /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0;
     /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0;
-    /// for `PutQuota`, 1 if the entity had no quota, else 0; for
+    /// for `PutQuota` and `PutQuotaV1`, 1 if the entity had no quota, else 0; for
     /// `DeleteQuota`, 0.
     /// `-1` on error.
     pub value: i64,
@@ -194,6 +219,18 @@ pub(crate) mod tests {
             crate::message::describe_quotas::tests::entry()
                 .prop_map(|quota| ControllerOp::PutQuota { quota }),
             name().prop_map(|entity| ControllerOp::DeleteQuota { entity }),
+            (name(), any::<u32>(), any::<bool>(), name()).prop_map(
+                |(name, partitions, validate_only, owner)| ControllerOp::CreateOwnedTopic {
+                    name,
+                    partitions,
+                    replication_factor: 3,
+                    configs: Vec::new(),
+                    validate_only,
+                    owner,
+                }
+            ),
+            crate::message::describe_quotas::tests::entry_v1()
+                .prop_map(|quota| ControllerOp::PutQuotaV1 { quota }),
         ]
     }
 
@@ -271,6 +308,28 @@ pub(crate) mod tests {
         assert_eq!(archived_tag(&ControllerOp::PutQuota { quota }), 8);
         let entity = "user:*".to_owned();
         assert_eq!(archived_tag(&ControllerOp::DeleteQuota { entity }), 9);
+        let owned = ControllerOp::CreateOwnedTopic {
+            name: "t".to_owned(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: Vec::new(),
+            validate_only: false,
+            owner: "alice".to_owned(),
+        };
+        assert_eq!(archived_tag(&owned), 10);
+        let quota = QuotaEntryV1 {
+            quota: QuotaEntry {
+                entity: "user:*".to_owned(),
+                produce_bytes_per_second: None,
+                fetch_bytes_per_second: None,
+                request_percent: None,
+                connections: None,
+            },
+            topics: Some(1),
+            partitions: None,
+            groups: None,
+        };
+        assert_eq!(archived_tag(&ControllerOp::PutQuotaV1 { quota }), 10 + 1);
     }
 
     proptest! {

@@ -162,8 +162,10 @@ pub trait Message:
 {
     /// The API this message belongs to.
     const API_KEY: ApiKey;
-    /// The version of the API this message is (a changed message is a new
-    /// version, its own type, beside the old one).
+    /// The API version whose layout this message has (the request
+    /// header's `api_version`). A changed message is a new type under the
+    /// next version; the broker answers each version in its own layout, so
+    /// older clients keep working.
     const API_VERSION: u16 = 0;
 }
 

@@ -132,6 +132,7 @@ pub(super) async fn join(
     let join = GroupRequest::Join {
         request,
         client_host,
+        creator: access.limited_principal().map(str::to_owned),
     };
     let answer = match guarded_naming(access, Operation::GroupRead, &group, hidden) {
         Some(refused) => refused,
@@ -262,6 +263,7 @@ pub(super) async fn commit(
         let commit = GroupRequest::Commit {
             request,
             principal: access.principal().map(str::to_owned),
+            creator: access.limited_principal().map(str::to_owned),
         };
         match guarded(shard, access, operation, &group, commit).await {
             GroupResponse::Commit(response) => response,

@@ -127,8 +127,8 @@ pub async fn dispatch(
         ApiKey::AlterUsers => users::alter(shard, &body, access).await,
         ApiKey::DescribeAcls => acls::describe(shard, &body, access),
         ApiKey::AlterAcls => acls::alter(shard, &body, access).await,
-        ApiKey::DescribeQuotas => quotas::describe(shard, &body, access),
-        ApiKey::AlterQuotas => quotas::alter(shard, &body, access).await,
+        ApiKey::DescribeQuotas => quotas::describe(shard, &body, api_version, access),
+        ApiKey::AlterQuotas => quotas::alter(shard, &body, api_version, access).await,
         ApiKey::DescribeCluster => cluster::describe(shard, &body, access).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft

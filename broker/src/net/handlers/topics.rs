@@ -212,6 +212,7 @@ pub(super) async fn create(
             partitions: topic.partitions.to_native(),
             replication_factor: topic.replication_factor.to_native(),
             config,
+            owner: access.limited_principal().map(str::to_owned),
         });
     }
     let mut outcomes = shard.create_topics(to_create, request.validate_only).await;
