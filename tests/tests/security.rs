@@ -413,11 +413,13 @@ fn reading_follower(
 fn lines_of(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
     let (lines, printed) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // Read to the end even once nobody listens: a closed pipe would
+        // end the child (a consumer exits 0 on EPIPE, as `head` wants), so
+        // a follower that printed one line more than awaited would close
+        // its connections while the test still counts them.
         for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
             let Ok(line) = line else { return };
-            if lines.send(line).is_err() {
-                return;
-            }
+            let _unheard = lines.send(line);
         }
     });
     printed
