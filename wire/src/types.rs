@@ -45,6 +45,24 @@ newtype!(
     ShardId(u16)
 );
 
+/// A partition, named by its topic's id (never its name, so that a
+/// re-created topic is never mistaken for its predecessor) and its index.
+/// The one identity of a partition across the broker, its storage and the
+/// replication protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionId {
+    /// The topic's id.
+    pub topic_id: u64,
+    /// The partition index.
+    pub partition: u32,
+}
+
+impl std::fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic_id, self.partition)
+    }
+}
+
 impl ShardId {
     /// The shard's index into per-shard tables.
     #[must_use]

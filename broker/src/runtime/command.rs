@@ -21,15 +21,7 @@ use crate::metadata::MetadataSnapshot;
 use crate::partition::{OffsetQuery, PartitionError, Produced, ReplicaSummary};
 use crate::storage::ReadOutcome;
 
-/// A partition, named by topic id so that a re-created topic is never
-/// mistaken for its predecessor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PartitionId {
-    /// The topic's id.
-    pub topic_id: u64,
-    /// The partition index.
-    pub partition: u32,
-}
+pub use corelog_wire::types::PartitionId;
 
 /// Reply of a partition operation.
 pub type PartitionReply<T> = oneshot::Sender<Result<T, PartitionError>>;
