@@ -42,9 +42,9 @@ use crate::net::login_ledger::LoginLimits;
 use crate::net::port::Port;
 use crate::net::shard_ports::ShardPortTable;
 use crate::net::{listener, loopback::Loopback};
-use crate::runtime::command::ShardCommand;
 use crate::runtime::deletion::TopicDeletions;
 use crate::runtime::fatal::{self, ExitOnFence};
+use crate::runtime::invoke::{self, Address, Mailbox};
 use crate::runtime::shard::{Shard, ShardParts};
 use crate::storage::disk::Disk;
 use crate::storage::glommio_disk::GlommioDisk;
@@ -240,7 +240,7 @@ pub struct RunningBroker {
     config: BrokerConfig,
     tls: Option<Arc<BrokerTls>>,
     shard_ports: Arc<ShardPortTable>,
-    senders: Vec<flume::Sender<ShardCommand>>,
+    senders: Vec<Address>,
     executors: Vec<glommio::ExecutorJoinHandle<()>>,
 }
 
@@ -273,7 +273,7 @@ impl RunningBroker {
     /// Stops gracefully, as on SIGTERM: every shard finishes in-flight work
     /// and closes its partitions; returns once all executors have exited.
     pub fn stop(self) {
-        stop_all(&self.senders);
+        invoke::stop_all(&self.senders);
         join_all(self.executors);
     }
 }
@@ -317,9 +317,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     };
     let metrics = BrokerMetrics::new();
     let shard_count = config.shards;
-    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
-        .map(|_| flume::bounded::<ShardCommand>(config.shard_queue_depth as usize))
-        .unzip();
+    let (senders, inboxes) = invoke::mailboxes(shard_count, config.shard_queue_depth as usize);
     let edge = Arc::new(Edge::new(
         shard_count,
         LoginLimits {
@@ -407,7 +405,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         failure = first_failure(&listen_reports, shard_count);
     }
     if let Some(error) = failure {
-        stop_all(&senders);
+        invoke::stop_all(&senders);
         join_all(executors);
         return Err(error);
     }
@@ -447,12 +445,6 @@ fn descriptor_budget(config: &BrokerConfig) -> Result<DescriptorBudget, RunError
         );
     }
     Ok(budget)
-}
-
-fn stop_all(senders: &[flume::Sender<ShardCommand>]) {
-    for sender in senders {
-        let _stopping = sender.send(ShardCommand::Shutdown);
-    }
 }
 
 fn join_all(executors: Vec<glommio::ExecutorJoinHandle<()>>) {
@@ -564,8 +556,8 @@ async fn start_shard(
     id: ShardId,
     config: BrokerConfig,
     shard_metrics: ShardMetrics,
-    peers: Vec<flume::Sender<ShardCommand>>,
-    inbox: flume::Receiver<ShardCommand>,
+    peers: Vec<Address>,
+    inbox: Mailbox,
     metrics: Arc<BrokerMetrics>,
     listeners: ShardShared,
 ) -> Result<Rc<Shard>, String> {

@@ -24,7 +24,7 @@
 //! - [`api`]: the controller APIs as shard 0 serves them.
 //!
 //! Inter-broker requests reach shard 0 whatever shard accepted the
-//! connection: other shards forward them (`ShardCommand::Cluster`); those a
+//! connection: other shards forward them (with `Shard::invoke_on`); those a
 //! broker sends itself are served in-process (`crate::peer`).
 //!
 //! The data path is not here: shards open the replicas the published

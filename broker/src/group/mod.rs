@@ -7,7 +7,6 @@
 //!   there and rebuilt by replaying it.
 //! - [`log`]: the replicated `__groups` partition a coordinator persists to.
 //! - [`host`]: what a coordinator needs from the broker it runs on.
-//! - [`requests`]: group requests and answers as they travel between shards.
 //! - [`records`]: how group state is written to and replayed from `__groups`.
 //! - [`offsets`]: which topic a committed offset belongs to, and the
 //!   offsets of deleted topics.
@@ -29,6 +28,5 @@ pub mod log;
 pub mod offset_deletion;
 pub mod offsets;
 pub mod records;
-pub mod requests;
 pub mod service;
 pub mod state;

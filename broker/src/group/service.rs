@@ -7,12 +7,15 @@ use std::rc::Rc;
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::audit::{AuditKind, AuditRecord};
+use corelog_wire::message::delete_offsets::{DeleteOffsetsRequest, DeleteOffsetsResponse};
 use corelog_wire::message::describe_groups::{
     DeletedTopicOffset, GroupDescription, GroupDescriptionV1, MemberDescription,
 };
-use corelog_wire::message::heartbeat::HeartbeatResponse;
+use corelog_wire::message::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 use corelog_wire::message::join_group::{JoinGroupRequest, JoinGroupResponse};
-use corelog_wire::message::leave_group::LeaveGroupResponse;
+use corelog_wire::message::leave_group::{LeaveGroupRequest, LeaveGroupResponse};
+use corelog_wire::message::offset_commit::{OffsetCommitRequest, OffsetCommitResponse};
+use corelog_wire::message::offset_fetch::{OffsetFetchRequest, OffsetFetchResponse};
 use corelog_wire::message::reset_offsets::{
     ResetOffsetsRequest, ResetOffsetsResponse, ResetPartition, ResetTarget,
 };
@@ -28,7 +31,6 @@ use super::lag::partition_lag;
 use super::offset_deletion;
 use super::offsets::TopicIdentity;
 use super::records;
-use super::requests::{GroupRequest, GroupResponse};
 use super::state::JoinRequest;
 use crate::metadata::MetadataSnapshot;
 use crate::partition::{OffsetQuery, PartitionError};
@@ -58,101 +60,125 @@ pub fn groups_partition_for(group: &str, partitions: u32) -> u32 {
     (xxhash_rust::xxh3::xxh3_64(group.as_bytes()) % u64::from(partitions.max(1))) as u32
 }
 
-/// Serves one group request on the coordinator's shard.
-pub async fn serve(
+// The operations below run on the coordinator's shard, reached with
+// `Shard::on_coordinator`: each takes its request and returns its own
+// response type, so no caller can receive another operation's answer.
+
+/// JoinGroup; a new group counts against `creator`'s group limit.
+pub async fn join_group(
     host: &Host,
     coordinator: &Rc<Coordinator>,
-    request: GroupRequest,
-) -> GroupResponse {
-    let now = || host.now();
-    match request {
-        GroupRequest::Join {
-            request,
-            client_host,
-            creator,
-        } => {
-            let budget = creator.map(|creator| GroupBudget::of(&host.snapshot(), &creator));
-            GroupResponse::Join(join(host, coordinator, request, client_host, budget).await)
-        }
-        GroupRequest::Heartbeat(request) => {
-            let result = coordinator.heartbeat(
-                &request.group,
-                &request.member_id,
-                request.generation,
-                now(),
-            );
-            GroupResponse::Heartbeat(HeartbeatResponse {
-                error_code: result.err().unwrap_or(ErrorCode::None).code(),
-                error_message: None,
-            })
-        }
-        GroupRequest::Leave(request) => {
-            let result = coordinator
-                .leave(&request.group, &request.member_id, now())
-                .await;
-            GroupResponse::Leave(LeaveGroupResponse {
-                error_code: result.err().unwrap_or(ErrorCode::None).code(),
-                error_message: None,
-            })
-        }
-        GroupRequest::Commit {
-            request,
-            principal,
-            creator,
-        } => {
-            let budget = creator.map(|creator| GroupBudget::of(&host.snapshot(), &creator));
-            let manual = request.generation == -1 && request.member_id.is_empty();
-            let audit = manual.then(|| manual_commit_audit(host, &request.group, principal));
-            let lookup = host.clone();
-            let high_watermark = move |topic: &str, partition: u32| {
-                let host = lookup.clone();
-                let topic = topic.to_owned();
-                let future: futures::future::LocalBoxFuture<
-                    'static,
-                    Result<Offset, PartitionError>,
-                > = Box::pin(async move {
-                    let found = host.offset(&topic, partition, OffsetQuery::Latest).await?;
-                    Ok(found.map_or(Offset(0), |(offset, _)| offset))
-                });
-                future
-            };
-            let snapshot = host.snapshot();
-            GroupResponse::Commit(
-                coordinator
-                    .commit(
-                        request,
-                        &*snapshot,
-                        &high_watermark,
-                        audit.as_deref(),
-                        budget.as_ref(),
-                        now(),
-                    )
-                    .await,
-            )
-        }
-        GroupRequest::Fetch(request) => {
-            GroupResponse::Fetch(coordinator.fetch_offsets(&request, &*host.snapshot()))
-        }
-        GroupRequest::Describe(group) => {
-            GroupResponse::Describe(describe(host, coordinator, &group).await)
-        }
-        GroupRequest::Delete(group) => {
-            let deleted = coordinator.delete(&group, now()).await;
-            if deleted.is_ok() {
-                let partitions: Vec<(String, u32)> =
-                    coordinator.take_published_of(&group).into_iter().collect();
-                host.forget_group(&group, &partitions, true);
-            }
-            GroupResponse::Delete(deleted.err())
-        }
-        GroupRequest::Reset(request) => {
-            GroupResponse::Reset(reset(host, coordinator, request).await)
-        }
-        GroupRequest::Audit(request) => GroupResponse::Audit(write_audit(host, request).await),
-        GroupRequest::DeleteOffsets(request) => {
-            GroupResponse::DeleteOffsets(offset_deletion::serve(host, coordinator, request).await)
-        }
+    request: JoinGroupRequest,
+    client_host: String,
+    creator: Option<String>,
+) -> JoinGroupResponse {
+    let budget = creator.map(|creator| GroupBudget::of(&host.snapshot(), &creator));
+    join(host, coordinator, request, client_host, budget).await
+}
+
+/// Heartbeat.
+#[must_use]
+pub fn heartbeat(
+    host: &Host,
+    coordinator: &Coordinator,
+    request: &HeartbeatRequest,
+) -> HeartbeatResponse {
+    let result = coordinator.heartbeat(
+        &request.group,
+        &request.member_id,
+        request.generation,
+        host.now(),
+    );
+    HeartbeatResponse {
+        error_code: result.err().unwrap_or(ErrorCode::None).code(),
+        error_message: None,
     }
+}
+
+/// LeaveGroup.
+pub async fn leave_group(
+    host: &Host,
+    coordinator: &Coordinator,
+    request: &LeaveGroupRequest,
+) -> LeaveGroupResponse {
+    let result = coordinator
+        .leave(&request.group, &request.member_id, host.now())
+        .await;
+    LeaveGroupResponse {
+        error_code: result.err().unwrap_or(ErrorCode::None).code(),
+        error_message: None,
+    }
+}
+
+/// OffsetCommit, by `principal` (the login, for the audit record of a
+/// commit outside a generation); a new group counts against `creator`'s
+/// group limit.
+pub async fn commit_offsets(
+    host: &Host,
+    coordinator: &Coordinator,
+    request: OffsetCommitRequest,
+    principal: Option<String>,
+    creator: Option<String>,
+) -> OffsetCommitResponse {
+    let budget = creator.map(|creator| GroupBudget::of(&host.snapshot(), &creator));
+    let manual = request.generation == -1 && request.member_id.is_empty();
+    let audit = manual.then(|| manual_commit_audit(host, &request.group, principal));
+    let lookup = host.clone();
+    let high_watermark = move |topic: &str, partition: u32| {
+        let host = lookup.clone();
+        let topic = topic.to_owned();
+        let future: futures::future::LocalBoxFuture<'static, Result<Offset, PartitionError>> =
+            Box::pin(async move {
+                let found = host.offset(&topic, partition, OffsetQuery::Latest).await?;
+                Ok(found.map_or(Offset(0), |(offset, _)| offset))
+            });
+        future
+    };
+    let snapshot = host.snapshot();
+    coordinator
+        .commit(
+            request,
+            &*snapshot,
+            &high_watermark,
+            audit.as_deref(),
+            budget.as_ref(),
+            host.now(),
+        )
+        .await
+}
+
+/// OffsetFetch.
+#[must_use]
+pub fn fetch_offsets(
+    host: &Host,
+    coordinator: &Coordinator,
+    request: &OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    coordinator.fetch_offsets(request, &*host.snapshot())
+}
+
+/// DeleteGroups, one group; its series go with it.
+///
+/// # Errors
+/// Why the group cannot be deleted.
+pub async fn delete_group(
+    host: &Host,
+    coordinator: &Coordinator,
+    group: &str,
+) -> Result<(), PartitionError> {
+    coordinator.delete(group, host.now()).await?;
+    let partitions: Vec<(String, u32)> = coordinator.take_published_of(group).into_iter().collect();
+    host.forget_group(group, &partitions, true);
+    Ok(())
+}
+
+/// DeleteOffsets.
+pub async fn delete_offsets(
+    host: &Host,
+    coordinator: &Rc<Coordinator>,
+    request: DeleteOffsetsRequest,
+) -> DeleteOffsetsResponse {
+    offset_deletion::serve(host, coordinator, request).await
 }
 
 async fn join(
@@ -234,7 +260,13 @@ async fn join(
 
 /// A group's description, with the offsets it holds of deleted topics
 /// (which DescribeGroups version 0 leaves out).
-async fn describe(host: &Host, coordinator: &Rc<Coordinator>, name: &str) -> GroupDescriptionV1 {
+/// DescribeGroups, one group, with the offsets of deleted topics (which
+/// version 0 leaves out).
+pub async fn describe_group(
+    host: &Host,
+    coordinator: &Rc<Coordinator>,
+    name: &str,
+) -> GroupDescriptionV1 {
     coordinator.set_apart_deleted_topic_offsets(Some(name), &*host.snapshot());
     let Some(group) = coordinator.group(name) else {
         return GroupDescriptionV1 {
@@ -313,7 +345,8 @@ pub(super) async fn append_audit(
         .await
 }
 
-async fn reset(
+/// ResetOffsets.
+pub async fn reset_offsets(
     host: &Host,
     coordinator: &Rc<Coordinator>,
     request: ResetOffsetsRequest,
@@ -554,7 +587,8 @@ async fn reset_target(
     }
 }
 
-async fn write_audit(host: &Host, request: WriteAuditRequest) -> WriteAuditResponse {
+/// WriteAudit.
+pub async fn write_audit_record(host: &Host, request: WriteAuditRequest) -> WriteAuditResponse {
     if request.reason.trim().is_empty() {
         return WriteAuditResponse {
             error_code: ErrorCode::AuditReasonRequired.code(),

@@ -33,11 +33,11 @@ use corelog_controller::TopicId;
 use event_listener::Event;
 use futures::FutureExt;
 
-use super::command::PartitionId;
 use super::replicas::{PROGRESS_EVERY, cache_key};
 use super::shard::{Replica, Shard};
 use crate::metadata::{MetadataSnapshot, topic_dir};
 use crate::storage::disk::Disk;
+use corelog_wire::types::PartitionId;
 
 /// How long a discarded replica may stay held by other tasks before its
 /// directory is left for the next start.

@@ -3,6 +3,7 @@
 //! coordinator once a new leader's log is committed, their periodic work,
 //! and the shard as the [`GroupHost`] they run on.
 
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,17 +13,16 @@ use corelog_replication::RoleView;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::describe_groups::PartitionLag;
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
-use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 
-use super::command::{PartitionId, ShardCommand};
+use corelog_wire::types::PartitionId;
+
 use super::shard::{Replica, Shard};
 use super::wait_until;
 use crate::group::host::{FoundOffset, GroupHost, Host};
 use crate::group::log::GroupLog;
-use crate::group::requests::{GroupRequest, GroupResponse};
 use crate::group::service::{self, AUDIT_TOPIC, Coordinator, GROUPS_TOPIC};
-use crate::metadata::MetadataSnapshot;
+use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced, ReplicaSummary};
 use crate::replica::{Acks, ReplicatedPartition};
 use crate::storage::disk::Disk;
@@ -41,82 +41,87 @@ const INTERNAL_PRODUCE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Shard {
     /// This shard as the host of its coordinators.
-    fn host(self: &Rc<Self>) -> Host {
-        self.clone()
+    fn host(&self) -> Host {
+        self.rc()
     }
 
-    /// Sends a group request to its coordinator's shard and awaits the answer.
-    pub async fn group_request(
-        self: &Rc<Self>,
-        group: &str,
-        request: GroupRequest,
-    ) -> GroupResponse {
+    /// Runs `work` with the coordinator of `group`, on the shard whose
+    /// `__groups` replica leads the group's partition, and returns its
+    /// answer: each group operation is one typed call.
+    ///
+    /// # Errors
+    /// `COORDINATOR_NOT_AVAILABLE` while the coordinators start or load, or
+    /// when the coordinator's shard stopped; `NOT_COORDINATOR` when another
+    /// broker leads the group's partition, or this one stopped leading it;
+    /// `QUEUE_FULL` (retriable) when the coordinator's shard is busy.
+    pub async fn on_coordinator<T, F, Fut>(&self, group: &str, work: F) -> Result<T, PartitionError>
+    where
+        F: FnOnce(Host, Rc<Coordinator>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let (index, owner) = self.coordinator_of(group)?;
+        let served = self.invoke_on(owner, move |shard| async move {
+            let coordinator = shard.local_coordinator(index)?;
+            Ok(work(shard.host(), coordinator).await)
+        });
+        served.await.map_err(|error| {
+            if error.code == ErrorCode::LeaderNotAvailable {
+                PartitionError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    "the coordinator's shard stopped",
+                )
+            } else {
+                error
+            }
+        })?
+    }
+
+    /// The `__groups` partition that coordinates `group`, and the shard
+    /// here that leads it.
+    fn coordinator_of(&self, group: &str) -> Result<(u32, ShardId), PartitionError> {
         let partitions = self
             .snapshot()
             .topics
             .get(GROUPS_TOPIC)
             .map_or(0, |view| view.record.partitions);
         if partitions == 0 {
-            return GroupResponse::Unavailable(PartitionError::new(
+            return Err(PartitionError::new(
                 ErrorCode::CoordinatorNotAvailable,
                 "the broker is still starting its group coordinators; retry",
             ));
         }
         let index = service::groups_partition_for(group, partitions);
-        let owner = match self.locate(GROUPS_TOPIC, index) {
-            Ok((_, owner)) => owner,
+        match self.locate(GROUPS_TOPIC, index) {
+            Ok((_, owner)) => Ok((index, owner)),
             // Another broker leads the group's `__groups` partition: the
             // client finds the coordinator again.
-            Err(error) if error.code == ErrorCode::NotLeader => {
-                return GroupResponse::Unavailable(PartitionError::new(
-                    ErrorCode::NotCoordinator,
-                    error.message,
-                ));
-            }
-            Err(error) if error.code == ErrorCode::NotEnoughReplicas => {
-                return GroupResponse::Unavailable(PartitionError::new(
-                    ErrorCode::CoordinatorNotAvailable,
-                    error.message,
-                ));
-            }
-            Err(error) => return GroupResponse::Unavailable(error),
-        };
-        if owner == self.id {
-            return self.local_group_request(index, request).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        let command = ShardCommand::Group {
-            partition_index: index,
-            request,
-            reply,
-        };
-        if let Err(error) = self.send_now(owner, command) {
-            return GroupResponse::Unavailable(error);
-        }
-        answer.await.unwrap_or_else(|_| {
-            GroupResponse::Unavailable(PartitionError::new(
+            Err(error) if error.code == ErrorCode::NotLeader => Err(PartitionError::new(
+                ErrorCode::NotCoordinator,
+                error.message,
+            )),
+            Err(error) if error.code == ErrorCode::NotEnoughReplicas => Err(PartitionError::new(
                 ErrorCode::CoordinatorNotAvailable,
-                "the coordinator's shard stopped",
-            ))
-        })
+                error.message,
+            )),
+            Err(error) => Err(error),
+        }
     }
 
-    pub(super) async fn local_group_request(
-        self: &Rc<Self>,
-        index: u32,
-        request: GroupRequest,
-    ) -> GroupResponse {
-        if let Err(error) = self.check_coordinator_leads(index) {
-            return GroupResponse::Unavailable(error);
-        }
-        let coordinator = self.coordinators.borrow().get(&index).cloned();
-        match coordinator {
-            Some(coordinator) => service::serve(&self.host(), &coordinator, request).await,
-            None => GroupResponse::Unavailable(PartitionError::new(
-                ErrorCode::CoordinatorNotAvailable,
-                "the group coordinator is loading; retry",
-            )),
-        }
+    /// This shard's coordinator of `__groups` partition `index`, while its
+    /// replica leads.
+    fn local_coordinator(&self, index: u32) -> Result<Rc<Coordinator>, PartitionError> {
+        self.check_coordinator_leads(index)?;
+        self.coordinators
+            .borrow()
+            .get(&index)
+            .cloned()
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    "the group coordinator is loading; retry",
+                )
+            })
     }
 
     /// Drops the coordinator of `__groups` partition `index` (its replica
@@ -140,16 +145,15 @@ impl Shard {
             .collect()
     }
 
-    /// Every group on every shard: (group, state, members, generation).
+    /// Every group on every shard: (group, state, members, generation). A
+    /// busy or stopping shard's groups are left out.
     pub async fn list_groups(&self) -> Vec<(String, &'static str, u32, i32)> {
+        let others = self
+            .other_shard_ids()
+            .map(|shard| self.invoke_on(shard, |shard| async move { shard.local_groups() }));
         let mut groups = self.local_groups();
-        for shard in self.other_shards() {
-            let (reply, answer) = oneshot::channel();
-            if shard.try_send(ShardCommand::ListGroups { reply }).is_ok()
-                && let Ok(listed) = answer.await
-            {
-                groups.extend(listed);
-            }
+        for listed in futures::future::join_all(others).await {
+            groups.extend(listed.unwrap_or_default());
         }
         groups.sort();
         groups

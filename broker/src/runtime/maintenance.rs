@@ -6,10 +6,10 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::command::PartitionId;
 use super::replicas::cache_key;
 use super::shard::Shard;
 use crate::metrics::ControllerSample;
+use corelog_wire::types::PartitionId;
 
 /// How often the segment flusher looks for work.
 const SEGMENT_FLUSH_TICK: Duration = Duration::from_millis(10);

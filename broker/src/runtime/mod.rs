@@ -1,5 +1,5 @@
 //! The thread-per-core runtime: one glommio executor per shard, partition
-//! ownership, the cross-shard command channels.
+//! ownership, the cross-shard mailboxes.
 //!
 //! - [`shard`]: a shard's state and life (inbox, readiness, shutdown).
 //! - [`routing`]: partition operations on their owning shard and leader.
@@ -10,15 +10,16 @@
 //! - [`maintenance`], [`reopen`]: housekeeping, and reopening logs fenced by
 //!   a full disk once space is back.
 //! - [`deletion`]: removing deleted topics' files in the background.
-//! - [`command`]: what shards send each other (owned, `Send` data only).
+//! - [`invoke`]: the one way to reach a shard: run a closure on the shard
+//!   that owns the work ([`shard::Shard::invoke_on`]).
 //! - [`fatal`]: failures that end the process, with their exit codes.
 //!
 //! Starting and stopping the executors is `crate::server`'s.
 
-pub mod command;
 pub mod deletion;
 pub mod fatal;
 pub mod groups;
+pub mod invoke;
 pub mod maintenance;
 pub mod reopen;
 pub mod replicas;

@@ -22,8 +22,8 @@ use corelog_replication::RoleView;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::types::LeaderEpoch;
 
-use super::command::PartitionId;
 use super::shard::{Replica, Shard};
+use corelog_wire::types::PartitionId;
 
 /// Free bytes above the reserve before a log fenced by a full disk is
 /// reopened: room for a new segment's files, its checkpoint and some

@@ -26,9 +26,7 @@ use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushRespons
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use event_listener::Event;
 use futures::StreamExt;
-use futures::channel::oneshot;
 
-use super::command::{PartitionId, ShardCommand};
 use super::deletion::Doomed;
 use super::fatal;
 use super::shard::{Replica, Shard};
@@ -42,6 +40,7 @@ use crate::replica::peer_transport::{self, PeerFrameCarrier};
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
 use crate::storage::CacheKey;
+use corelog_wire::types::PartitionId;
 
 /// How often leaders are given the time (pushes due, resends, heartbeats)
 /// and replication gauges are sampled.
@@ -318,25 +317,12 @@ impl Shard {
             Ok(found) => found,
             Err(message) => return peer_transport::push_refusal(ErrorCode::NotLeader, message),
         };
-        if owner == self.id {
-            return self.local_replica_push(partition, &request, raw).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        let command = ShardCommand::ReplicaPush {
-            partition,
-            request,
-            raw,
-            reply,
-        };
-        if let Err(error) = self.send_now(owner, command) {
-            return peer_transport::push_refusal(error.code, error.message);
-        }
-        answer.await.unwrap_or_else(|_| {
-            peer_transport::push_refusal(
-                ErrorCode::LeaderNotAvailable,
-                "the owning shard stopped".to_owned(),
-            )
-        })
+        let pushed = self.invoke_on(owner, move |shard| async move {
+            shard.local_replica_push(partition, &request, raw).await
+        });
+        pushed
+            .await
+            .unwrap_or_else(|error| peer_transport::push_refusal(error.code, error.message))
     }
 
     /// Routes an election query to the shard owning the replica.
@@ -345,24 +331,12 @@ impl Shard {
             Ok(found) => found,
             Err(message) => return replication_wire::query_refusal(ErrorCode::NotLeader, message),
         };
-        if owner == self.id {
-            return self.local_replica_query(partition, &request).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        let command = ShardCommand::ReplicaQuery {
-            partition,
-            request,
-            reply,
-        };
-        if let Err(error) = self.send_now(owner, command) {
-            return replication_wire::query_refusal(error.code, error.message);
-        }
-        answer.await.unwrap_or_else(|_| {
-            replication_wire::query_refusal(
-                ErrorCode::LeaderNotAvailable,
-                "the owning shard stopped".to_owned(),
-            )
-        })
+        let queried = self.invoke_on(owner, move |shard| async move {
+            shard.local_replica_query(partition, &request).await
+        });
+        queried
+            .await
+            .unwrap_or_else(|error| replication_wire::query_refusal(error.code, error.message))
     }
 
     /// Where this broker's replica of `(topic_id, partition)` lives, or why

@@ -3,11 +3,10 @@
 //! replica leads; or, for lookups a coordinator needs about partitions led
 //! elsewhere, on the leading broker.
 //!
-//! A request for a partition owned by another shard becomes a
-//! [`ShardCommand`] to the owner; the reply comes back on a one-shot
-//! channel. Calls are synchronous up to the point where a produce's
-//! offsets are assigned (or its command is queued to the owner), so calls
-//! made in order append in order.
+//! A request for a partition owned by another shard runs there through
+//! [`Shard::invoke_on`]. Calls are synchronous up to the point where a
+//! produce's offsets are assigned (or its work is queued to the owner), so
+//! calls made in order append in order.
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -25,9 +24,7 @@ use corelog_wire::message::list_offsets::{
 };
 use corelog_wire::message::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
-use futures::channel::oneshot;
 
-use super::command::{PartitionId, PartitionReply, ShardCommand};
 use super::shard::{Replica, Shard};
 use crate::api::Reply;
 use crate::metadata::ShardId;
@@ -36,6 +33,7 @@ use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced, 
 use crate::replica::Acks;
 use crate::replica::peer_transport::ResolveBroker;
 use crate::storage::ReadOutcome;
+use corelog_wire::types::PartitionId;
 
 /// How long a lookup on another broker may take.
 const REMOTE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -117,40 +115,6 @@ impl Shard {
         ))
     }
 
-    /// Sends a command to shard `owner` now, or says why it cannot go.
-    pub(super) fn send_now(
-        &self,
-        owner: ShardId,
-        command: ShardCommand,
-    ) -> Result<(), PartitionError> {
-        let sender = self.peers.get(owner.index()).ok_or_else(|| {
-            PartitionError::new(ErrorCode::UnknownServerError, format!("no shard {owner}"))
-        })?;
-        sender.try_send(command).map_err(|error| match error {
-            flume::TrySendError::Full(_) => PartitionError::new(
-                ErrorCode::QueueFull,
-                format!(
-                    "shard {owner} has {} commands queued; retry",
-                    self.config.shard_queue_depth
-                ),
-            ),
-            flume::TrySendError::Disconnected(_) => {
-                PartitionError::new(ErrorCode::LeaderNotAvailable, "the broker is shutting down")
-            }
-        })
-    }
-
-    /// Sends a command to shard `owner` and awaits the reply.
-    pub(super) async fn ask<T>(
-        &self,
-        owner: ShardId,
-        command: impl FnOnce(PartitionReply<T>) -> ShardCommand,
-    ) -> Result<T, PartitionError> {
-        let (reply, answer) = oneshot::channel();
-        self.send_now(owner, command(reply))?;
-        answer.await.unwrap_or_else(|_| Err(owner_stopped()))
-    }
-
     /// Appends a producer batch to a partition, on whichever shard owns it.
     /// Synchronous up to the point where the batch's offsets are assigned
     /// (or the command is queued to the owner), so calls made in order
@@ -164,41 +128,14 @@ impl Shard {
         acks: Acks,
         timeout: Duration,
     ) -> impl Future<Output = Result<Produced, PartitionError>> + use<> {
-        enum Route {
-            Local(BytesMut),
-            Remote(oneshot::Receiver<Result<Produced, PartitionError>>),
-            Refused(PartitionError),
-        }
-        let shard = self.clone();
-        let route = if owner == self.id {
-            Route::Local(batch)
-        } else {
+        if owner != self.id {
             self.metrics.forwarded_produce.inc();
-            let (reply, answer) = oneshot::channel();
-            let command = ShardCommand::Produce {
-                partition,
-                batch,
-                received,
-                acks,
-                timeout,
-                reply,
-            };
-            match self.send_now(owner, command) {
-                Ok(()) => Route::Remote(answer),
-                Err(error) => Route::Refused(error),
-            }
-        };
-        async move {
-            match route {
-                Route::Local(batch) => {
-                    shard
-                        .local_produce(partition, batch, received, acks, timeout)
-                        .await
-                }
-                Route::Remote(answer) => answer.await.unwrap_or_else(|_| Err(owner_stopped())),
-                Route::Refused(error) => Err(error),
-            }
         }
+        self.try_invoke_on(owner, move |shard| async move {
+            shard
+                .local_produce(partition, batch, received, acks, timeout)
+                .await
+        })
     }
 
     pub(super) async fn local_produce(
@@ -235,15 +172,11 @@ impl Shard {
         offset: Offset,
         max_bytes: usize,
     ) -> Result<ReadOutcome, PartitionError> {
-        if owner == self.id {
-            return self.local_read(partition, offset, max_bytes).await;
+        if owner != self.id {
+            self.metrics.forwarded_fetch.inc();
         }
-        self.metrics.forwarded_fetch.inc();
-        self.ask(owner, |reply| ShardCommand::Read {
-            partition,
-            offset,
-            max_bytes,
-            reply,
+        self.try_invoke_on(owner, move |shard| async move {
+            shard.local_read(partition, offset, max_bytes).await
         })
         .await
     }
@@ -267,13 +200,8 @@ impl Shard {
         owner: ShardId,
         query: OffsetQuery,
     ) -> Result<Option<(Offset, TimestampMs)>, PartitionError> {
-        if owner == self.id {
-            return self.local_list_offset(partition, query).await;
-        }
-        self.ask(owner, |reply| ShardCommand::ListOffset {
-            partition,
-            query,
-            reply,
+        self.try_invoke_on(owner, move |shard| async move {
+            shard.local_list_offset(partition, query).await
         })
         .await
     }
@@ -295,11 +223,10 @@ impl Shard {
         partition: PartitionId,
         owner: ShardId,
     ) -> Result<ReplicaSummary, PartitionError> {
-        if owner == self.id {
-            return self.owned(partition).map(|owned| owned.replica_summary());
-        }
-        self.ask(owner, |reply| ShardCommand::Describe { partition, reply })
-            .await
+        self.try_invoke_on(owner, move |shard| async move {
+            shard.owned(partition).map(|owned| owned.replica_summary())
+        })
+        .await
     }
 
     /// Looks an offset up in a partition wherever it is led: here through
@@ -602,28 +529,6 @@ impl Shard {
         })
     }
 
-    /// Sends a controller API request to shard 0 and awaits its reply.
-    ///
-    /// # Errors
-    /// `QUEUE_FULL` or `LEADER_NOT_AVAILABLE` when shard 0 cannot take it.
-    pub async fn forward_cluster(
-        &self,
-        api_key: ApiKey,
-        body: Vec<u8>,
-    ) -> Result<Reply, ErrorCode> {
-        let (reply, answer) = oneshot::channel();
-        self.send_now(
-            ShardId(0),
-            ShardCommand::Cluster {
-                api_key,
-                body,
-                reply,
-            },
-        )
-        .map_err(|error| error.code)?;
-        answer.await.unwrap_or(Err(ErrorCode::LeaderNotAvailable))
-    }
-
     /// Serves a controller API request on shard 0, with its cluster role.
     ///
     /// # Errors
@@ -638,11 +543,6 @@ impl Shard {
             None => Err(ErrorCode::LeaderNotAvailable),
         }
     }
-}
-
-/// The error of a command whose owning shard stopped before answering.
-fn owner_stopped() -> PartitionError {
-    PartitionError::new(ErrorCode::LeaderNotAvailable, "the owning shard stopped")
 }
 
 /// Refuses an operation on a partition this broker does not lead, naming

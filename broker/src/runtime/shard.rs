@@ -1,15 +1,15 @@
 //! One shard: an executor that owns some partition replicas, serves
-//! connections, and talks to the other shards only through
-//! [`ShardCommand`]s.
+//! connections, and reaches the other shards only through
+//! [`Shard::invoke_on`].
 //!
-//! This file holds the shard's state and its life: the command inbox,
+//! This file holds the shard's state and its life: the mailbox,
 //! readiness, in-flight requests and shutdown. What the shard does is split
 //! by concern: routing partition operations to their owners
 //! ([`super::routing`]), topics and metadata snapshots ([`super::topics`]),
 //! replicated partitions ([`super::replicas`]), group coordinators
 //! ([`super::groups`]) and housekeeping ([`super::maintenance`]).
 //!
-//! Commands queue in a bounded channel per shard: a full queue answers
+//! Work queues in a bounded mailbox per shard: a full one answers
 //! `QUEUE_FULL` (retriable) rather than waiting unboundedly. Nothing on the
 //! data path takes a lock, but for the quota buckets of a principal that
 //! has a quota (see [`crate::net::edge`]).
@@ -22,13 +22,14 @@ use std::time::{Duration, Instant};
 use ahash::AHashMap;
 use event_listener::Event;
 
-use super::command::{PartitionId, ShardCommand};
 use super::deletion::{DeletionQueue, TopicDeletions};
+use super::invoke::{Address, Letter, Mailbox};
 use crate::clock::Clock;
 use crate::cluster::ClusterRole;
 use crate::config::BrokerConfig;
 use crate::executor::{Executor, GlommioExecutor};
 use corelog_wire::producer_id::ProducerIdKey;
+use corelog_wire::types::PartitionId;
 
 use crate::group::service::Coordinator;
 use crate::metadata::{MetadataSnapshot, ShardId};
@@ -77,8 +78,9 @@ pub struct Shard {
     /// Held while a snapshot is applied: two applications never interleave
     /// (a later one would close what an earlier one is still opening).
     pub(super) applying: async_lock::Mutex<()>,
-    pub(super) peers: Vec<flume::Sender<ShardCommand>>,
-    pub(super) inbox: flume::Receiver<ShardCommand>,
+    /// Every shard's mailbox address, by index (this one's included).
+    pub(super) peers: Vec<Address>,
+    pub(super) inbox: Mailbox,
     /// The port each shard of the broker accepts on alone.
     pub shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the broker's shards are still removing.
@@ -131,10 +133,10 @@ pub struct ShardParts {
     pub disk: GlommioDisk,
     /// Resources shared by the shard's logs.
     pub storage: ShardStorage,
-    /// Senders to every shard, by index (this one included).
-    pub peers: Vec<flume::Sender<ShardCommand>>,
-    /// This shard's queue.
-    pub inbox: flume::Receiver<ShardCommand>,
+    /// Every shard's mailbox address, by index (this one's included).
+    pub peers: Vec<Address>,
+    /// This shard's mailbox.
+    pub inbox: Mailbox,
     /// The port each shard accepts on alone.
     pub shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the broker's shards are still removing.
@@ -246,16 +248,6 @@ impl Shard {
         }
     }
 
-    /// The command channels of this node's other shards.
-    pub(super) fn other_shards(&self) -> impl Iterator<Item = &flume::Sender<ShardCommand>> {
-        let me = self.id.index();
-        self.peers
-            .iter()
-            .enumerate()
-            .filter(move |(index, _)| *index != me)
-            .map(|(_, shard)| shard)
-    }
-
     /// Marks the shard serving and wakes what waited for it.
     pub(super) fn mark_ready(&self) {
         if !self.is_ready.replace(true) {
@@ -280,122 +272,21 @@ impl Shard {
         }
     }
 
-    /// Receives and runs commands from other shards until shutdown.
+    /// Runs the work other shards send ([`super::invoke`]) until told to
+    /// stop.
     pub async fn run_inbox(self: Rc<Self>) {
-        while let Ok(command) = self.inbox.recv_async().await {
-            if let ShardCommand::Shutdown = command {
-                self.shutdown().await;
-                return;
+        while let Ok(letter) = self.inbox.recv_async().await {
+            match letter {
+                Letter::Run(task) => {
+                    // Spawned in arrival order, so work for one partition
+                    // starts in order.
+                    glommio::spawn_local(task(self.clone())).detach();
+                }
+                Letter::Stop => {
+                    self.shutdown().await;
+                    return;
+                }
             }
-            // Spawned in arrival order, so commands for one partition start in order.
-            glommio::spawn_local(self.clone().handle(command)).detach();
-        }
-    }
-
-    async fn handle(self: Rc<Self>, command: ShardCommand) {
-        match command {
-            ShardCommand::Produce {
-                partition,
-                batch,
-                received,
-                acks,
-                timeout,
-                reply,
-            } => {
-                let result = self
-                    .local_produce(partition, batch, received, acks, timeout)
-                    .await;
-                let _answered = reply.send(result);
-            }
-            ShardCommand::Read {
-                partition,
-                offset,
-                max_bytes,
-                reply,
-            } => {
-                let _answered = reply.send(self.local_read(partition, offset, max_bytes).await);
-            }
-            ShardCommand::ListOffset {
-                partition,
-                query,
-                reply,
-            } => {
-                let _answered = reply.send(self.local_list_offset(partition, query).await);
-            }
-            ShardCommand::Describe { partition, reply } => {
-                let _answered =
-                    reply.send(self.owned(partition).map(|owned| owned.replica_summary()));
-            }
-            ShardCommand::ApplySnapshot { snapshot, reply } => {
-                self.apply_snapshot(snapshot).await;
-                let _answered = reply.send(());
-            }
-            ShardCommand::Serve => self.mark_ready(),
-            ShardCommand::LedPartitions { reply } => {
-                let _answered = reply.send(self.local_led_partitions());
-            }
-            ShardCommand::CreateTopics {
-                topics,
-                validate_only,
-                reply,
-            } => {
-                let _answered = reply.send(self.create_topics(topics, validate_only).await);
-            }
-            ShardCommand::DeleteTopics { names, reply } => {
-                let _answered = reply.send(self.delete_topics(names).await);
-            }
-            ShardCommand::AlterSecurity { op, reply } => {
-                let _answered = reply.send(self.alter_security(op).await);
-            }
-            ShardCommand::InitProducerId {
-                producer_id,
-                producer_epoch,
-                reply,
-            } => {
-                let _answered =
-                    reply.send(self.init_producer_id(producer_id, producer_epoch).await);
-            }
-            ShardCommand::ResignLeadership {
-                partition,
-                epoch,
-                reply,
-            } => {
-                let _answered = reply.send(self.resign_leadership(partition, epoch).await);
-            }
-            ShardCommand::Group {
-                partition_index,
-                request,
-                reply,
-            } => {
-                let _answered =
-                    reply.send(self.local_group_request(partition_index, request).await);
-            }
-            ShardCommand::ListGroups { reply } => {
-                let _answered = reply.send(self.local_groups());
-            }
-            ShardCommand::Cluster {
-                api_key,
-                body,
-                reply,
-            } => {
-                let _answered = reply.send(self.serve_cluster_api(api_key, &body).await);
-            }
-            ShardCommand::ReplicaPush {
-                partition,
-                request,
-                raw,
-                reply,
-            } => {
-                let _answered = reply.send(self.local_replica_push(partition, &request, raw).await);
-            }
-            ShardCommand::ReplicaQuery {
-                partition,
-                request,
-                reply,
-            } => {
-                let _answered = reply.send(self.local_replica_query(partition, &request).await);
-            }
-            ShardCommand::Shutdown => {}
         }
     }
 

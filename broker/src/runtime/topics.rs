@@ -3,21 +3,24 @@
 //! comes back as a snapshot that every shard applies (opening, leading,
 //! following and closing its replicas).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_operation::ControllerOp;
 use corelog_wire::message::partition_report::LedPartition;
-use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 
 use corelog_wire::types::LeaderEpoch;
 
-use super::command::{PartitionId, ShardCommand, TopicOutcome, TopicToCreate};
+use corelog_wire::types::PartitionId;
+
 use super::shard::Shard;
 use super::wait_until;
+use crate::cluster::ClusterRole;
 use crate::cluster::membership::MemberHost;
+use crate::cluster::membership::{TopicOutcome, TopicToCreate};
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::partition::PartitionError;
 
@@ -28,6 +31,29 @@ use crate::partition::PartitionError;
 const ROLE_CHANGES_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Shard {
+    /// Runs `work` with the cluster role, on shard 0 where it lives.
+    ///
+    /// # Errors
+    /// As [`Shard::invoke_on`]; `LEADER_NOT_AVAILABLE` before the role
+    /// started; the work's own error.
+    async fn with_cluster_role<T, F, Fut>(&self, work: F) -> Result<T, PartitionError>
+    where
+        F: FnOnce(ClusterRole) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, PartitionError>> + 'static,
+        T: Send + 'static,
+    {
+        self.try_invoke_on(ShardId(0), move |shard| async move {
+            let role = shard.cluster().ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::LeaderNotAvailable,
+                    "the broker is still starting its cluster role; retry",
+                )
+            })?;
+            work(role).await
+        })
+        .await
+    }
+
     /// Creates topics through the controller and waits until this broker
     /// sees them (and, on this broker, their replicas lead).
     pub async fn create_topics(
@@ -35,77 +61,36 @@ impl Shard {
         topics: Vec<TopicToCreate>,
         validate_only: bool,
     ) -> Vec<TopicOutcome> {
-        if let Some(role) = self.cluster() {
-            return role.member.create_topics(topics, validate_only).await;
-        }
         let names: Vec<String> = topics.iter().map(|topic| topic.name.clone()).collect();
-        let (reply, answer) = oneshot::channel();
-        let command = ShardCommand::CreateTopics {
-            topics,
-            validate_only,
-            reply,
-        };
-        self.forward_admin(command, answer, names).await
+        let created = self
+            .with_cluster_role(move |role| async move {
+                Ok(role.member.create_topics(topics, validate_only).await)
+            })
+            .await;
+        created.unwrap_or_else(|error| failed(&names, &error))
     }
 
     /// Deletes topics through the controller and waits until this broker
     /// sees them gone.
     pub async fn delete_topics(&self, names: Vec<String>) -> Vec<TopicOutcome> {
-        if let Some(role) = self.cluster() {
-            return role.member.delete_topics(names).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        let command = ShardCommand::DeleteTopics {
-            names: names.clone(),
-            reply,
-        };
-        self.forward_admin(command, answer, names).await
+        let deleting = names.clone();
+        let deleted = self
+            .with_cluster_role(
+                move |role| async move { Ok(role.member.delete_topics(deleting).await) },
+            )
+            .await;
+        deleted.unwrap_or_else(|error| failed(&names, &error))
     }
 
-    /// Creates, re-keys or deletes a user, or adds or removes an ACL,
-    /// through the controller (see [`crate::cluster::membership`]'s
+    /// Creates, re-keys or deletes a user, or adds or removes an ACL or a
+    /// quota, through the controller (see [`crate::cluster::membership`]'s
     /// `alter_security`); whether a put created the user or rule.
     ///
     /// # Errors
     /// The controller's refusal, or a timeout.
     pub async fn alter_security(&self, op: ControllerOp) -> Result<bool, PartitionError> {
-        if let Some(role) = self.cluster() {
-            return role.member.alter_security(op).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        self.send_now(ShardId(0), ShardCommand::AlterSecurity { op, reply })?;
-        answer.await.unwrap_or_else(|_| {
-            Err(PartitionError::new(
-                ErrorCode::LeaderNotAvailable,
-                "shard 0 stopped",
-            ))
-        })
-    }
-
-    async fn forward_admin(
-        &self,
-        command: ShardCommand,
-        answer: oneshot::Receiver<Vec<TopicOutcome>>,
-        names: Vec<String>,
-    ) -> Vec<TopicOutcome> {
-        let failed = |error: PartitionError| {
-            names
-                .iter()
-                .map(|name| TopicOutcome {
-                    name: name.clone(),
-                    result: Err(error.clone()),
-                })
-                .collect()
-        };
-        if let Err(error) = self.send_now(ShardId(0), command) {
-            return failed(error);
-        }
-        answer.await.unwrap_or_else(|_| {
-            failed(PartitionError::new(
-                ErrorCode::LeaderNotAvailable,
-                "shard 0 stopped",
-            ))
-        })
+        self.with_cluster_role(move |role| async move { role.member.alter_security(op).await })
+            .await
     }
 
     /// A producer id from the controller's blocks, or the next epoch of an
@@ -119,27 +104,12 @@ impl Shard {
         producer_id: i64,
         producer_epoch: i16,
     ) -> Result<(i64, i16), PartitionError> {
-        if let Some(role) = self.cluster() {
-            return role
-                .member
+        self.with_cluster_role(move |role| async move {
+            role.member
                 .init_producer_id(producer_id, producer_epoch)
-                .await;
-        }
-        let (reply, answer) = oneshot::channel();
-        self.send_now(
-            ShardId(0),
-            ShardCommand::InitProducerId {
-                producer_id,
-                producer_epoch,
-                reply,
-            },
-        )?;
-        answer.await.unwrap_or_else(|_| {
-            Err(PartitionError::new(
-                ErrorCode::LeaderNotAvailable,
-                "shard 0 stopped",
-            ))
+                .await
         })
+        .await
     }
 
     /// Resigns this broker's leadership of `partition` in `epoch` through
@@ -152,16 +122,10 @@ impl Shard {
         partition: PartitionId,
         epoch: LeaderEpoch,
     ) -> Result<(), PartitionError> {
-        if let Some(role) = self.cluster() {
-            return role
-                .member
+        self.with_cluster_role(move |role| async move {
+            role.member
                 .resign_leadership(partition.topic_id, partition.partition, epoch)
-                .await;
-        }
-        self.ask(ShardId(0), |reply| ShardCommand::ResignLeadership {
-            partition,
-            epoch,
-            reply,
+                .await
         })
         .await
     }
@@ -173,27 +137,24 @@ impl Shard {
     /// slowest is done.
     pub async fn broadcast(&self, snapshot: Arc<MetadataSnapshot>) {
         let serving = snapshot.serving;
-        let mut answers = Vec::new();
-        for shard in self.other_shards() {
-            let (reply, answer) = oneshot::channel();
-            let command = ShardCommand::ApplySnapshot {
-                snapshot: snapshot.clone(),
-                reply,
-            };
-            if shard.send_async(command).await.is_ok() {
-                answers.push(answer);
-            }
-        }
-        self.apply_snapshot(snapshot.clone()).await;
-        for answer in answers {
-            let _applied = answer.await;
-        }
+        let others = self.other_shard_ids().map(|shard| {
+            let snapshot = snapshot.clone();
+            self.invoke_on_waiting(shard, move |shard| async move {
+                shard.apply_snapshot(snapshot).await;
+            })
+        });
+        // A shard gone means the broker is stopping: nothing to wait for.
+        let _applied = futures::join!(
+            futures::future::join_all(others),
+            self.apply_snapshot(snapshot.clone())
+        );
         // Every shard let go of the replicas this snapshot deleted.
         self.sweep_deleted_topic_dirs(&snapshot).await;
         if serving && !self.is_ready.get() {
-            for shard in self.other_shards() {
-                // A shard gone means the broker is stopping.
-                let _sent = shard.send_async(ShardCommand::Serve).await;
+            for shard in self.other_shard_ids() {
+                let _serving = self
+                    .invoke_on_waiting(shard, |shard| async move { shard.mark_ready() })
+                    .await;
             }
             self.mark_ready();
         }
@@ -249,23 +210,26 @@ impl MemberHost for Shard {
 
     fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartition>> {
         Box::pin(async move {
-            let mut answers = Vec::new();
-            for shard in self.other_shards() {
-                let (reply, answer) = oneshot::channel();
-                if shard
-                    .send_async(ShardCommand::LedPartitions { reply })
-                    .await
-                    .is_ok()
-                {
-                    answers.push(answer);
-                }
-            }
+            let others = self.other_shard_ids().map(|shard| {
+                self.invoke_on_waiting(shard, |shard| async move { shard.local_led_partitions() })
+            });
             let mut led = self.local_led_partitions();
-            for answer in answers {
-                // A shard gone means the broker is stopping.
-                led.extend(answer.await.unwrap_or_default());
+            // A shard gone means the broker is stopping: it leads nothing.
+            for answer in futures::future::join_all(others).await {
+                led.extend(answer.unwrap_or_default());
             }
             led
         })
     }
+}
+
+/// Every topic of `names` failed with `error`.
+fn failed(names: &[String], error: &PartitionError) -> Vec<TopicOutcome> {
+    names
+        .iter()
+        .map(|name| TopicOutcome {
+            name: name.clone(),
+            result: Err(error.clone()),
+        })
+        .collect()
 }

@@ -25,10 +25,13 @@ pub(super) async fn handle(
     api_key: ApiKey,
     body: &[u8],
 ) -> Result<Reply, ErrorCode> {
-    if shard.id != ShardId(0) {
-        return shard.forward_cluster(api_key, body.to_vec()).await;
-    }
-    shard.serve_cluster_api(api_key, body).await
+    let body = body.to_vec();
+    shard
+        .invoke_on(ShardId(0), move |shard| async move {
+            shard.serve_cluster_api(api_key, &body).await
+        })
+        .await
+        .map_err(|error| error.code)?
 }
 
 /// `DescribeCluster`: brokers and the controller for anyone; of the

@@ -30,9 +30,9 @@ use crate::metadata::ShardId;
 use crate::net::quota::Kind;
 use crate::net::throttle::{Throttle, millis};
 use crate::partition::{GapInfo, PartitionError};
-use crate::runtime::command::PartitionId;
 use crate::runtime::shard::Shard;
 use crate::storage::{DeletionCause, ReadOutcome};
+use corelog_wire::types::PartitionId;
 
 /// One requested partition, resolved.
 struct Wanted {

@@ -2,6 +2,7 @@
 //! owned request and sent to the coordinator of its group, which may live
 //! on another shard; the coordinator's answer is encoded here.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -29,13 +30,15 @@ use corelog_wire::message::reset_offsets::{ResetOffsetsRequest, ResetOffsetsResp
 use corelog_wire::message::write_audit::{WriteAuditRequest, WriteAuditResponse};
 
 use crate::api::{Reply, owned, unencodable};
-use crate::group::requests::{GroupRequest, GroupResponse};
+use crate::group::host::Host;
+use crate::group::service::Coordinator;
 use crate::group::service::{self, GROUPS_TOPIC};
 use crate::metadata::MetadataSnapshot;
 use crate::net::access::Access;
 use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
 
+/// The code and message a response carries for `error`.
 fn unavailable_message(error: &PartitionError) -> (u16, Option<String>) {
     (error.code.code(), Some(error.message.clone()))
 }
@@ -129,30 +132,29 @@ pub(super) async fn join(
         .topics
         .iter()
         .find_map(|topic| access.topic(Operation::Describe, topic).err());
-    let join = GroupRequest::Join {
-        request,
-        client_host,
-        creator: access.limited_principal().map(str::to_owned),
-    };
-    let answer = match guarded_naming(access, Operation::GroupRead, &group, hidden) {
-        Some(refused) => refused,
-        None => shard.group_request(&group, join).await,
-    };
-    let response = match answer {
-        GroupResponse::Join(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            JoinGroupResponse {
-                error_code,
-                error_message,
-                member_id: String::new(),
-                generation: -1,
-                assignment: Vec::new(),
-                heartbeat_interval_ms: 1_000,
-                members: 0,
-            }
+    let creator = access.limited_principal().map(str::to_owned);
+    let answer = match naming_refusal(access, Operation::GroupRead, &group, hidden) {
+        Some(refused) => Err(refused),
+        None => {
+            shard
+                .on_coordinator(&group, move |host, coordinator| async move {
+                    service::join_group(&host, &coordinator, request, client_host, creator).await
+                })
+                .await
         }
     };
+    let response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        JoinGroupResponse {
+            error_code,
+            error_message,
+            member_id: String::new(),
+            generation: -1,
+            assignment: Vec::new(),
+            heartbeat_interval_ms: 1_000,
+            members: 0,
+        }
+    });
     count_error(shard, response.error_code);
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
@@ -164,24 +166,21 @@ pub(super) async fn heartbeat(
 ) -> Result<Reply, ErrorCode> {
     let request: HeartbeatRequest = owned(body)?;
     let group = request.group.clone();
-    let response = match guarded(
+    let answer = guarded(
         shard,
         access,
         Operation::GroupRead,
         &group,
-        GroupRequest::Heartbeat(request),
+        move |host, coordinator| async move { service::heartbeat(&host, &coordinator, &request) },
     )
-    .await
-    {
-        GroupResponse::Heartbeat(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            HeartbeatResponse {
-                error_code,
-                error_message,
-            }
+    .await;
+    let response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        HeartbeatResponse {
+            error_code,
+            error_message,
         }
-    };
+    });
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
 
@@ -192,24 +191,23 @@ pub(super) async fn leave(
 ) -> Result<Reply, ErrorCode> {
     let request: LeaveGroupRequest = owned(body)?;
     let group = request.group.clone();
-    let response = match guarded(
+    let answer = guarded(
         shard,
         access,
         Operation::GroupRead,
         &group,
-        GroupRequest::Leave(request),
+        move |host, coordinator| async move {
+            service::leave_group(&host, &coordinator, &request).await
+        },
     )
-    .await
-    {
-        GroupResponse::Leave(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            LeaveGroupResponse {
-                error_code,
-                error_message,
-            }
+    .await;
+    let response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        LeaveGroupResponse {
+            error_code,
+            error_message,
         }
-    };
+    });
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
 
@@ -260,22 +258,26 @@ pub(super) async fn commit(
             topics: Vec::new(),
         }
     } else {
-        let commit = GroupRequest::Commit {
-            request,
-            principal: access.principal().map(str::to_owned),
-            creator: access.limited_principal().map(str::to_owned),
-        };
-        match guarded(shard, access, operation, &group, commit).await {
-            GroupResponse::Commit(response) => response,
-            other => {
-                let (error_code, error_message) = failure(other);
-                OffsetCommitResponse {
-                    error_code,
-                    error_message,
-                    topics: Vec::new(),
-                }
+        let principal = access.principal().map(str::to_owned);
+        let creator = access.limited_principal().map(str::to_owned);
+        let answer = guarded(
+            shard,
+            access,
+            operation,
+            &group,
+            move |host, coordinator| async move {
+                service::commit_offsets(&host, &coordinator, request, principal, creator).await
+            },
+        )
+        .await;
+        answer.unwrap_or_else(|error| {
+            let (error_code, error_message) = unavailable_message(&error);
+            OffsetCommitResponse {
+                error_code,
+                error_message,
+                topics: Vec::new(),
             }
-        }
+        })
     };
     let response = with_refused_topics(response, refused_topics);
     count_error(shard, response.error_code);
@@ -292,25 +294,25 @@ pub(super) async fn fetch_offsets(
 ) -> Result<Reply, ErrorCode> {
     let request: OffsetFetchRequest = owned(body)?;
     let group = request.group.clone();
-    let mut response = match guarded(
-        shard,
-        access,
-        Operation::Describe,
-        &group,
-        GroupRequest::Fetch(request),
-    )
-    .await
-    {
-        GroupResponse::Fetch(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            OffsetFetchResponse {
-                error_code,
-                error_message,
-                topics: Vec::new(),
-            }
+    let answer =
+        guarded(
+            shard,
+            access,
+            Operation::Describe,
+            &group,
+            move |host, coordinator| async move {
+                service::fetch_offsets(&host, &coordinator, &request)
+            },
+        )
+        .await;
+    let mut response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        OffsetFetchResponse {
+            error_code,
+            error_message,
+            topics: Vec::new(),
         }
-    };
+    });
     hide_fetched_offsets(&mut response, access);
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
@@ -355,21 +357,24 @@ pub(super) async fn describe(
     };
     let mut groups = Vec::with_capacity(names.len());
     for group in names {
-        let description = match guarded(
+        let described = group.clone();
+        let answer = guarded(
             shard,
             access,
             Operation::Describe,
             &group,
-            GroupRequest::Describe(group.clone()),
+            move |host, coordinator| async move {
+                service::describe_group(&host, &coordinator, &described).await
+            },
         )
-        .await
-        {
-            GroupResponse::Describe(mut description) => {
+        .await;
+        let description = match answer {
+            Ok(mut description) => {
                 hide_described_topics(&mut description, access);
                 description
             }
-            other => {
-                let (error_code, error_message) = failure(other);
+            Err(error) => {
+                let (error_code, error_message) = unavailable_message(&error);
                 GroupDescriptionV1 {
                     description: GroupDescription {
                         group,
@@ -405,18 +410,20 @@ pub(super) async fn delete(
     let request: DeleteGroupsRequest = owned(body)?;
     let mut results = Vec::with_capacity(request.groups.len());
     for group in request.groups {
-        let (error_code, error_message) = match guarded(
+        let deleted = group.clone();
+        let answer = guarded(
             shard,
             access,
             Operation::GroupAdmin,
             &group,
-            GroupRequest::Delete(group.clone()),
+            move |host, coordinator| async move {
+                service::delete_group(&host, &coordinator, &deleted).await
+            },
         )
-        .await
-        {
-            GroupResponse::Delete(None) => (ErrorCode::None.code(), None),
-            GroupResponse::Delete(Some(error)) => unavailable_message(&error),
-            other => failure(other),
+        .await;
+        let (error_code, error_message) = match answer.and_then(|deleted| deleted) {
+            Ok(()) => (ErrorCode::None.code(), None),
+            Err(error) => unavailable_message(&error),
         };
         count_error(shard, error_code);
         results.push(GroupResult {
@@ -437,26 +444,25 @@ pub(super) async fn reset(
     record_authenticated_principal(&mut request.principal, access);
     let group = request.group.clone();
     let hidden = access.topic(Operation::Describe, &request.topic).err();
-    let answer = match guarded_naming(access, Operation::GroupAdmin, &group, hidden) {
-        Some(refused) => refused,
+    let answer = match naming_refusal(access, Operation::GroupAdmin, &group, hidden) {
+        Some(refused) => Err(refused),
         None => {
             shard
-                .group_request(&group, GroupRequest::Reset(request))
+                .on_coordinator(&group, move |host, coordinator| async move {
+                    service::reset_offsets(&host, &coordinator, request).await
+                })
                 .await
         }
     };
-    let response = match answer {
-        GroupResponse::Reset(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            ResetOffsetsResponse {
-                error_code,
-                error_message,
-                audit_offset: -1,
-                partitions: Vec::new(),
-            }
+    let response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        ResetOffsetsResponse {
+            error_code,
+            error_message,
+            audit_offset: -1,
+            partitions: Vec::new(),
         }
-    };
+    });
     count_error(shard, response.error_code);
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
@@ -473,26 +479,25 @@ pub(super) async fn delete_offsets(
     record_authenticated_principal(&mut request.principal, access);
     let group = request.group.clone();
     let hidden = access.topic(Operation::Describe, &request.topic).err();
-    let answer = match guarded_naming(access, Operation::GroupAdmin, &group, hidden) {
-        Some(refused) => refused,
+    let answer = match naming_refusal(access, Operation::GroupAdmin, &group, hidden) {
+        Some(refused) => Err(refused),
         None => {
             shard
-                .group_request(&group, GroupRequest::DeleteOffsets(request))
+                .on_coordinator(&group, move |host, coordinator| async move {
+                    service::delete_offsets(&host, &coordinator, request).await
+                })
                 .await
         }
     };
-    let response = match answer {
-        GroupResponse::DeleteOffsets(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            DeleteOffsetsResponse {
-                error_code,
-                error_message,
-                audit_offset: -1,
-                deleted: Vec::new(),
-            }
+    let response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        DeleteOffsetsResponse {
+            error_code,
+            error_message,
+            audit_offset: -1,
+            deleted: Vec::new(),
         }
-    };
+    });
     count_error(shard, response.error_code);
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
@@ -512,26 +517,21 @@ pub(super) async fn write_audit(
         access,
         Operation::GroupAdmin,
         &group,
-        GroupRequest::Audit(request),
+        move |host, _| async move { service::write_audit_record(&host, request).await },
     )
     .await;
-    let response = match answer {
-        GroupResponse::Audit(response) => response,
-        other => {
-            let (error_code, error_message) = failure(other);
-            WriteAuditResponse {
-                error_code,
-                error_message,
-                audit_offset: -1,
-            }
+    let response = answer.unwrap_or_else(|error| {
+        let (error_code, error_message) = unavailable_message(&error);
+        WriteAuditResponse {
+            error_code,
+            error_message,
+            audit_offset: -1,
         }
-    };
+    });
     count_error(shard, response.error_code);
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
 
-/// The code and message of a response that is not the one asked for: the
-/// coordinator was unavailable.
 /// The audit record names the principal the connection proved, not the
 /// one the client declares; without a login, the declared name stands
 /// (unverified, as the README says).
@@ -541,20 +541,23 @@ fn record_authenticated_principal(principal: &mut String, access: &Access) {
     }
 }
 
-/// Sends `request` to the group's coordinator if the group id is valid
-/// and the principal may do `operation` to the group; otherwise answers
+/// Runs `work` on the group's coordinator if the group id is valid and
+/// the principal may do `operation` to the group; otherwise refuses with
 /// `INVALID_GROUP_ID` or `GROUP_AUTHORIZATION_FAILED` without a trip.
-async fn guarded(
+async fn guarded<T, F, Fut>(
     shard: &Rc<Shard>,
     access: &Access,
     operation: Operation,
     group: &str,
-    request: GroupRequest,
-) -> GroupResponse {
-    match valid_group_id(group).and_then(|()| access.group(operation, group)) {
-        Ok(()) => shard.group_request(group, request).await,
-        Err(error) => GroupResponse::Unavailable(error),
-    }
+    work: F,
+) -> Result<T, PartitionError>
+where
+    F: FnOnce(Host, Rc<Coordinator>) -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    valid_group_id(group).and_then(|()| access.group(operation, group))?;
+    shard.on_coordinator(group, work).await
 }
 
 /// The refusal of a request about `group` that names a topic, when the
@@ -562,16 +565,16 @@ async fn guarded(
 /// group, or `hidden` holds the refusal of the topic it names (one the
 /// principal may not describe: answered as a missing topic would be,
 /// without a trip to the coordinator). `None`: serve it.
-fn guarded_naming(
+fn naming_refusal(
     access: &Access,
     operation: Operation,
     group: &str,
     hidden: Option<PartitionError>,
-) -> Option<GroupResponse> {
-    let checked = valid_group_id(group)
+) -> Option<PartitionError> {
+    valid_group_id(group)
         .and_then(|()| access.group(operation, group))
-        .and_then(|()| hidden.map_or(Ok(()), Err));
-    checked.err().map(GroupResponse::Unavailable)
+        .and_then(|()| hidden.map_or(Ok(()), Err))
+        .err()
 }
 
 /// The topics among `names` the principal may not describe, each with
@@ -701,16 +704,6 @@ fn hide_described_topics(described: &mut GroupDescriptionV1, access: &Access) {
 fn valid_group_id(group: &str) -> Result<(), PartitionError> {
     corelog_wire::group::check_group_id(group)
         .map_err(|invalid| PartitionError::new(ErrorCode::InvalidGroupId, invalid.to_string()))
-}
-
-fn failure(response: GroupResponse) -> (u16, Option<String>) {
-    match response {
-        GroupResponse::Unavailable(error) => unavailable_message(&error),
-        other => {
-            tracing::error!(?other, "group response of the wrong kind");
-            (ErrorCode::UnknownServerError.code(), None)
-        }
-    }
 }
 
 fn count_error(shard: &Rc<Shard>, code: u16) {

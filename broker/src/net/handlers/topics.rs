@@ -17,11 +17,12 @@ use corelog_wire::message::{ConfigEntry, TopicResult};
 use corelog_controller::acls::{Operation, ResourceType};
 
 use crate::api::{Reply, refused, unencodable};
+use crate::cluster::membership::{TopicOutcome, TopicToCreate};
 use crate::metadata::snapshot::{ClusterView, broker_id};
 use crate::net::access::Access;
 use crate::partition::{OffsetQuery, PartitionError, ReplicaSummary};
-use crate::runtime::command::{PartitionId, TopicOutcome, TopicToCreate};
 use crate::runtime::shard::Shard;
+use corelog_wire::types::PartitionId;
 
 pub(super) fn metadata(
     shard: &Rc<Shard>,
