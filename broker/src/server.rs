@@ -37,6 +37,7 @@ use crate::metadata::{ShardId, TopicConfig};
 use crate::metrics::{BrokerMetrics, ShardMetrics};
 use crate::migration;
 use crate::net::edge::Edge;
+use crate::net::front::Front;
 use crate::net::kept_ports;
 use crate::net::login_ledger::LoginLimits;
 use crate::net::port::Port;
@@ -624,13 +625,14 @@ async fn start_shard(
         storage,
         peers,
         inbox,
-        shard_ports: listeners.shard_ports,
         topic_deletions: listeners.topic_deletions,
-        edge: listeners.edge,
         producer_ids: listeners.producer_ids,
     });
     // Calls this broker makes to itself run the handlers in-process.
-    crate::peer::serve_locally(shard.config.node_id, Rc::new(Loopback::new(&shard)));
+    crate::peer::serve_locally(
+        shard.config.node_id,
+        Rc::new(Loopback::new(&shard, listeners.shard_ports.clone())),
+    );
     if shard_zero {
         start_cluster_role(&shard, cluster_disk).await?;
     }
@@ -640,9 +642,9 @@ async fn start_shard(
     glommio::spawn_local(shard.clone().run_group_maintenance()).detach();
     glommio::spawn_local(shard.clone().run_replication_timers()).detach();
     let ports: Vec<Port> = std::iter::once(listener).chain(own_listener).collect();
-    let listening_shard = shard.clone();
+    let front = Front::new(shard.clone(), listeners.edge, listeners.shard_ports);
     glommio::spawn_local(async move {
-        listening_shard.wait_ready().await;
+        front.shard.wait_ready().await;
         let report = ports
             .into_iter()
             .map(|port| {
@@ -655,7 +657,7 @@ async fn start_shard(
             })
             .collect::<Result<Vec<_>, _>>()
             .map(|bound| {
-                serve_listeners(&listening_shard, bound, listeners.tls.as_deref());
+                serve_listeners(&front, bound, listeners.tls.as_deref());
             })
             .map(|()| id.0)
             .map_err(|message| RunError::ShardStart { shard: id.0, message });
@@ -674,10 +676,10 @@ async fn start_shard(
     Ok(shard)
 }
 
-fn serve_listeners(shard: &Rc<Shard>, bound: Vec<TcpListener>, tls: Option<&BrokerTls>) {
+fn serve_listeners(front: &Rc<Front>, bound: Vec<TcpListener>, tls: Option<&BrokerTls>) {
     for listener in bound {
         glommio::spawn_local(listener::accept_loop(
-            shard.clone(),
+            front.clone(),
             listener,
             tls.map(BrokerTls::listener),
         ))

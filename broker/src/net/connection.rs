@@ -50,6 +50,7 @@ use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use super::access::Access;
 use super::connection_counts::Refusal;
 use super::edge::PrincipalSlot;
+use super::front::Front;
 use super::handlers::{self, Caller, Origin};
 use super::login_ledger::Turn;
 use super::quota::Kind;
@@ -89,7 +90,7 @@ type RequestSlot = async_lock::SemaphoreGuardArc;
 /// Serves one connection, accepted at `accepted`, until the client closes
 /// it, it breaks the protocol beyond recovery, or the shard stops.
 pub async fn serve(
-    shard: Rc<Shard>,
+    front: Rc<Front>,
     stream: Stream,
     peer: Option<SocketAddr>,
     certified: Option<String>,
@@ -99,9 +100,10 @@ pub async fn serve(
     let (outgoing, responses) = flume::unbounded::<Outgoing>();
     let writer_task = glommio::spawn_local(write_responses(writer, responses));
     let mut session = certified.map_or_else(Session::default, Session::certified);
+    let shard = &front.shard;
     let login_by = accepted + Duration::from_millis(shard.config.login_timeout_ms);
-    let result = read_requests(&shard, reader, outgoing, peer, &mut session, login_by).await;
-    abandoned(&shard, &session, peer);
+    let result = read_requests(&front, reader, outgoing, peer, &mut session, login_by).await;
+    abandoned(&front, &session, peer);
     if let Err(reason) = result {
         if let Some(counted) = reason.counted_as() {
             shard.metrics.connection_closed(counted);
@@ -340,13 +342,14 @@ async fn read_exact_by(
 }
 
 async fn read_requests(
-    shard: &Rc<Shard>,
+    front: &Rc<Front>,
     mut reader: ReadHalf<Stream>,
     outgoing: flume::Sender<Outgoing>,
     peer: Option<std::net::SocketAddr>,
     session: &mut Session,
     login_by: Instant,
 ) -> Result<(), CloseReason> {
+    let shard = &front.shard;
     let limits = FrameLimits {
         max_frame_bytes: shard.config.max_frame_bytes,
     };
@@ -362,7 +365,7 @@ async fn read_requests(
     // Requests being handled: a connection waiting on them is not idle.
     let in_flight = Rc::new(Cell::new(0u32));
     // This connection's place in its principal's connection count.
-    let mut counted_as = count_principal(shard, session).map_err(|entity| {
+    let mut counted_as = count_principal(front, session).map_err(|entity| {
         shard.metrics.connection_closed("connection_quota");
         CloseReason::ConnectionQuota(entity)
     })?;
@@ -373,7 +376,7 @@ async fn read_requests(
         let permit = permits.acquire_arc().await;
         // Quotas: nothing more is read while the connection's principal
         // owes, whichever of its connections ran the debt up.
-        metering(shard, session).hold(shard).await;
+        metering(front, session).hold().await;
         if !needs_login(shard, session, handshake_done) {
             deadlines.login = None;
         } else if deadlines.login.is_some_and(|by| Instant::now() >= by) {
@@ -462,9 +465,9 @@ async fn read_requests(
         }
         handshake_done = true;
         if header.api_key == ApiKey::Authenticate {
-            let step = authenticate(shard, session, &body, peer).await;
+            let step = authenticate(front, session, &body, peer).await;
             shard.metrics.request(header.api_key.name());
-            let step = step.map(|step| match count_principal(shard, session) {
+            let step = step.map(|step| match count_principal(front, session) {
                 Ok(slot) if step.response.complete => {
                     counted_as = slot;
                     step
@@ -538,22 +541,22 @@ async fn read_requests(
         }
         // Decided by the ACLs and quotas as of now: a change applies from
         // the next request of every open connection.
-        let caller = caller(shard, session);
+        let caller = caller(front, session, peer);
         if header.api_key == ApiKey::Produce {
             // Taken as the frame is read, so that the next frame of the
             // principal, pipelined here or on another connection, is held
             // if this one ran it into debt.
             caller
                 .throttle
-                .take(shard, Kind::Produce, body.len() as f64);
+                .take(&shard.metrics, Kind::Produce, body.len() as f64);
         }
         let request = shard.begin_request();
-        let shard = shard.clone();
+        let front = front.clone();
         let outgoing = outgoing.clone();
         let in_flight = in_flight.clone();
         in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
-            let reply = handle(&shard, header, body, received, peer, &caller).await;
+            let reply = handle(&front, header, body, received, &caller).await;
             send(&outgoing, permit, header.correlation_id, reply, false);
             in_flight.set(in_flight.get() - 1);
             drop(request);
@@ -568,7 +571,7 @@ async fn read_requests(
 /// (no earlier failure of its user name or address still being waited
 /// out), and a wrong one is answered after the delay it earned.
 async fn authenticate(
-    shard: &Shard,
+    front: &Front,
     session: &mut Session,
     body: &[u8],
     peer: Option<std::net::SocketAddr>,
@@ -579,6 +582,7 @@ async fn authenticate(
         tracing::error!(%error, "no randomness for an authentication nonce");
         ErrorCode::UnknownServerError
     })?;
+    let shard = &front.shard;
     let snapshot = shard.snapshot();
     let users = snapshot.cluster.state.users();
     let lookup = |name: &str| users.get(name).cloned();
@@ -587,7 +591,7 @@ async fn authenticate(
         cluster_secret: shard.config.cluster_secret.as_ref(),
         user: &lookup,
         users_loaded: snapshot.is_loaded(),
-        decoy_key: shard.edge.decoy_key(),
+        decoy_key: front.edge.decoy_key(),
         decoy_iterations: mechanism.map_or(ITERATIONS_DEFAULT, |mechanism| {
             usual_iterations(users.values(), mechanism)
         }),
@@ -599,7 +603,7 @@ async fn authenticate(
             // Checked under the ledger's lock: a proof from another shard
             // cannot slip in between this check and its record.
             let checked = {
-                let mut ledger = shard.edge.logins();
+                let mut ledger = front.edge.logins();
                 match ledger.turn(&user, address, now) {
                     Turn::Now => {
                         let step = session.authenticate(&credentials, request, nonce);
@@ -624,11 +628,11 @@ async fn authenticate(
             let delay = match address {
                 // A wrong cluster secret: the address's delay still holds.
                 Some(address) if step.is_failed_proof() => {
-                    shard.edge.logins().failed_from(address, Instant::now())
+                    front.edge.logins().failed_from(address, Instant::now())
                 }
                 _ => Duration::ZERO,
             };
-            (locked_out(shard, session, address).unwrap_or(step), delay)
+            (locked_out(front, session, address).unwrap_or(step), delay)
         }
     };
     if let Some(outcome) = step.outcome {
@@ -644,9 +648,9 @@ async fn authenticate(
 /// The refusal of an exchange just started for a user name that is locked
 /// out for logins from `address`; the exchange is dropped (it is not a
 /// failure: nothing was guessed).
-fn locked_out(shard: &Shard, session: &mut Session, address: Option<IpAddr>) -> Option<Step> {
+fn locked_out(front: &Front, session: &mut Session, address: Option<IpAddr>) -> Option<Step> {
     let user = session.pending_user()?;
-    let until = shard
+    let until = front
         .edge
         .logins()
         .locked_out(user, address?, Instant::now())?;
@@ -683,15 +687,15 @@ fn log_outcome(session: &Session, step: &Step, outcome: &str, peer: Option<Socke
 /// Counts an exchange that a closing connection left without its proof as
 /// a failed login of its user name from its address: it learnt the salt
 /// and iterations, and would otherwise be a free probe.
-fn abandoned(shard: &Shard, session: &Session, peer: Option<SocketAddr>) {
+fn abandoned(front: &Front, session: &Session, peer: Option<SocketAddr>) {
     let (Some(user), Some(peer)) = (session.pending_user(), peer) else {
         return;
     };
-    shard
+    front
         .edge
         .logins()
         .abandoned(user, peer.ip(), Instant::now());
-    shard.metrics.authentication("abandoned");
+    front.shard.metrics.authentication("abandoned");
 }
 
 /// The iteration count most of the users' credentials of `mechanism`
@@ -736,13 +740,13 @@ fn needs_login(shard: &Shard, session: &Session, handshake_done: bool) -> bool {
 }
 
 async fn handle(
-    shard: &Rc<Shard>,
+    front: &Front,
     header: RequestHeader,
     body: RequestBody,
     received: Instant,
-    peer: Option<std::net::SocketAddr>,
     caller: &Caller,
 ) -> Reply {
+    let shard = &front.shard;
     shard.metrics.request(header.api_key.name());
     let dispatched = handlers::dispatch(
         shard,
@@ -750,8 +754,8 @@ async fn handle(
         header.api_version,
         body,
         received,
-        Origin::Network(peer),
         caller,
+        &front.shard_ports,
     );
     // The request-time quota meters the time this shard spent running the
     // handler, not the time it waited (for a disk, a quorum, a long poll).
@@ -759,7 +763,7 @@ async fn handle(
     if caller.throttle.is_metered() {
         caller
             .throttle
-            .take(shard, Kind::RequestTime, busy.as_nanos() as f64);
+            .take(&shard.metrics, Kind::RequestTime, busy.as_nanos() as f64);
     }
     result.unwrap_or_else(|code| {
         shard.metrics.error(code);
@@ -808,18 +812,24 @@ async fn discard(
 
 /// What the request may do and how it is metered, by the connection's
 /// principal and the metadata as of now.
-fn caller(shard: &Shard, session: &Session) -> Caller {
+fn caller(front: &Front, session: &Session, peer: Option<SocketAddr>) -> Caller {
+    let shard = &front.shard;
     Caller {
-        throttle: metering(shard, session),
+        origin: Origin::Network(peer),
+        throttle: metering(front, session),
         access: Access::of(&shard.config, session.principal(), shard.snapshot()),
     }
 }
 
 /// How the connection's requests are metered, by the quotas as of now.
-fn metering(shard: &Shard, session: &Session) -> Throttle {
+fn metering(front: &Front, session: &Session) -> Throttle {
     match session.principal() {
         Some(Principal::Broker(_)) => Throttle::none(),
-        principal => Throttle::of(&shard.snapshot(), principal.and_then(Principal::name)),
+        principal => Throttle::of(
+            &front.shard.snapshot(),
+            principal.and_then(Principal::name),
+            &front.edge,
+        ),
     }
 }
 
@@ -829,12 +839,12 @@ fn metering(shard: &Shard, session: &Session) -> Throttle {
 ///
 /// # Errors
 /// The quota entity at its connection limit.
-fn count_principal(shard: &Shard, session: &Session) -> Result<Option<PrincipalSlot>, String> {
+fn count_principal(front: &Front, session: &Session) -> Result<Option<PrincipalSlot>, String> {
     let Some(name) = session.principal().and_then(Principal::name) else {
         return Ok(None);
     };
-    let snapshot = shard.snapshot();
-    shard
+    let snapshot = front.shard.snapshot();
+    front
         .edge
         .admit_principal(name, snapshot.cluster.state.quotas())
         .map(Some)

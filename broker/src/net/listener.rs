@@ -30,6 +30,7 @@ use super::accept_backoff::{AcceptBackoff, is_out_of_descriptors};
 use super::connection;
 use super::connection_counts::Refusal;
 use super::edge::ConnectionLimits;
+use super::front::Front;
 use crate::runtime::shard::Shard;
 use crate::tls::{self, ListenerTls, Stream};
 use corelog_wire::error::ErrorCode;
@@ -50,7 +51,8 @@ const REFUSALS_IN_FLIGHT_MAX: u32 = 64;
 const QUICK_REFUSAL_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Accepts connections until the shard stops.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls: Option<ListenerTls>) {
+pub async fn accept_loop(front: Rc<Front>, listener: TcpListener, tls: Option<ListenerTls>) {
+    let shard = front.shard.clone();
     // Connections wait in the kernel's backlog until the shard knows its topics.
     shard.wait_ready().await;
     let mut backoff = AcceptBackoff::default();
@@ -92,7 +94,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls: Option<Li
             per_address_max: (shard.config.max_connections_per_address > 0)
                 .then_some(shard.config.max_connections_per_address),
         };
-        let admitted = shard.edge.admit_connection(
+        let admitted = front.edge.admit_connection(
             peer.map(|peer| peer.ip()),
             snapshot.cluster.state.quotas(),
             limits,
@@ -104,22 +106,14 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls: Option<Li
                 continue;
             }
         };
-        let shard = shard.clone();
+        let front = front.clone();
         let tls = tls.clone();
         glommio::spawn_local(async move {
-            shard.connections.set(shard.connections.get() + 1);
-            shard
-                .metrics
-                .connections
-                .set(i64::from(shard.connections.get()));
-            if let Some((stream, certified)) = secured(&shard, stream, tls, peer).await {
-                connection::serve(shard.clone(), stream, peer, certified, accepted_at).await;
+            front.connection_opened();
+            if let Some((stream, certified)) = secured(&front.shard, stream, tls, peer).await {
+                connection::serve(front.clone(), stream, peer, certified, accepted_at).await;
             }
-            shard.connections.set(shard.connections.get() - 1);
-            shard
-                .metrics
-                .connections
-                .set(i64::from(shard.connections.get()));
+            front.connection_closed();
             drop(slot);
         })
         .detach();

@@ -4,14 +4,16 @@
 //! code a network request runs, without a socket.
 
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 use futures::future::LocalBoxFuture;
 
-use super::handlers::{self, Caller, Origin};
+use super::handlers::{self, Caller};
 use super::request_body::RequestBody;
+use super::shard_ports::ShardPortTable;
 use crate::api::Reply;
 use crate::peer::LocalService;
 use crate::runtime::shard::Shard;
@@ -20,14 +22,17 @@ use crate::runtime::shard::Shard;
 #[derive(Debug)]
 pub struct Loopback {
     shard: Weak<Shard>,
+    shard_ports: Arc<ShardPortTable>,
 }
 
 impl Loopback {
-    /// The loopback of `shard`.
+    /// The loopback of `shard`, on a broker whose shards accept alone on
+    /// `shard_ports`.
     #[must_use]
-    pub fn new(shard: &Rc<Shard>) -> Loopback {
+    pub fn new(shard: &Rc<Shard>, shard_ports: Arc<ShardPortTable>) -> Loopback {
         Loopback {
             shard: Rc::downgrade(shard),
+            shard_ports,
         }
     }
 }
@@ -35,6 +40,7 @@ impl Loopback {
 impl LocalService for Loopback {
     fn serve(&self, api_key: ApiKey, body: Vec<u8>) -> LocalBoxFuture<'static, Reply> {
         let shard = self.shard.clone();
+        let shard_ports = self.shard_ports.clone();
         Box::pin(async move {
             let Some(shard) = shard.upgrade() else {
                 return Reply::error(ErrorCode::LeaderNotAvailable);
@@ -47,8 +53,8 @@ impl LocalService for Loopback {
                 0,
                 body,
                 Instant::now(),
-                Origin::Loopback,
                 &Caller::this_broker(),
+                &shard_ports,
             )
             .await
             .unwrap_or_else(Reply::error)

@@ -2,6 +2,8 @@
 //! shared port, reads frames with bounded memory and in-flight count, hands
 //! each request to its handler and writes responses as they complete.
 //!
+//! - [`front`]: a shard's client side: the shard, and the state only this
+//!   layer keeps (the [`edge`], the shard ports, open connections).
 //! - [`listener`]: accept loop and the connection limits.
 //! - [`edge`]: what every shard's connections share (connection counts,
 //!   quota buckets, failed logins), with [`connection_counts`],
@@ -22,6 +24,7 @@ pub mod access;
 pub mod connection;
 pub mod connection_counts;
 pub mod edge;
+pub mod front;
 pub mod handlers;
 pub mod kept_ports;
 pub mod listener;

@@ -3,18 +3,21 @@
 //! throttle it earned (see [`super::quota`] for the buckets and the rule).
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::edge::Edge;
 use super::quota::{Kind, Metered};
 use crate::metadata::MetadataSnapshot;
-use crate::runtime::shard::Shard;
+use crate::metrics::ShardMetrics;
 
 /// One request's metering.
 #[derive(Debug, Default)]
 pub struct Throttle {
     /// `None`: no quota applies (this broker's own calls, a broker of the
-    /// cluster, a principal without a quota and no default).
-    metered: Option<Metered>,
+    /// cluster, a principal without a quota and no default). Else whom the
+    /// request is metered as, and the buckets it is metered in.
+    metered: Option<(Metered, Arc<Edge>)>,
     given: Cell<Duration>,
 }
 
@@ -26,11 +29,12 @@ impl Throttle {
     }
 
     /// Metering for `principal` (`None`: not logged in) by the quotas of
-    /// `metadata`.
+    /// `metadata`, in the buckets of `edge`.
     #[must_use]
-    pub fn of(metadata: &MetadataSnapshot, principal: Option<&str>) -> Throttle {
+    pub fn of(metadata: &MetadataSnapshot, principal: Option<&str>, edge: &Arc<Edge>) -> Throttle {
         Throttle {
-            metered: Metered::of(metadata.cluster.state.quotas(), principal),
+            metered: Metered::of(metadata.cluster.state.quotas(), principal)
+                .map(|metered| (metered, edge.clone())),
             given: Cell::new(Duration::ZERO),
         }
     }
@@ -38,13 +42,13 @@ impl Throttle {
     /// Waits until the principal owes nothing (run up on any of its
     /// connections, on any shard): a connection reads no request of a
     /// principal in debt.
-    pub async fn hold(&self, shard: &Shard) {
-        let Some(metered) = &self.metered else {
+    pub async fn hold(&self) {
+        let Some((metered, edge)) = &self.metered else {
             return;
         };
         loop {
             // Bound first: the lock must not be held across the sleep.
-            let owed = shard.edge.quotas().owed_until(metered, Instant::now());
+            let owed = edge.quotas().owed_until(metered, Instant::now());
             let Some(paid) = owed else {
                 return;
             };
@@ -56,22 +60,23 @@ impl Throttle {
     /// request used, known once it was served); the throttle that earns
     /// (zero within the quota), also kept as the request's if it is the
     /// longest so far.
-    pub fn take(&self, shard: &Shard, kind: Kind, used: f64) -> Duration {
-        let Some(metered) = &self.metered else {
+    pub fn take(&self, metrics: &ShardMetrics, kind: Kind, used: f64) -> Duration {
+        let Some((metered, edge)) = &self.metered else {
             return Duration::ZERO;
         };
-        let throttle = shard
-            .edge
-            .quotas()
-            .record(metered, kind, used, Instant::now());
-        self.earned(shard, metered, kind, throttle)
+        let throttle = edge.quotas().record(metered, kind, used, Instant::now());
+        self.earned(metrics, metered, kind, throttle)
     }
 
-    fn earned(&self, shard: &Shard, metered: &Metered, kind: Kind, throttle: Duration) -> Duration {
+    fn earned(
+        &self,
+        metrics: &ShardMetrics,
+        metered: &Metered,
+        kind: Kind,
+        throttle: Duration,
+    ) -> Duration {
         if !throttle.is_zero() {
-            shard
-                .metrics
-                .throttled(metered.entity.to_string(), kind.name(), throttle);
+            metrics.throttled(metered.entity.to_string(), kind.name(), throttle);
             self.given.set(self.given.get().max(throttle));
         }
         throttle

@@ -11,8 +11,8 @@
 //!
 //! Work queues in a bounded mailbox per shard: a full one answers
 //! `QUEUE_FULL` (retriable) rather than waiting unboundedly. Nothing on the
-//! data path takes a lock, but for the quota buckets of a principal that
-//! has a quota (see [`crate::net::edge`]).
+//! data path takes a lock. The client side of a shard (connections,
+//! quotas, logins) belongs to the network layer above it.
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -34,7 +34,6 @@ use corelog_wire::types::PartitionId;
 use crate::group::service::Coordinator;
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::metrics::{FollowerLagSample, ShardMetrics};
-use crate::net::shard_ports::ShardPortTable;
 use crate::partition::PartitionError;
 use crate::peer::Peers;
 use crate::replica::ReplicatedPartition;
@@ -81,8 +80,6 @@ pub struct Shard {
     /// Every shard's mailbox address, by index (this one's included).
     pub(super) peers: Vec<Address>,
     pub(super) inbox: Mailbox,
-    /// The port each shard of the broker accepts on alone.
-    pub shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the broker's shards are still removing.
     pub topic_deletions: Arc<TopicDeletions>,
     /// The key binding idempotent producer ids to principals
@@ -92,11 +89,6 @@ pub struct Shard {
     pub(super) deletion_queue: DeletionQueue,
     /// Shard 0: the controller role (on voters) and the membership.
     cluster: RefCell<Option<ClusterRole>>,
-    /// Connections being served.
-    pub connections: Cell<u32>,
-    /// What every shard's client connections share: connection counts,
-    /// quota buckets, failed logins (see [`crate::net::edge`]).
-    pub edge: Arc<crate::net::edge::Edge>,
     in_flight: Cell<u64>,
     drained: Event,
     /// Notified once when shutdown begins; connections stop reading.
@@ -137,12 +129,8 @@ pub struct ShardParts {
     pub peers: Vec<Address>,
     /// This shard's mailbox.
     pub inbox: Mailbox,
-    /// The port each shard accepts on alone.
-    pub shard_ports: Arc<ShardPortTable>,
     /// Deleted topics whose files the broker's shards are still removing.
     pub topic_deletions: Arc<TopicDeletions>,
-    /// The broker's client-connection state, shared by its shards.
-    pub edge: Arc<crate::net::edge::Edge>,
     /// The key binding idempotent producer ids to principals.
     pub producer_ids: ProducerIdKey,
 }
@@ -189,13 +177,10 @@ impl Shard {
             applying: async_lock::Mutex::new(()),
             peers: parts.peers,
             inbox: parts.inbox,
-            shard_ports: parts.shard_ports,
             topic_deletions: parts.topic_deletions,
             producer_ids: parts.producer_ids,
             deletion_queue: DeletionQueue::default(),
             cluster: RefCell::new(None),
-            connections: Cell::new(0),
-            edge: parts.edge,
             in_flight: Cell::new(0),
             drained: Event::new(),
             stopping: Event::new(),

@@ -188,7 +188,7 @@ fn respond(
         }
     }
     // Metered by what goes out; the throttle goes into this response.
-    let throttle = throttle.take(shard, Kind::Fetch, total as f64);
+    let throttle = throttle.take(&shard.metrics, Kind::Fetch, total as f64);
     Reply::message(
         &FetchResponse {
             topics,

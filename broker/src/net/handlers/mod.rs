@@ -31,13 +31,16 @@ use corelog_wire::message::init_producer_id::{InitProducerIdRequest, InitProduce
 
 use super::access::Access;
 use super::request_body::RequestBody;
+use super::shard_ports::ShardPortTable;
 use super::throttle::Throttle;
 use crate::api::{Reply, refused};
 use crate::runtime::shard::Shard;
 
-/// Who sent a request: what it may do and how it is metered.
+/// Who sent a request: where from, what it may do and how it is metered.
 #[derive(Debug)]
 pub struct Caller {
+    /// Where the request came from.
+    pub origin: Origin,
     /// The ACL decision.
     pub access: Access,
     /// The quota metering.
@@ -49,6 +52,7 @@ impl Caller {
     #[must_use]
     pub fn this_broker() -> Caller {
         Caller {
+            origin: Origin::Loopback,
             access: Access::unrestricted(),
             throttle: Throttle::none(),
         }
@@ -84,11 +88,11 @@ pub async fn dispatch(
     api_version: u16,
     body: RequestBody,
     received: Instant,
-    origin: Origin,
     caller: &Caller,
+    shard_ports: &ShardPortTable,
 ) -> Result<Reply, ErrorCode> {
     let access = &caller.access;
-    let peer = match origin {
+    let peer = match caller.origin {
         Origin::Network(peer) => {
             if api_key.is_inter_broker() && shard.config.is_single_node() {
                 return Err(ErrorCode::UnsupportedVersion);
@@ -110,7 +114,7 @@ pub async fn dispatch(
         ApiKey::Fetch => fetch::fetch(shard, &body, caller).await,
         ApiKey::ListOffsets => offsets::list_offsets(shard, &body, access).await,
         ApiKey::InitProducerId => init_producer_id(shard, &body, access).await,
-        ApiKey::DescribeShards => describe_shards(shard, &body),
+        ApiKey::DescribeShards => describe_shards(shard, shard_ports, &body),
         ApiKey::FindCoordinator => groups::find_coordinator(shard, &body, access),
         ApiKey::JoinGroup => groups::join(shard, &body, peer, access).await,
         ApiKey::Heartbeat => groups::heartbeat(shard, &body, access).await,
@@ -184,9 +188,13 @@ fn api_versions(body: &[u8]) -> Result<Reply, ErrorCode> {
     Reply::encode(&response, Vec::new())
 }
 
-fn describe_shards(shard: &Rc<Shard>, body: &[u8]) -> Result<Reply, ErrorCode> {
+fn describe_shards(
+    shard: &Shard,
+    shard_ports: &ShardPortTable,
+    body: &[u8],
+) -> Result<Reply, ErrorCode> {
     let (request, _) = decode_request::<DescribeShardsRequest>(body).map_err(refused)?;
-    let mut shards = shard.shard_ports.endpoints();
+    let mut shards = shard_ports.endpoints();
     if let Some(wanted) = request.shards.as_ref() {
         shards.retain(|endpoint| {
             wanted
