@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use clap::Args;
-use corelog_broker::clock::SystemClock;
-use corelog_broker::storage::disk::{Disk, DiskFile};
-use corelog_broker::storage::glommio_disk::GlommioDisk;
-use corelog_broker::storage::{
+use corelog_storage::clock::SystemClock;
+use corelog_storage::disk::{Disk, DiskFile};
+use corelog_storage::glommio_disk::GlommioDisk;
+use corelog_storage::{
     CacheKey, DiskSpace, LogConfig, NoObserver, PartitionLog, ShardStorage, TailCache,
 };
 use corelog_wire::batch::{BatchBuilder, Compression, NewRecord};

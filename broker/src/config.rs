@@ -14,8 +14,8 @@ use corelog_controller::topic_config::{
 use corelog_wire::sasl::cluster::ClusterSecret;
 
 use crate::metadata::{CleanupPolicy, TopicConfig};
-use crate::storage::LogConfig;
-use crate::storage::retention::DEFAULT_RETENTION_MS;
+use corelog_storage::LogConfig;
+use corelog_storage::retention::DEFAULT_RETENTION_MS;
 
 pub mod edge;
 

@@ -6,7 +6,7 @@
 //! `LimitNOFILE=` or `ulimit -Hn` allows), then divides it: a reserve for
 //! what every shard and the process always hold, the connection limit, and
 //! each shard's cache of open segment files
-//! ([`crate::storage::open_files`]). Partitions do not take descriptors of
+//! ([`corelog_storage::open_files`]). Partitions do not take descriptors of
 //! their own, so their count is bounded by `--max-partitions-per-shard`,
 //! which the controller checks, not by the descriptor limit.
 //!

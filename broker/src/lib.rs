@@ -40,7 +40,6 @@
 //! log lines a client can repeat).
 
 pub mod api;
-pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod data_dir;
@@ -60,5 +59,4 @@ pub mod producer_ids;
 pub mod replica;
 pub mod runtime;
 pub mod server;
-pub mod storage;
 pub mod tls;

@@ -3,7 +3,7 @@
 use clap::Parser;
 use corelog_broker::config::{BrokerConfig, Flags};
 use corelog_broker::server;
-use corelog_broker::storage::fault_hooks;
+use corelog_storage::fault_hooks;
 
 /// Exit code of a broker one of whose threads panicked (a bug).
 const PANIC_EXIT_CODE: i32 = 5;

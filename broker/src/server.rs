@@ -25,7 +25,6 @@ use glommio::{LocalExecutorBuilder, Placement};
 use corelog_wire::message::broker_register::BrokerRegisterRequest;
 use corelog_wire::producer_id::ProducerIdKey;
 
-use crate::clock::{Clock, SystemClock};
 use crate::cluster::raft_log::RaftLogFile;
 use crate::cluster::{ClusterMember, ClusterRole, ControllerService, InternalTopicSpec};
 use crate::config::{BrokerConfig, ShardPorts};
@@ -47,12 +46,13 @@ use crate::runtime::deletion::TopicDeletions;
 use crate::runtime::fatal::{self, ExitOnFence};
 use crate::runtime::invoke::{self, Address, Mailbox};
 use crate::runtime::shard::{Shard, ShardParts};
-use crate::storage::disk::Disk;
-use crate::storage::glommio_disk::GlommioDisk;
-use crate::storage::journal::{Journal, JournalConfig, ShardJournal};
-use crate::storage::log::replay_shard_journal;
-use crate::storage::{DiskSpace, ShardStorage, StorageError, TailCache};
 use crate::tls::BrokerTls;
+use corelog_storage::clock::{Clock, SystemClock};
+use corelog_storage::disk::Disk;
+use corelog_storage::glommio_disk::GlommioDisk;
+use corelog_storage::journal::{Journal, JournalConfig, ShardJournal};
+use corelog_storage::log::replay_shard_journal;
+use corelog_storage::{DiskSpace, ShardStorage, StorageError, TailCache};
 
 /// Why the broker could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]

@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corelog_broker::replica::meta_file::meta_path;
-use corelog_broker::storage::disk::{Disk, DiskFile};
-use corelog_broker::storage::memory_disk::{MemoryDisk, MemoryFile};
-use corelog_broker::storage::open_files::OpenFiles;
-use corelog_broker::storage::segment::SegmentPaths;
 use corelog_replication::ReplicaMeta;
+use corelog_storage::disk::{Disk, DiskFile};
+use corelog_storage::memory_disk::{MemoryDisk, MemoryFile};
+use corelog_storage::open_files::OpenFiles;
+use corelog_storage::segment::SegmentPaths;
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};

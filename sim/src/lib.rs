@@ -5,7 +5,7 @@
 //! hosting one replica of one partition as the broker's own replica shell
 //! ([`corelog_broker::replica::ReplicatedPartition`], which drives the
 //! [`corelog_replication::Replica`] state machine and the broker's storage
-//! engine) on a [`corelog_broker::storage::memory_disk::MemoryDisk`], plus
+//! engine) on a [`corelog_storage::memory_disk::MemoryDisk`], plus
 //! a controller running the broker's session, election and metadata code,
 //! and producers, all over a simulated network. The replica shell's
 //! runtime seam ([`corelog_broker::executor::Executor`]: spawn, sleep, now)

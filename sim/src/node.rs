@@ -18,7 +18,6 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use corelog_broker::clock::Clock;
 use corelog_broker::metadata::{ReplicationView, TopicConfig};
 use corelog_broker::partition::PartitionSpec;
 use corelog_broker::replica::peer_transport::{ack_to_wire, push_from_wire, push_refusal};
@@ -28,13 +27,14 @@ use corelog_broker::replica::stream::{
 use corelog_broker::replica::{
     Acks, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change,
 };
-use corelog_broker::storage::disk::Disk;
-use corelog_broker::storage::memory_disk::MemoryDisk;
-use corelog_broker::storage::{
-    CacheKey, DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
-};
 use corelog_replication::wire::{answer_to_wire, partition_key, query_from_wire, query_refusal};
 use corelog_replication::{Batch, Push, ReplicaConfig, ReplicaId, ReplicationError};
+use corelog_storage::clock::Clock;
+use corelog_storage::disk::Disk;
+use corelog_storage::memory_disk::MemoryDisk;
+use corelog_storage::{
+    CacheKey, DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
+};
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::replica_push::{

@@ -2,7 +2,7 @@
 //! kind, damage one (seeded bit flips or a truncation), and keep a
 //! pristine copy to put back.
 //!
-//! The layout this knows (see `broker/src/storage` and DESIGN §5):
+//! The layout this knows (see `broker/storage` (crate `corelog-storage`) and DESIGN §5):
 //!
 //! ```text
 //! <data>/controller/raft.log                   controller Raft log (+ its snapshots)

@@ -1,6 +1,6 @@
 //! Power loss for a killed broker: cut every file to the length its last
 //! successful fdatasync made durable, as the broker's test build recorded
-//! in its durable ledger (`corelog_broker::storage::fault_hooks`, feature
+//! in its durable ledger (`corelog_storage::fault_hooks`, feature
 //! `fault-injection`, which documents the ledger's format).
 //!
 //! What is modelled: data written but not synced is lost, from the end of

@@ -35,7 +35,7 @@ pub fn binary(name: &str) -> PathBuf {
 /// If it is missing, saying how to build it.
 #[must_use]
 pub fn test_broker_binary() -> PathBuf {
-    use corelog_broker::storage::fault_hooks::TEST_BUILD_DIR;
+    use corelog_storage::fault_hooks::TEST_BUILD_DIR;
     if let Some(chosen) = std::env::var_os("CORELOG_TEST_BROKER") {
         return PathBuf::from(chosen);
     }
@@ -72,7 +72,7 @@ fn profile_dir() -> PathBuf {
 /// If it cannot be read.
 #[must_use]
 pub fn has_fault_hooks(path: &Path) -> bool {
-    let marker = corelog_broker::storage::fault_hooks::BUILD_MARKER.as_bytes();
+    let marker = corelog_storage::fault_hooks::BUILD_MARKER.as_bytes();
     let bytes = std::fs::read(path)
         .unwrap_or_else(|error| panic!("{} is not readable: {error}", path.display()));
     bytes.windows(marker.len()).any(|window| window == marker)
@@ -398,7 +398,7 @@ impl Broker {
     /// The fault hooks' environment, read by the test build of corelogd,
     /// which starts only when it is allowed.
     fn set_fault_env(&self, command: &mut Command) {
-        use corelog_broker::storage::fault_hooks::{ALLOW_ENV, FILTER_FILE_ENV, LEDGER_ENV};
+        use corelog_storage::fault_hooks::{ALLOW_ENV, FILTER_FILE_ENV, LEDGER_ENV};
         command.env(ALLOW_ENV, "1");
         command.env(FILTER_FILE_ENV, self.fault_filter_path());
         let ledger = self.durable_ledger_path();

@@ -1,6 +1,6 @@
 //! Storage faults against a 3-broker cluster of real processes, through the
 //! test build of corelogd (feature `fault-injection`, see
-//! `broker/src/storage/fault_hooks/`):
+//! `broker/storage/src/fault_hooks/`):
 //!
 //! - the test build is apart: the `corelogd` users run has no hooks, and
 //!   the test build refuses to start outside a test harness;
@@ -66,7 +66,7 @@ fn the_test_build_refuses_to_start_outside_a_test_harness() {
         .arg("--data-dir")
         .arg(data.path())
         .args(["--shards", "1", "--disk-reserve-bytes", "0"])
-        .env_remove(corelog_broker::storage::fault_hooks::ALLOW_ENV)
+        .env_remove(corelog_storage::fault_hooks::ALLOW_ENV)
         .output()
         .expect("corelogd runs");
     let stderr = String::from_utf8_lossy(&output.stderr);

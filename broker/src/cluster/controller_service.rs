@@ -44,10 +44,10 @@ use super::election::{
 use super::in_sync::{InSyncBook, PartitionHealth};
 use super::raft_log::RaftLogFile;
 use super::sessions::SessionBook;
-use crate::clock::Clock;
 use crate::executor::wait_until;
 use crate::peer::Peers;
 use corelog_replication::wire::answer_from_wire;
+use corelog_storage::clock::Clock;
 
 /// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
 const TICK: Duration = Duration::from_millis(100);

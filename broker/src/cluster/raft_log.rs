@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use corelog_controller::durable::{self, Header, RecoveredLog};
 use glommio::io::{BufferedFile, OpenOptions};
 
-use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
-use crate::storage::glommio_disk::GlommioDisk;
+use corelog_storage::disk::{Disk, read_whole_file, write_file_atomically};
+use corelog_storage::glommio_disk::GlommioDisk;
 
 /// Bound on the file read at start-up: snapshots keep the log to about a
 /// thousand entries beside one metadata snapshot, far below this.
@@ -175,7 +175,7 @@ impl RaftLogFile {
     /// failed write leaves the file's tail unknown.
     pub async fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), RaftLogError> {
         #[cfg(feature = "fault-injection")]
-        crate::storage::fault_hooks::before_write(&self.path)
+        corelog_storage::fault_hooks::before_write(&self.path)
             .map_err(|error| self.error("write", error))?;
         let mut written = 0usize;
         while written < bytes.len() {
@@ -191,7 +191,7 @@ impl RaftLogFile {
         }
         self.len += bytes.len() as u64;
         #[cfg(feature = "fault-injection")]
-        crate::storage::fault_hooks::wrote(&self.path, self.len);
+        corelog_storage::fault_hooks::wrote(&self.path, self.len);
         if sync {
             self.sync().await?;
         }
@@ -226,14 +226,14 @@ impl RaftLogFile {
 
     async fn truncate(&mut self, len: u64) -> Result<(), RaftLogError> {
         #[cfg(feature = "fault-injection")]
-        crate::storage::fault_hooks::before_write(&self.path)
+        corelog_storage::fault_hooks::before_write(&self.path)
             .map_err(|error| self.error("truncate", error))?;
         self.file
             .truncate(len)
             .await
             .map_err(|error| self.error("truncate", error.into()))?;
         #[cfg(feature = "fault-injection")]
-        crate::storage::fault_hooks::truncated(&self.path, len);
+        corelog_storage::fault_hooks::truncated(&self.path, len);
         self.len = len;
         // Recovery cuts only beyond the recorded length: nothing to record.
         debug_assert!(len >= self.recorded.len, "cut below the synced length");
@@ -255,7 +255,7 @@ impl RaftLogFile {
         };
         let slot = durable::synced_length_slot(recorded.sequence, recorded.len);
         #[cfg(feature = "fault-injection")]
-        crate::storage::fault_hooks::before_write(&self.path)
+        corelog_storage::fault_hooks::before_write(&self.path)
             .map_err(|error| self.error("write", error))?;
         let count = self
             .file
@@ -272,14 +272,14 @@ impl RaftLogFile {
 
     async fn fdatasync(&self) -> Result<(), RaftLogError> {
         #[cfg(feature = "fault-injection")]
-        let durable_len = crate::storage::fault_hooks::before_sync(&self.path)
+        let durable_len = corelog_storage::fault_hooks::before_sync(&self.path)
             .map_err(|error| self.error("fdatasync", error))?;
         self.file
             .fdatasync()
             .await
             .map_err(|error| self.error("fdatasync", error.into()))?;
         #[cfg(feature = "fault-injection")]
-        crate::storage::fault_hooks::synced(&self.path, durable_len);
+        corelog_storage::fault_hooks::synced(&self.path, durable_len);
         Ok(())
     }
 

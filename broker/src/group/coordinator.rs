@@ -966,7 +966,6 @@ mod tests {
     use glommio::{LocalExecutorBuilder, Placement};
 
     use super::*;
-    use crate::clock::ManualClock;
     use crate::executor::GlommioExecutor;
     use crate::metadata::TopicConfig;
     use crate::partition::PartitionSpec;
@@ -974,8 +973,9 @@ mod tests {
         PartitionKey, PushTransport, ReplicaSpec, ReplicatedPartition, TransportError,
     };
     use crate::runtime::groups::ReplicatedGroupLog;
-    use crate::storage::memory_disk::MemoryDisk;
-    use crate::storage::{
+    use corelog_storage::clock::ManualClock;
+    use corelog_storage::memory_disk::MemoryDisk;
+    use corelog_storage::{
         CacheKey, DiskSpace, LogConfig, NoObserver, RetentionPolicy, ShardStorage, TailCache,
     };
 

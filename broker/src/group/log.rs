@@ -10,7 +10,7 @@ use corelog_wire::types::Offset;
 use futures::future::LocalBoxFuture;
 
 use crate::partition::{PartitionError, PartitionSummary, Produced};
-use crate::storage::{DeletedRange, ReadOutcome};
+use corelog_storage::{DeletedRange, ReadOutcome};
 
 /// What a coordinator does with its partition.
 pub trait GroupLog {

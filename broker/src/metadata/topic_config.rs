@@ -4,7 +4,7 @@
 
 use corelog_controller::TopicConfig;
 
-use crate::storage::{LogConfig, RetentionPolicy};
+use corelog_storage::{LogConfig, RetentionPolicy};
 
 /// The storage configuration of `topic`'s partitions; `broker` supplies
 /// what is not per topic.

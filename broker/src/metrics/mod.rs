@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::replica::stream::StreamObserver;
-use crate::storage::StorageObserver;
+use corelog_storage::StorageObserver;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardLabel {
@@ -893,7 +893,7 @@ impl StorageObserver for ShardMetrics {
         self.journal_bytes.inc_by(written_bytes);
     }
 
-    fn on_fenced(&self, _dir: &std::path::Path, _error: &crate::storage::StorageError) {
+    fn on_fenced(&self, _dir: &std::path::Path, _error: &corelog_storage::StorageError) {
         self.logs_fenced.inc();
     }
 }

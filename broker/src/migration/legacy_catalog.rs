@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::storage::StorageError;
-use crate::storage::disk::{Disk, read_whole_file};
+use corelog_storage::StorageError;
+use corelog_storage::disk::{Disk, read_whole_file};
 
 /// The file's name in the data directory.
 pub const FILE_NAME: &str = "metadata";

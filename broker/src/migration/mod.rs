@@ -40,7 +40,7 @@ use crate::config::BrokerConfig;
 use crate::executor::wait_until;
 use crate::metadata::topic_dir;
 use crate::replica::meta_file;
-use crate::storage::disk::Disk;
+use corelog_storage::disk::Disk;
 use legacy_catalog::LegacyMetadata;
 
 /// Partitions one import command places at most: a command stays well

@@ -35,7 +35,7 @@ use super::{import, import_chunks, standalone_owner, wait_for_registration};
 use crate::cluster::ControllerService;
 use crate::config::BrokerConfig;
 use crate::replica::meta_file;
-use crate::storage::disk::Disk;
+use corelog_storage::disk::Disk;
 
 /// Producer ids handed out after a rebuild start at the current time in
 /// milliseconds times this: above any id allocated before, as long as

@@ -57,7 +57,7 @@ impl AcceptBackoff {
 /// Whether an accept error means the process or the system is out of
 /// descriptors (a resource to wait for, not a broken listener): the
 /// storage engine's rule, one for the whole broker.
-pub use crate::storage::is_out_of_descriptors;
+pub use corelog_storage::is_out_of_descriptors;
 
 #[cfg(test)]
 mod tests {

@@ -22,8 +22,8 @@ use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 use crate::log_limit::LogLimit;
 use crate::metadata::TopicConfig;
 use crate::metadata::topic_config::log_config;
-use crate::storage::disk::Disk;
-use crate::storage::{
+use corelog_storage::disk::Disk;
+use corelog_storage::{
     AppendOutcome, CacheKey, DeletedRange, LogConfig, PartitionLog, PlacedBatch, ReadOutcome,
     ShardStorage, StorageError, ValidBatch,
 };
@@ -618,7 +618,7 @@ impl<D: Disk> Partition<D> {
     pub async fn delete_segment_below(
         &self,
         offset: Offset,
-        cause: crate::storage::DeletionCause,
+        cause: corelog_storage::DeletionCause,
     ) -> Result<Option<DeletedRange>, StorageError> {
         self.log.delete_segment_below(offset, cause).await
     }
@@ -661,5 +661,35 @@ impl<D: Disk> Partition<D> {
     #[must_use]
     pub fn producer_count(&self) -> usize {
         self.producers.borrow().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::path::PathBuf;
+
+    use corelog_storage::StorageError;
+    use corelog_wire::error::ErrorCode;
+
+    use super::PartitionError;
+
+    /// A write that met ENOSPC, and the fence it leaves, reach the client
+    /// as the retriable `DISK_FULL` that says what to do, not as a bare
+    /// storage error.
+    #[test]
+    fn a_full_disk_is_disk_full_whether_met_or_fenced() {
+        let met = StorageError::Io {
+            path: PathBuf::from("00000000000000000000.log"),
+            kind: io::ErrorKind::StorageFull,
+            message: "No space left on device".to_owned(),
+        };
+        assert_eq!(PartitionError::from(met).code, ErrorCode::DiskFull);
+        let other = StorageError::Io {
+            path: PathBuf::from("00000000000000000000.log"),
+            kind: io::ErrorKind::PermissionDenied,
+            message: "Permission denied".to_owned(),
+        };
+        assert_eq!(PartitionError::from(other).code, ErrorCode::StorageError);
     }
 }

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use corelog_wire::types::{Offset, TimestampMs};
 
 use super::producer_state::{BATCHES_PER_PRODUCER, BatchRecord, ProducerEntry, ProducerStateTable};
-use crate::storage::StorageError;
-use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
-use crate::storage::sealed::{SealedReader, SealedWriter};
+use corelog_storage::StorageError;
+use corelog_storage::disk::{Disk, read_whole_file, write_file_atomically};
+use corelog_storage::sealed::{SealedReader, SealedWriter};
 
 const FILE_NAME: &str = "producer-state";
 const MAGIC: [u8; 4] = *b"CLPS";

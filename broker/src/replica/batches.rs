@@ -8,7 +8,7 @@ use corelog_wire::batch::{self, BatchBuilder, BatchLimits, Compression, NewRecor
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 
 use super::ReplicaError;
-use crate::storage::{PlacedBatch, StorageError, ValidBatch};
+use corelog_storage::{PlacedBatch, StorageError, ValidBatch};
 
 /// Key of the epoch-start marker's one record (its value is the epoch, as a
 /// big-endian u32). Consumers skip control batches.

@@ -9,7 +9,7 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::types::LeaderEpoch;
 
 use crate::partition::PartitionError;
-use crate::storage::StorageError;
+use corelog_storage::StorageError;
 
 /// A failed replicated-partition operation.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

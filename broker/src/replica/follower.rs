@@ -9,7 +9,7 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 
 use super::batches;
 use super::{Push, Query, ReplicaError, ReplicatedPartition};
-use crate::storage::disk::Disk;
+use corelog_storage::disk::Disk;
 
 impl<D: Disk> ReplicatedPartition<D> {
     /// Follows `leader` in `epoch`, as published by the controller (raising

@@ -13,7 +13,7 @@ use futures::future::{Either, select};
 use super::batches;
 use super::{Acks, EndedTerm, Pump, ReplicaError, ReplicatedPartition, TransportError};
 use crate::partition::{ProduceStart, Produced};
-use crate::storage::disk::Disk;
+use corelog_storage::disk::Disk;
 
 impl<D: Disk> ReplicatedPartition<D> {
     /// Leads `epoch` over `replicas` (this replica included), as published

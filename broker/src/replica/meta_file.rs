@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use corelog_replication::ReplicaMeta;
 
 use super::ReplicaError;
-use crate::storage::StorageError;
-use crate::storage::disk::{Disk, read_whole_file, write_file_atomically};
+use corelog_storage::StorageError;
+use corelog_storage::disk::{Disk, read_whole_file, write_file_atomically};
 
 const FILE_NAME: &str = "replica-meta";
 /// Bound on the file: 20 bytes of fixed fields and 12 bytes per epoch-history

@@ -96,11 +96,11 @@ use corelog_wire::message::describe_topics::EPOCH_STARTS_MAX;
 use corelog_wire::types::{LeaderEpoch, Offset};
 use event_listener::Event;
 
-use crate::clock::Clock;
 use crate::executor::Executor;
 use crate::partition::{Partition, PartitionSpec, PartitionSummary, ReplicaSummary};
-use crate::storage::disk::Disk;
-use crate::storage::{
+use corelog_storage::clock::Clock;
+use corelog_storage::disk::Disk;
+use corelog_storage::{
     DeletedRange, PartitionLog, ReadOutcome, ShardStorage, StorageError, StorageObserver,
 };
 
@@ -547,7 +547,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         };
         let deleted = self
             .partition
-            .delete_segment_below(limit, crate::storage::DeletionCause::Compaction)
+            .delete_segment_below(limit, corelog_storage::DeletionCause::Compaction)
             .await?;
         if deleted.is_some() {
             self.follow_log_start().await?;

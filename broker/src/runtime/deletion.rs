@@ -36,7 +36,7 @@ use futures::FutureExt;
 use super::replicas::{PROGRESS_EVERY, cache_key};
 use super::shard::{Replica, Shard};
 use crate::metadata::{MetadataSnapshot, topic_dir};
-use crate::storage::disk::Disk;
+use corelog_storage::disk::Disk;
 use corelog_wire::types::PartitionId;
 
 /// How long a discarded replica may stay held by other tasks before its

@@ -13,7 +13,7 @@ use corelog_wire::error::ErrorCode;
 use crate::cluster::raft_log::RaftLogError;
 use crate::metrics::ShardMetrics;
 use crate::replica::ReplicaError;
-use crate::storage::{StorageError, StorageObserver};
+use corelog_storage::{StorageError, StorageObserver};
 
 /// The storage observer of a broker's shard: the metrics count, then the
 /// runtime decides whether the process survives ([`on_log_fenced`]).

@@ -25,8 +25,8 @@ use crate::group::service::{self, AUDIT_TOPIC, Coordinator, GROUPS_TOPIC};
 use crate::metadata::{MetadataSnapshot, ShardId};
 use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced, ReplicaSummary};
 use crate::replica::{Acks, ReplicatedPartition};
-use crate::storage::disk::Disk;
-use crate::storage::{DeletedRange, ReadOutcome};
+use corelog_storage::disk::Disk;
+use corelog_storage::{DeletedRange, ReadOutcome};
 
 /// How often group coordinators expire silent members and complete overdue
 /// rebalances: a fraction of the shortest session timeout (1 s).

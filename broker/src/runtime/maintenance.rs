@@ -67,7 +67,7 @@ impl Shard {
     }
 
     /// Fills the segments of logs whose batches the shard journal holds
-    /// (see [`crate::storage::journal`]) and removes the journal files
+    /// (see [`corelog_storage::journal`]) and removes the journal files
     /// nothing needs any more, until shutdown. Returns at once without a
     /// journal.
     pub async fn run_segment_flusher(self: Rc<Self>) {

@@ -39,7 +39,7 @@ use crate::partition::{PartitionError, PartitionSpec};
 use crate::replica::peer_transport::{self, PeerFrameCarrier};
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
-use crate::storage::CacheKey;
+use corelog_storage::CacheKey;
 use corelog_wire::types::PartitionId;
 
 /// How often leaders are given the time (pushes due, resends, heartbeats)

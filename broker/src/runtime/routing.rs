@@ -32,7 +32,7 @@ use crate::metadata::snapshot::ReplicationView;
 use crate::partition::{OffsetQuery, PartitionError, PartitionSummary, Produced, ReplicaSummary};
 use crate::replica::Acks;
 use crate::replica::peer_transport::ResolveBroker;
-use crate::storage::ReadOutcome;
+use corelog_storage::ReadOutcome;
 use corelog_wire::types::PartitionId;
 
 /// How long a lookup on another broker may take.

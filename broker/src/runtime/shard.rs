@@ -24,10 +24,10 @@ use event_listener::Event;
 
 use super::deletion::{DeletionQueue, TopicDeletions};
 use super::invoke::{Address, Letter, Mailbox};
-use crate::clock::Clock;
 use crate::cluster::ClusterRole;
 use crate::config::BrokerConfig;
 use crate::executor::{Executor, GlommioExecutor};
+use corelog_storage::clock::Clock;
 use corelog_wire::producer_id::ProducerIdKey;
 use corelog_wire::types::PartitionId;
 
@@ -38,8 +38,8 @@ use crate::partition::PartitionError;
 use crate::peer::Peers;
 use crate::replica::ReplicatedPartition;
 use crate::replica::stream::ReplicationStreams;
-use crate::storage::ShardStorage;
-use crate::storage::glommio_disk::GlommioDisk;
+use corelog_storage::ShardStorage;
+use corelog_storage::glommio_disk::GlommioDisk;
 
 /// A replica this shard hosts.
 pub(super) type Replica = Rc<ReplicatedPartition<GlommioDisk>>;

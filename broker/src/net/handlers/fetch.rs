@@ -31,7 +31,7 @@ use crate::net::quota::Kind;
 use crate::net::throttle::{Throttle, millis};
 use crate::partition::{GapInfo, PartitionError};
 use crate::runtime::shard::Shard;
-use crate::storage::{DeletionCause, ReadOutcome};
+use corelog_storage::{DeletionCause, ReadOutcome};
 use corelog_wire::types::PartitionId;
 
 /// One requested partition, resolved.

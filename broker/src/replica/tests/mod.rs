@@ -28,12 +28,12 @@ use futures::future::LocalBoxFuture;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use super::*;
-use crate::clock::ManualClock;
 use crate::executor::GlommioExecutor;
 use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::partition::{OffsetQuery, PartitionError};
-use crate::storage::memory_disk::{Fault, MemoryDisk};
-use crate::storage::{
+use corelog_storage::clock::ManualClock;
+use corelog_storage::memory_disk::{Fault, MemoryDisk};
+use corelog_storage::{
     CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
 };
 
@@ -563,7 +563,7 @@ fn divergent_tail_of_a_fenced_leader_is_truncated() {
                 .log()
                 .deletions()
                 .iter()
-                .any(|deleted| deleted.cause == crate::storage::DeletionCause::Truncation),
+                .any(|deleted| deleted.cause == corelog_storage::DeletionCause::Truncation),
             "the divergent tail was truncated, not reset"
         );
         assert!(

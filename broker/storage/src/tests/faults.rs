@@ -141,8 +141,6 @@ fn enospc_mid_write_fences_as_disk_full_and_a_reopen_recovers_the_acknowledged_p
     harness.disk.set_capacity(used);
     let error = block_on(log.append(make_batch(2, 3, 900, T0))).expect_err("no space");
     assert!(error.is_no_space(), "{error:?}");
-    let code = crate::partition::PartitionError::from(error).code;
-    assert_eq!(code, corelog_wire::error::ErrorCode::DiskFull);
     assert!(log.fenced_no_space());
     // Still fenced, still DISK_FULL: never retried and acknowledged.
     let error = block_on(log.append(make_batch(3, 1, 10, T0))).expect_err("fenced");

@@ -1,5 +1,9 @@
-//! The storage engine: one append-only log per partition replica, on
-//! glommio DMA files, owned by one shard.
+//! corelog's storage engine: one append-only log per partition replica, on
+//! glommio DMA files, owned by one shard. Its own crate under the broker
+//! (DESIGN §5): it knows partitions only as directories of segments and
+//! imports nothing of the broker; the broker's `partition` and `replica`
+//! layers drive it, the simulator runs it on [`memory_disk`], and
+//! `corelog-bench storage` measures it alone.
 //!
 //! - [`log::PartitionLog`] appends with group commit (an append resolves
 //!   only after the fdatasync that covers it), reads by offset and by
@@ -17,9 +21,12 @@
 //!   and [`memory_disk`] for tests that crash and inject faults;
 //!   [`open_files`]: the bounded cache of open segment files each shard's
 //!   disk keeps, so that partitions cost no descriptor while idle.
+//! - [`clock`]: wall-clock time as an input, so tests move time instead of
+//!   sleeping.
 
 mod appender;
 pub mod checkpoint;
+pub mod clock;
 pub mod deletion_ledger;
 pub mod disk;
 pub mod disk_space;

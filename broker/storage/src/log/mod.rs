@@ -116,7 +116,7 @@ impl PlacedBatch {
     ///
     /// # Errors
     /// [`StorageError::InvalidBatch`] describing the first problem.
-    pub(crate) fn of_checked_push(
+    pub fn of_checked_push(
         bytes: Bytes,
         limits: &batch::BatchLimits,
     ) -> Result<PlacedBatch, StorageError> {
