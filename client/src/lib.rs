@@ -69,6 +69,7 @@ mod config;
 mod connection;
 pub mod consumer;
 pub mod error;
+mod gap;
 pub mod group;
 mod metadata;
 pub mod producer;
