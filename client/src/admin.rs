@@ -46,6 +46,7 @@ use corelog_wire::message::create_topics::{CreatableTopic, CreateTopicsRequest};
 use corelog_wire::message::delete_topics::DeleteTopicsRequest;
 use corelog_wire::message::describe_topics::{ArchivedTopicDescription, DescribeTopicsRequest};
 use corelog_wire::message::list_offsets::OffsetSpec;
+use corelog_wire::topic::check_topic_name;
 use corelog_wire::types::Offset;
 use serde::Serialize;
 
@@ -73,35 +74,19 @@ pub use self::users::{DEFAULT_ITERATIONS, UserListing};
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Longest topic name, as the broker enforces it.
-pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+pub use corelog_wire::topic::TOPIC_NAME_BYTES_MAX;
 
-/// Checks a topic name the way the broker does: 1 to 249 characters from
-/// `[a-zA-Z0-9._-]`, and neither `.` nor `..`.
+/// Checks the name of a topic to create (or to write to) by the broker's
+/// own rule, [`corelog_wire::topic::check_topic_name`]: 1 to 249
+/// characters from `[a-zA-Z0-9._-]`, neither `.` nor `..`, and not starting
+/// with `__` (reserved for the broker's internal topics, which no client
+/// creates or writes). A bad name fails here, before anything is sent,
+/// with the reason the controller would give.
 ///
 /// # Errors
 /// [`ClientError::InvalidArgument`] saying what is wrong.
 pub fn validate_topic_name(name: &str) -> Result<(), ClientError> {
-    let invalid = |why: &str| {
-        Err(ClientError::InvalidArgument(format!(
-            "topic name {name:?} {why}: use 1 to {TOPIC_NAME_BYTES_MAX} letters, digits, '.', '_' or '-'"
-        )))
-    };
-    if name.is_empty() {
-        return invalid("is empty");
-    }
-    if name.len() > TOPIC_NAME_BYTES_MAX {
-        return invalid("is too long");
-    }
-    if name == "." || name == ".." {
-        return invalid("is not allowed");
-    }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return invalid(&format!("contains {bad:?}"));
-    }
-    Ok(())
+    check_topic_name(name, false).map_err(|error| ClientError::InvalidArgument(error.to_string()))
 }
 
 /// A topic to create.
@@ -483,8 +468,26 @@ mod tests {
         }
         for bad in ["", ".", "..", "with space", "slash/", "ü", &"x".repeat(250)] {
             let error = validate_topic_name(bad).unwrap_err();
-            assert!(error.to_string().contains("letters, digits"), "{error}");
+            assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
+            // Word for word the controller's reason: one rule, one message.
+            let rule = check_topic_name(bad, false).unwrap_err();
+            assert_eq!(error.to_string(), format!("invalid argument: {rule}"));
         }
+        let error = validate_topic_name("slash/").unwrap_err().to_string();
+        assert!(error.contains("letters, digits"), "{error}");
+        assert!(error.contains("'/'"), "{error}");
+    }
+
+    /// The copy this replaced let `__` names through, which the controller
+    /// then refused: creating one now fails before it is sent.
+    #[test]
+    fn internal_topic_names_are_refused_before_creation() {
+        let error = validate_topic_name("__audit").unwrap_err();
+        assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
+        assert!(
+            error.to_string().contains("reserved for internal topics"),
+            "{error}"
+        );
     }
 
     #[test]

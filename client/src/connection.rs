@@ -28,6 +28,8 @@
 //! [`ClientError::ConnectionLost`], and the owner opens a new connection.
 //! Nothing is retried here; retrying is the caller's decision.
 
+mod login;
+
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::marker::PhantomData;
@@ -326,7 +328,7 @@ impl Connection {
         let opened = async {
             connection.handshake(&config.client_name).await?;
             if let Some(credentials) = &config.sasl {
-                crate::sasl::login(&connection, credentials).await?;
+                login::login(&connection, credentials).await?;
             }
             Ok(())
         };

@@ -16,7 +16,7 @@ use corelog_wire::batch::BatchError;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 
-use crate::consumer::GapInfo;
+use crate::gap::GapInfo;
 
 /// Why a client operation failed.
 #[derive(Clone, Debug, thiserror::Error)]

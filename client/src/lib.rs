@@ -1,5 +1,6 @@
-//! The native corelog client: a producer, a consumer and an admin client on
-//! tokio, plus the `corelog` command-line tool built on them.
+//! The native corelog client: a producer, a consumer, consumer groups and an
+//! admin client on tokio. The `corelog` command-line tool and the `verify`
+//! history checker are built on it in their own crate, `corelog-cli`.
 //!
 //! ```no_run
 //! use corelog_client::{
@@ -57,7 +58,6 @@
 //!   offset tracker, the poison policy.
 //! - [`admin`] — topics, groups, offset resets and the audit log.
 //! - [`error`] — [`ClientError`].
-//! - [`verify`] — a pure history checker: did the log keep its contracts.
 //!
 //! Network code is in `connection` (one broker connection with pipelining)
 //! and `cluster` (connection pool and metadata cache, shared by the three
@@ -69,13 +69,13 @@ mod config;
 mod connection;
 pub mod consumer;
 pub mod error;
+mod gap;
 pub mod group;
 mod metadata;
 pub mod producer;
 mod sasl;
 mod throttle;
 mod tls;
-pub mod verify;
 
 pub use corelog_wire::acl::{Operation, PatternType, Permission, ResourceType};
 pub use corelog_wire::batch::{Compression, Header, SchemaVersion};

@@ -9,14 +9,22 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Prefix reserved for the broker's internal topics (`__groups`, `__audit`).
 pub const INTERNAL_TOPIC_PREFIX: &str = "__";
 
-/// Why a topic name is refused; the `Display` form says what to use instead.
+/// Why a topic name is refused; the `Display` form says what to use instead
+/// and, for a character outside the set, which one it was (in a long name
+/// it is not obvious).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid topic name {name:?}: {reason}")]
+#[error("invalid topic name {name:?}: {reason}{}", found_clause(*.found))]
 pub struct InvalidTopicName {
     /// The name as given.
     pub name: String,
     /// What is wrong with it.
     pub reason: &'static str,
+    /// The first character outside `[a-zA-Z0-9._-]`, when that is the reason.
+    pub found: Option<char>,
+}
+
+fn found_clause(found: Option<char>) -> String {
+    found.map_or_else(String::new, |found| format!(" (it contains {found:?})"))
 }
 
 /// Checks a topic name: 1 to 249 bytes of `[a-zA-Z0-9._-]`, neither `.`
@@ -30,6 +38,7 @@ pub fn check_topic_name(name: &str, internal: bool) -> Result<(), InvalidTopicNa
         Err(InvalidTopicName {
             name: name.to_owned(),
             reason,
+            found: None,
         })
     };
     if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
@@ -38,11 +47,15 @@ pub fn check_topic_name(name: &str, internal: bool) -> Result<(), InvalidTopicNa
     if name == "." || name == ".." {
         return invalid("must not be . or ..");
     }
-    if !name
-        .bytes()
-        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+    if let Some(found) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        return invalid("use only letters, digits, '.', '_' and '-'");
+        return Err(InvalidTopicName {
+            name: name.to_owned(),
+            reason: "use only letters, digits, '.', '_' and '-'",
+            found: Some(found),
+        });
     }
     match (name.starts_with(INTERNAL_TOPIC_PREFIX), internal) {
         (true, false) => invalid("names starting with __ are reserved for internal topics"),
@@ -80,5 +93,22 @@ mod tests {
             );
         }
         assert!(check_topic_name("groups", true).is_err());
+    }
+
+    #[test]
+    fn a_character_outside_the_set_is_named() {
+        let refused = check_topic_name("orders/eu", false).unwrap_err();
+        assert_eq!(refused.found, Some('/'));
+        assert_eq!(
+            refused.to_string(),
+            "invalid topic name \"orders/eu\": use only letters, digits, '.', '_' and '-' (it contains '/')"
+        );
+        assert_eq!(check_topic_name("é", false).unwrap_err().found, Some('é'));
+        let empty = check_topic_name("", false).unwrap_err();
+        assert_eq!(empty.found, None);
+        assert_eq!(
+            empty.to_string(),
+            "invalid topic name \"\": use 1 to 249 characters"
+        );
     }
 }

@@ -85,6 +85,7 @@ use std::time::Duration;
 
 use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
+use corelog_wire::topic::{INTERNAL_TOPIC_PREFIX, check_topic_name};
 use corelog_wire::types::Offset;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -221,7 +222,9 @@ impl GroupConfig {
             return invalid("a group consumer needs at least one topic");
         }
         for topic in &self.topics {
-            crate::admin::validate_topic_name(topic)
+            // The broker's rule (corelog_wire::topic), with `__` allowed as
+            // the prefix of an internal topic: a group may read the audit log.
+            check_topic_name(topic, topic.starts_with(INTERNAL_TOPIC_PREFIX))
                 .map_err(|error| ClientError::InvalidConfig(error.to_string()))?;
         }
         // The coordinator refuses shorter timeouts: a member could not
@@ -866,6 +869,19 @@ mod tests {
         assert!(
             bad(|c| c.poison = PoisonPolicy::quarantine("bad topic")).contains("dead_letter_topic")
         );
+    }
+
+    /// A group may read an internal topic (the audit log), but its dead
+    /// letters go to a topic the client writes, which no `__` topic is:
+    /// the broker refuses such a produce, so the policy is refused up front.
+    #[test]
+    fn a_group_may_read_an_internal_topic_but_not_quarantine_into_one() {
+        let mut config = GroupConfig::new("127.0.0.1:7100", "audit-shipper", ["__audit"]);
+        config.validate().unwrap();
+        config.poison = PoisonPolicy::quarantine("__audit.dlq");
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("dead_letter_topic"), "{error}");
+        assert!(error.contains("reserved for internal topics"), "{error}");
     }
 
     #[test]

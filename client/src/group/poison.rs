@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corelog_wire::batch::Header;
+use corelog_wire::topic::check_topic_name;
 use corelog_wire::types::Offset;
 
 use crate::consumer::ConsumerRecord;
@@ -186,7 +187,9 @@ impl PoisonPolicy {
             ));
         }
         if let PoisonAction::Quarantine { dead_letter_topic } = &self.then {
-            crate::admin::validate_topic_name(dead_letter_topic).map_err(|error| {
+            // A topic the client writes: the broker's rule for user topics,
+            // so an internal (`__`) one is refused here, not at the produce.
+            check_topic_name(dead_letter_topic, false).map_err(|error| {
                 ClientError::InvalidConfig(format!("dead_letter_topic: {error}"))
             })?;
         }

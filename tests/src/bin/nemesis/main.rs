@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use corelog_client::verify::workload::{self, Workload};
-use corelog_client::verify::{ClientId, EventKind, History, check};
+use corelog_cli::verify::workload::{self, Workload};
+use corelog_cli::verify::{ClientId, EventKind, History, check};
 use corelog_client::{Admin, ClientConfig};
 use serde::Serialize;
 
@@ -143,8 +143,9 @@ async fn resolve(target: Target, fallback: usize, client: &ClientConfig) -> usiz
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    // The workload's client library logs what it retries; RUST_LOG (for
-    // example `corelog_client=debug`) shows it when a run needs explaining.
+    // The workload's client library logs what it retries, the workload its
+    // failed polls; RUST_LOG (for example `corelog_client=debug,corelog_cli=debug`)
+    // shows them when a run needs explaining.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -21,8 +21,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::watch;
 
 use super::{ClientId, EventKind, History, Key, ProducerStamp, ValueId};
-use crate::error::ClientError;
-use crate::{
+use corelog_client::ClientError;
+use corelog_client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, ErrorCode, GroupConfig, GroupConsumer, NewTopic,
     Offset, Producer, ProducerConfig, ProducerRecord, StartFrom, TopicPartition, partition_for_key,
 };
@@ -394,7 +394,7 @@ fn settle(
     progress: &SharedProgress,
     client: ClientId,
     id: ValueId,
-    outcome: Result<crate::Delivery, ClientError>,
+    outcome: Result<corelog_client::Delivery, ClientError>,
 ) -> Option<(u32, u64)> {
     match outcome {
         Ok(delivery) => {

@@ -11,7 +11,7 @@
 //! file.
 //!
 //! ```
-//! use corelog_client::verify::{self, ClientId, EventKind, History, ValueId};
+//! use corelog_cli::verify::{self, ClientId, EventKind, History, ValueId};
 //!
 //! let mut history = History::new();
 //! let client = ClientId(1);

@@ -109,7 +109,7 @@ pub(crate) async fn run(global: &Global, command: GroupCommand) -> Result<(), Cl
                     );
                 }
                 return Err(ClientError::Broker {
-                    code: corelog_wire::error::ErrorCode::CoordinatorNotAvailable,
+                    code: corelog_client::ErrorCode::CoordinatorNotAvailable,
                     context: format!(
                         "list groups: {} of the cluster's brokers did not answer (broker {} first)",
                         listed.unanswered.len(),

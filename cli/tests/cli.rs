@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+// The client library's in-process fake broker, shared rather than copied.
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::io::Write;

@@ -1,14 +1,14 @@
 //! `corelog verify`: is anything acknowledged lost? Runs the workload of
-//! [`corelog_client::verify::workload`] against a live cluster while the
+//! [`corelog_cli::verify::workload`] against a live cluster while the
 //! operator injects faults (restarts, kills, partitions, full disks), then
 //! prints the checker's report; exit code 3 on any violation.
 
 use std::time::Duration;
 
 use clap::Args;
+use corelog_cli::verify::workload::{self, Workload};
+use corelog_cli::verify::{History, Report, check};
 use corelog_client::ClientError;
-use corelog_client::verify::workload::{self, Workload};
-use corelog_client::verify::{History, Report, check};
 
 use crate::Global;
 use crate::time::parse_duration;
