@@ -17,9 +17,14 @@ BROKER_FUZZ_TARGETS = handler controller_log
 # The pure code (scripts/purity.sh): no I/O, clock, process or thread in any
 # item outside `#[cfg(test)]`. A crate's folder (wire) also may have no async
 # runtime in its dependency tree; a file or folder inside another crate (the
-# pure parts of an I/O crate: the storage crate's planners and codecs, say
-# broker/storage/src/retention/plan.rs) has its code checked. Add paths here.
-PURE_PATHS = wire replication controller
+# pure parts of an I/O crate) has its code checked. Add paths here. Of the
+# storage crate: the group-commit state machine, the retention and prune
+# planners, and the codecs of its small files and indexes.
+STORAGE = broker/storage/src
+PURE_PATHS = wire replication controller \
+	$(STORAGE)/appender.rs $(STORAGE)/retention.rs $(STORAGE)/log/prune.rs \
+	$(STORAGE)/checkpoint.rs $(STORAGE)/deletion_ledger.rs $(STORAGE)/sealed.rs \
+	$(STORAGE)/index.rs $(STORAGE)/time_index.rs
 
 .PHONY: build run test sim bench bench-storage bench-broker bench-cluster bench-matrix cluster cluster-down \
 	cluster-status fmt lint purity fuzz clean nemesis soak ops-check

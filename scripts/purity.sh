@@ -9,7 +9,7 @@
 #   inside another crate (a pure module of an I/O crate, e.g. a storage
 #   planner or codec): its code must name no I/O.
 #
-# The code check is tools/purity (corelog-purity): it parses each file and
+# The code check is scripts/purity (corelog-purity): it parses each file and
 # leaves out exactly the `#[cfg(test)]` items and the files only they
 # declare, so every other item is checked wherever it is in its file.
 set -euo pipefail
@@ -27,7 +27,7 @@ checker() {
 # Self-test: a fixture that names std::fs after its test module must be
 # caught (the line-based check this replaced stopped at the first
 # `#[cfg(test)]` of each file and passed it).
-fixture=tools/purity/fixtures/io_after_tests
+fixture=scripts/purity/fixtures/io_after_tests
 if found=$(checker "$fixture" 2>&1) || ! grep -q "^$fixture/src/lib.rs:19: " <<<"$found"; then
     echo "purity: the checker did not flag line 19 of $fixture/src/lib.rs (std::fs after the test module):" >&2
     echo "$found" >&2
