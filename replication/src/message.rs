@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use corelog_wire::types::{LeaderEpoch, Offset};
 
+use crate::error::ProtocolError;
 use crate::ids::{PartitionKey, ReplicaId};
 
 /// Where a batch sits in the log and which epoch wrote it: what the state
@@ -100,6 +101,61 @@ impl Push {
             .last()
             .map_or(self.start, |batch| batch.last.plus(1))
     }
+
+    /// Checks what a push must be whatever the receiver's log holds: a
+    /// reset starts where it resets to; batches are whole, contiguous from
+    /// `start`, of the push's epoch or older, and their epochs never go
+    /// back (from `prev_epoch` on). [`Replica::on_push`] runs it first.
+    ///
+    /// [`Replica::on_push`]: crate::Replica::on_push
+    ///
+    /// # Errors
+    /// The first [`ProtocolError`] found.
+    pub fn check_shape(&self) -> Result<(), ProtocolError> {
+        if let Some(reset_to) = self.reset_to
+            && reset_to != self.start
+        {
+            return Err(ProtocolError::ResetNotAtStart {
+                reset_to,
+                start: self.start,
+            });
+        }
+        let mut expected = self.start;
+        let mut previous = self.prev_epoch;
+        for batch in &self.batches {
+            if batch.base != expected || batch.last < batch.base {
+                return Err(ProtocolError::NotContiguous {
+                    base: batch.base,
+                    last: batch.last,
+                    expected,
+                });
+            }
+            if batch.epoch > self.epoch {
+                return Err(ProtocolError::BatchEpochAbovePush {
+                    base: batch.base,
+                    batch_epoch: batch.epoch,
+                    push_epoch: self.epoch,
+                });
+            }
+            if let Some(previous) = previous
+                && batch.epoch < previous
+            {
+                return Err(ProtocolError::EpochGoesBack {
+                    base: batch.base,
+                    epoch: batch.epoch,
+                    previous,
+                });
+            }
+            previous = Some(batch.epoch);
+            expected = Offset(batch.last.0.checked_add(1).ok_or(
+                ProtocolError::OffsetOverflow {
+                    base: batch.base,
+                    last: batch.last,
+                },
+            )?);
+        }
+        Ok(())
+    }
 }
 
 /// Follower to leader: the answer to a push, or (`Ok`) news of durability.
@@ -114,6 +170,35 @@ pub struct PushAck {
     pub from: ReplicaId,
     /// What happened.
     pub result: PushResult,
+}
+
+impl PushAck {
+    /// Checks an acknowledgement that came back for a push sent to `to`:
+    /// it names that replica, and counts no more durable than it matches.
+    ///
+    /// # Errors
+    /// [`ProtocolError::AckFromElsewhere`] or
+    /// [`ProtocolError::AckDurablePastLogEnd`].
+    pub fn check_against(&self, to: ReplicaId) -> Result<(), ProtocolError> {
+        if self.from != to {
+            return Err(ProtocolError::AckFromElsewhere {
+                to,
+                from: self.from,
+            });
+        }
+        if let PushResult::Ok {
+            durable_end,
+            log_end,
+        } = self.result
+            && durable_end > log_end
+        {
+            return Err(ProtocolError::AckDurablePastLogEnd {
+                durable_end,
+                log_end,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The outcome of a push.

@@ -122,6 +122,8 @@ fn refused_code(error: &ReplicationError) -> ErrorCode {
         | ReplicationError::ConflictingLeader { .. }
         | ReplicationError::EpochInLog { .. }
         | ReplicationError::NotInReplicaSet { .. } => ErrorCode::InvalidRequest,
+        // A peer sent what no correct replica sends.
+        ReplicationError::Protocol(_) => ErrorCode::InvalidRequest,
         // The metadata and the log do not fit together: damage.
         ReplicationError::HistoryMismatch { .. }
         | ReplicationError::HistoryAboveFence { .. }

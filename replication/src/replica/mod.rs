@@ -690,3 +690,6 @@ impl Replica {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod protocol_tests;
