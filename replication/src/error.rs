@@ -2,9 +2,10 @@
 //! are assertions, see the crate docs) and from the wire error codes (which
 //! the broker maps these to).
 
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::batch::BatchError;
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
-use crate::ids::{PartitionKey, ReplicaId};
+use crate::ids::ReplicaId;
 
 /// A request the replica state machine refused. None of these change state:
 /// the replica is exactly as it was before the call.
@@ -57,9 +58,9 @@ pub enum ReplicationError {
     #[error("message for partition {got} delivered to partition {expected}")]
     WrongPartition {
         /// This replica's partition.
-        expected: PartitionKey,
+        expected: PartitionId,
         /// The partition the message names.
-        got: PartitionKey,
+        got: PartitionId,
     },
     /// Recovery found a log whose last record's epoch disagrees with the
     /// persisted epoch history: the metadata or the log is damaged. The
@@ -104,6 +105,22 @@ pub enum ReplicationError {
 /// assertion.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
+    /// A push's raw section is not whole, valid batches (structure,
+    /// bounds, CRC).
+    #[error("the batches of the push from {start}: {error}")]
+    BadBatch {
+        /// The push's start.
+        start: Offset,
+        /// The first problem found.
+        error: BatchError,
+    },
+    /// A pushed batch carries no leader epoch: every batch of a replicated
+    /// log is stamped.
+    #[error("the batch at {base} has no leader epoch")]
+    UnstampedBatch {
+        /// The batch's first offset.
+        base: Offset,
+    },
     /// A reset push must start where it resets the log to.
     #[error("reset to {reset_to} but the push starts at {start}")]
     ResetNotAtStart {

@@ -52,6 +52,16 @@
 //!   follower's last epoch. A follower below the leader's log start is
 //!   reset ([`Push::reset_to`]).
 //!
+//! # On the wire
+//!
+//! [`wire`] converts the messages to and from `corelog_wire`'s
+//! `ReplicaPush` and `ReplicaQuery` ([`Push::from_wire`],
+//! [`PushAck::to_wire`], ...) and checks what a peer sent while it does (a
+//! push's batches whole, CRC-checked once, stamped, where the push says):
+//! the broker's shell hands bytes in and gets typed values or typed errors
+//! back. A partition is named by `corelog_wire::types::PartitionId`, the
+//! same identity the broker and its storage use.
+//!
 //! # Invariants
 //!
 //! Anything a peer can send is checked, not asserted: a push or an
@@ -122,7 +132,7 @@ pub mod wire;
 pub use action::Action;
 pub use error::{DecodeError, HistoryError, ProtocolError, ReplicationError};
 pub use history::{EpochEnd, EpochEntry, EpochHistory};
-pub use ids::{PartitionKey, ReplicaId};
+pub use ids::ReplicaId;
 pub use message::{Batch, BatchMeta, Push, PushAck, PushResult, Query, QueryAnswer, QueryResult};
 pub use meta::ReplicaMeta;
 pub use replica::{FollowerStatus, RecoveredLog, Replica, ReplicaConfig, RoleView};

@@ -1,11 +1,11 @@
-//! The replication messages as plain Rust values. The broker mirrors them on
-//! the wire (inter-broker APIs); the simulator passes them as they are.
+//! The replication messages as plain Rust values. Their wire forms (the
+//! inter-broker APIs) are in [`crate::wire`].
 
 use bytes::Bytes;
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
 use crate::error::ProtocolError;
-use crate::ids::{PartitionKey, ReplicaId};
+use crate::ids::ReplicaId;
 
 /// Where a batch sits in the log and which epoch wrote it: what the state
 /// machine needs to know about a batch. The bytes stay with the shell.
@@ -67,7 +67,7 @@ impl Batch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Push {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The sender's leader epoch.
     pub epoch: LeaderEpoch,
     /// The sender.
@@ -162,7 +162,7 @@ impl Push {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PushAck {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The epoch of the push answered (for `Ok`, the epoch the follower
     /// follows). A leader ignores acknowledgements of other epochs.
     pub epoch: LeaderEpoch,
@@ -235,7 +235,7 @@ pub enum PushResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Query {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The epoch the controller will assign.
     pub new_epoch: LeaderEpoch,
 }
@@ -244,7 +244,7 @@ pub struct Query {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueryAnswer {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The `new_epoch` of the query answered. The election counts only
     /// answers to its own epoch: an answer to an earlier query promised
     /// less and may describe a log that has grown since (an addition to the

@@ -970,9 +970,7 @@ mod tests {
     use crate::executor::GlommioExecutor;
     use crate::metadata::TopicConfig;
     use crate::partition::PartitionSpec;
-    use crate::replica::{
-        PartitionKey, PushTransport, ReplicaSpec, ReplicatedPartition, TransportError,
-    };
+    use crate::replica::{PushTransport, ReplicaSpec, ReplicatedPartition, TransportError};
     use crate::runtime::groups::ReplicatedGroupLog;
     use crate::storage::memory_disk::MemoryDisk;
     use crate::storage::{
@@ -1013,7 +1011,10 @@ mod tests {
         };
         let spec = ReplicaSpec {
             id: ReplicaId(1),
-            key: PartitionKey(1),
+            partition_id: corelog_wire::types::PartitionId {
+                topic_id: 1,
+                partition: 0,
+            },
             config: ReplicaConfig::default(),
             partition: PartitionSpec {
                 topic: "__groups",

@@ -19,7 +19,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use corelog_replication::wire as replication_wire;
 use corelog_replication::{ReplicaConfig, ReplicaId, RoleView};
-use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
@@ -38,7 +37,7 @@ use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
 use crate::metrics::FollowerLagSample;
 use crate::partition::{PartitionError, PartitionSpec};
-use crate::replica::peer_transport::{self, PeerFrameCarrier};
+use crate::replica::peer_transport::PeerFrameCarrier;
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
 use crate::storage::CacheKey;
@@ -148,7 +147,7 @@ impl Shard {
         let dir = topic_dir(&self.config.data_dir, name, view.record.id).join(index.to_string());
         let spec = ReplicaSpec {
             id: ReplicaId(self.config.node_id),
-            key: replication_wire::partition_key(view.record.id, index),
+            partition_id: id,
             config: ReplicaConfig {
                 in_sync_lag_ms: self.config.replica_lag_max_ms,
                 ..ReplicaConfig::default()
@@ -164,7 +163,7 @@ impl Shard {
             },
             high_watermark_signal: partition.data_signal.clone(),
         };
-        let transport = Rc::new(self.replication_streams().transport(view.record.id, index));
+        let transport = Rc::new(self.replication_streams().transport(id));
         let opened = ReplicatedPartition::open(
             self.disk.clone(),
             spec,
@@ -316,7 +315,7 @@ impl Shard {
     ) -> ReplicaPushResponse {
         let (partition, owner) = match self.replica_owner(request.topic_id, request.partition) {
             Ok(found) => found,
-            Err(message) => return peer_transport::push_refusal(ErrorCode::NotLeader, message),
+            Err(message) => return replication_wire::push_refusal(ErrorCode::NotLeader, message),
         };
         if owner == self.id {
             return self.local_replica_push(partition, &request, raw).await;
@@ -329,10 +328,10 @@ impl Shard {
             reply,
         };
         if let Err(error) = self.send_now(owner, command) {
-            return peer_transport::push_refusal(error.code, error.message);
+            return replication_wire::push_refusal(error.code, error.message);
         }
         answer.await.unwrap_or_else(|_| {
-            peer_transport::push_refusal(
+            replication_wire::push_refusal(
                 ErrorCode::LeaderNotAvailable,
                 "the owning shard stopped".to_owned(),
             )
@@ -395,7 +394,8 @@ impl Shard {
         ))
     }
 
-    /// Answers a push on the replica's own shard.
+    /// Answers a push on the replica's own shard: the replica takes it as
+    /// received and answers it whole.
     pub(super) async fn local_replica_push(
         &self,
         partition: PartitionId,
@@ -403,20 +403,12 @@ impl Shard {
         raw: Bytes,
     ) -> ReplicaPushResponse {
         let Some(replica) = self.replicas.borrow().get(&partition).cloned() else {
-            return peer_transport::push_refusal(
+            return replication_wire::push_refusal(
                 ErrorCode::LeaderNotAvailable,
                 "the replica is not open yet; retry".to_owned(),
             );
         };
-        let limits: BatchLimits = self.config.log.batch_limits;
-        let push = match peer_transport::push_from_wire(request, raw, &limits) {
-            Ok(push) => push,
-            Err(error) => return peer_transport::push_refusal(error.code(), error.to_string()),
-        };
-        match replica.handle_push(push).await {
-            Ok(ack) => peer_transport::ack_to_wire(&ack),
-            Err(error) => peer_transport::push_refusal(error.code(), error.to_string()),
-        }
+        replica.serve_push(request, raw).await
     }
 
     /// Answers an election query on the replica's own shard.
@@ -431,13 +423,7 @@ impl Shard {
                 "the replica is not open yet; retry".to_owned(),
             );
         };
-        match replica
-            .handle_query(replication_wire::query_from_wire(request))
-            .await
-        {
-            Ok(answer) => replication_wire::answer_to_wire(&answer),
-            Err(error) => replication_wire::query_refusal(error.code(), error.to_string()),
-        }
+        replica.serve_query(request).await
     }
 
     /// The partitions this shard leads, each with its in-sync replicas

@@ -2,14 +2,17 @@
 //! of divergence repair against models.
 
 use bytes::Bytes;
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 use proptest::prelude::*;
 
 use super::*;
 use crate::history::{EpochEntry, EpochHistory};
 use crate::message::{Batch, BatchMeta, Push, PushAck, PushResult, Query, QueryResult};
 
-pub(super) const P: PartitionKey = PartitionKey(7);
+pub(super) const P: PartitionId = PartitionId {
+    topic_id: 7,
+    partition: 0,
+};
 pub(super) const A: ReplicaId = ReplicaId(1);
 pub(super) const B: ReplicaId = ReplicaId(2);
 pub(super) const C: ReplicaId = ReplicaId(3);

@@ -110,9 +110,9 @@ impl PlacedBatch {
     }
 
     /// Checks that `bytes` is exactly one batch within `limits`, without
-    /// recomputing its CRC: for a pushed batch, which the replica shell
-    /// validated whole (CRC included) before the state machine took the
-    /// push (`replica::batches::check_push`).
+    /// recomputing its CRC: for a pushed batch, which was validated whole
+    /// (CRC included) when the push was received, before the state machine
+    /// took it (`corelog_replication::Push::from_wire`).
     ///
     /// # Errors
     /// [`StorageError::InvalidBatch`] describing the first problem.
