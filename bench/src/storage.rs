@@ -23,10 +23,10 @@ use corelog_broker::clock::SystemClock;
 use corelog_broker::storage::disk::{Disk, DiskFile};
 use corelog_broker::storage::glommio_disk::GlommioDisk;
 use corelog_broker::storage::{
-    CacheKey, DiskSpace, LogConfig, NoObserver, PartitionLog, ShardStorage, TailCache,
+    DiskSpace, LogConfig, NoObserver, PartitionLog, ShardStorage, TailCache,
 };
 use corelog_wire::batch::{BatchBuilder, Compression, NewRecord};
-use corelog_wire::types::TimestampMs;
+use corelog_wire::types::{PartitionId, TimestampMs};
 use glommio::{LocalExecutorBuilder, Placement};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -346,7 +346,10 @@ async fn open_log(
         &root.join(name),
         config,
         shard_storage(disk, root),
-        CacheKey(0),
+        PartitionId {
+            topic_id: 0,
+            partition: 0,
+        },
     )
     .await
     .map(Rc::new)

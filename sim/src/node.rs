@@ -31,7 +31,7 @@ use corelog_broker::replica::{
 use corelog_broker::storage::disk::Disk;
 use corelog_broker::storage::memory_disk::MemoryDisk;
 use corelog_broker::storage::{
-    CacheKey, DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
+    DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
 };
 use corelog_replication::wire::query_refusal;
 use corelog_replication::{Batch, Push, ReplicaConfig, ReplicaId, ReplicationError};
@@ -380,18 +380,16 @@ impl Node {
             };
             let spec = ReplicaSpec {
                 id: ReplicaId(id),
-                partition_id: PartitionId {
-                    topic_id: settings.topic_id,
-                    partition: 0,
-                },
                 config: settings.replica,
                 partition: PartitionSpec {
                     topic: "events",
-                    index: 0,
+                    id: PartitionId {
+                        topic_id: settings.topic_id,
+                        partition: 0,
+                    },
                     dir: Path::new(PARTITION_DIR),
                     config: settings.topic,
                     broker_log: settings.log,
-                    cache_key: CacheKey(0),
                     producer_state_retention_ms: 1 << 40,
                 },
                 high_watermark_signal: Default::default(),

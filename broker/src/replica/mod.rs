@@ -98,7 +98,7 @@ use corelog_replication::{
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::describe_topics::EPOCH_STARTS_MAX;
-use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
+use corelog_wire::types::{LeaderEpoch, Offset};
 use event_listener::Event;
 
 use crate::clock::Clock;
@@ -121,8 +121,6 @@ pub use transport::{PushTransport, TransportError};
 pub struct ReplicaSpec<'a> {
     /// This replica (its broker's node id).
     pub id: ReplicaId,
-    /// The partition, as replication messages name it.
-    pub partition_id: PartitionId,
     /// Replication tunables.
     pub config: ReplicaConfig,
     /// The partition's directory and settings.
@@ -250,6 +248,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         executor: Rc<dyn Executor>,
     ) -> Result<Rc<Self>, ReplicaError> {
         let dir = spec.partition.dir.to_path_buf();
+        let partition_id = spec.partition.id;
         let clock = shard.clock.clone();
         let high_watermark_changed = spec.high_watermark_signal;
         let observer = shard.observer.clone();
@@ -263,7 +262,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             last_epoch: last_epoch(log, &limits).await?,
         };
         let (replica, actions) =
-            Replica::recover(spec.id, spec.partition_id, spec.config, meta, recovered)?;
+            Replica::recover(spec.id, partition_id, spec.config, meta, recovered)?;
         let high_watermark = replica.high_watermark();
         let this = Rc::new(ReplicatedPartition {
             id: spec.id,

@@ -40,7 +40,6 @@ use crate::partition::{PartitionError, PartitionSpec};
 use crate::replica::peer_transport::PeerFrameCarrier;
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
-use crate::storage::CacheKey;
 
 /// How often leaders are given the time (pushes due, resends, heartbeats)
 /// and replication gauges are sampled.
@@ -147,18 +146,16 @@ impl Shard {
         let dir = topic_dir(&self.config.data_dir, name, view.record.id).join(index.to_string());
         let spec = ReplicaSpec {
             id: ReplicaId(self.config.node_id),
-            partition_id: id,
             config: ReplicaConfig {
                 in_sync_lag_ms: self.config.replica_lag_max_ms,
                 ..ReplicaConfig::default()
             },
             partition: PartitionSpec {
                 topic: name,
-                index,
+                id,
                 dir: &dir,
                 config: view.record.config,
                 broker_log: self.config.log,
-                cache_key: cache_key(id),
                 producer_state_retention_ms: self.config.producer_state_retention_ms,
             },
             high_watermark_signal: partition.data_signal.clone(),
@@ -620,9 +617,4 @@ impl Progress {
             );
         }
     }
-}
-
-/// The tail-cache key of a partition.
-pub(super) fn cache_key(id: PartitionId) -> CacheKey {
-    CacheKey((id.topic_id << 20) | u64::from(id.partition))
 }

@@ -21,7 +21,7 @@ use corelog_wire::batch::{
     self, BatchBuilder, BatchLimits, Compression, NewRecord, ProducerIdentity,
 };
 use corelog_wire::error::ErrorCode;
-use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId, TimestampMs};
 use event_listener::Event;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -34,7 +34,7 @@ use crate::metadata::{CleanupPolicy, TopicConfig};
 use crate::partition::{OffsetQuery, PartitionError};
 use crate::storage::memory_disk::{Fault, MemoryDisk};
 use crate::storage::{
-    CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
+    DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
 };
 
 mod streams;
@@ -332,11 +332,10 @@ fn replica_spec(
     };
     ReplicaSpec {
         id,
-        partition_id: key,
         config,
         partition: PartitionSpec {
             topic: "orders",
-            index: 0,
+            id: key,
             dir,
             config: TopicConfig {
                 retention_ms: None,
@@ -358,7 +357,6 @@ fn replica_spec(
                 flush_bytes_max: 64 << 10,
                 batch_limits: limits,
             },
-            cache_key: CacheKey(0),
             producer_state_retention_ms: 1 << 40,
         },
         high_watermark_signal: Arc::new(Event::new()),
