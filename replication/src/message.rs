@@ -174,7 +174,7 @@ pub struct PushAck {
 
 impl PushAck {
     /// Checks an acknowledgement that came back for a push sent to `to`:
-    /// it names that replica, and counts no more durable than it matches.
+    /// it names that replica, and is consistent ([`Self::check_consistent`]).
     ///
     /// # Errors
     /// [`ProtocolError::AckFromElsewhere`] or
@@ -186,6 +186,16 @@ impl PushAck {
                 from: self.from,
             });
         }
+        self.check_consistent()
+    }
+
+    /// Checks what an acknowledgement must be whatever the leader's log
+    /// holds: an `Ok` counts no more durable than it matches.
+    /// [`crate::Replica::on_push_ack`] runs it first.
+    ///
+    /// # Errors
+    /// [`ProtocolError::AckDurablePastLogEnd`].
+    pub fn check_consistent(&self) -> Result<(), ProtocolError> {
         if let PushResult::Ok {
             durable_end,
             log_end,

@@ -263,7 +263,7 @@ impl Replica {
     /// # Errors
     /// [`ReplicationError::WrongPartition`]; [`ReplicationError::Protocol`]
     /// for an acknowledgement no correct follower sends
-    /// ([`PushAck::check_against`] fails, or an `Ok` of this epoch claims
+    /// ([`PushAck::check_consistent`] fails, or an `Ok` of this epoch claims
     /// more than this leader's log holds). Nothing changes then.
     pub fn on_push_ack(
         &mut self,
@@ -271,7 +271,7 @@ impl Replica {
         now_ms: u64,
     ) -> Result<Vec<Action>, ReplicationError> {
         self.check_partition(ack.partition)?;
-        ack.check_against(ack.from)?;
+        ack.check_consistent()?;
         let mut actions = Vec::new();
         let log_end = self.log_end;
         let Role::Leader(leader) = &mut self.role else {
