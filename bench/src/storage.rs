@@ -22,11 +22,9 @@ use clap::Args;
 use corelog_storage::clock::SystemClock;
 use corelog_storage::disk::{Disk, DiskFile};
 use corelog_storage::glommio_disk::GlommioDisk;
-use corelog_storage::{
-    CacheKey, DiskSpace, LogConfig, NoObserver, PartitionLog, ShardStorage, TailCache,
-};
+use corelog_storage::{DiskSpace, LogConfig, NoObserver, PartitionLog, ShardStorage, TailCache};
 use corelog_wire::batch::{BatchBuilder, Compression, NewRecord};
-use corelog_wire::types::TimestampMs;
+use corelog_wire::types::{PartitionId, TimestampMs};
 use glommio::{LocalExecutorBuilder, Placement};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -346,7 +344,10 @@ async fn open_log(
         &root.join(name),
         config,
         shard_storage(disk, root),
-        CacheKey(0),
+        PartitionId {
+            topic_id: 0,
+            partition: 0,
+        },
     )
     .await
     .map(Rc::new)

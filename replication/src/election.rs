@@ -112,12 +112,15 @@ pub fn decide(epoch: LeaderEpoch, replicas: &[ReplicaId], answers: &[QueryAnswer
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::PartitionKey;
+    use corelog_wire::types::PartitionId;
     use proptest::prelude::*;
 
     fn state(from: u32, epoch: u32, last_epoch: Option<u32>, log_end: u64) -> QueryAnswer {
         QueryAnswer {
-            partition: PartitionKey(1),
+            partition: PartitionId {
+                topic_id: 1,
+                partition: 0,
+            },
             epoch: LeaderEpoch(epoch),
             from: ReplicaId(from),
             result: QueryResult::State {
@@ -198,7 +201,10 @@ mod tests {
         let answers = [
             state(1, 5, Some(4), 30),
             QueryAnswer {
-                partition: PartitionKey(1),
+                partition: PartitionId {
+                    topic_id: 1,
+                    partition: 0,
+                },
                 epoch: LeaderEpoch(5),
                 from: ReplicaId(2),
                 result: QueryResult::Fenced {

@@ -2,9 +2,10 @@
 //! are assertions, see the crate docs) and from the wire error codes (which
 //! the broker maps these to).
 
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::batch::BatchError;
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
-use crate::ids::{PartitionKey, ReplicaId};
+use crate::ids::ReplicaId;
 
 /// A request the replica state machine refused. None of these change state:
 /// the replica is exactly as it was before the call.
@@ -57,9 +58,9 @@ pub enum ReplicationError {
     #[error("message for partition {got} delivered to partition {expected}")]
     WrongPartition {
         /// This replica's partition.
-        expected: PartitionKey,
+        expected: PartitionId,
         /// The partition the message names.
-        got: PartitionKey,
+        got: PartitionId,
     },
     /// Recovery found a log whose last record's epoch disagrees with the
     /// persisted epoch history: the metadata or the log is damaged. The
@@ -89,6 +90,144 @@ pub enum ReplicationError {
         log_start: Offset,
         /// The recovered log end.
         log_end: Offset,
+    },
+    /// A peer's message breaks the protocol (see [`ProtocolError`]).
+    #[error("{0}")]
+    Protocol(#[from] ProtocolError),
+}
+
+/// A message from a peer (a leader's push, a follower's acknowledgement)
+/// that no correct replica sends: malformed, or contradicting what the
+/// protocol guarantees about this replica's log. Refused whole: the replica
+/// is exactly as it was before the message, and the broker answers
+/// `INVALID_REQUEST` (a push) or ignores it (an acknowledgement). A broken
+/// or hostile peer must not stop this broker, so none of these is an
+/// assertion.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// A push's raw section is not whole, valid batches (structure,
+    /// bounds, CRC).
+    #[error("the batches of the push from {start}: {error}")]
+    BadBatch {
+        /// The push's start.
+        start: Offset,
+        /// The first problem found.
+        error: BatchError,
+    },
+    /// A pushed batch carries no leader epoch: every batch of a replicated
+    /// log is stamped.
+    #[error("the batch at {base} has no leader epoch")]
+    UnstampedBatch {
+        /// The batch's first offset.
+        base: Offset,
+    },
+    /// A reset push must start where it resets the log to.
+    #[error("reset to {reset_to} but the push starts at {start}")]
+    ResetNotAtStart {
+        /// The push's reset point.
+        reset_to: Offset,
+        /// The push's start.
+        start: Offset,
+    },
+    /// A push's batches must be whole and follow each other from its start.
+    #[error("batch {base}..={last} where offset {expected} was expected")]
+    NotContiguous {
+        /// The batch's first offset.
+        base: Offset,
+        /// The batch's last offset.
+        last: Offset,
+        /// Where the batch should have started.
+        expected: Offset,
+    },
+    /// A batch ends at the last representable offset: nothing could follow.
+    #[error("batch {base}..={last} ends at the last offset there is")]
+    OffsetOverflow {
+        /// The batch's first offset.
+        base: Offset,
+        /// The batch's last offset.
+        last: Offset,
+    },
+    /// A leader pushes only batches of its epoch or older.
+    #[error("batch at {base} of epoch {batch_epoch} in a push of epoch {push_epoch}")]
+    BatchEpochAbovePush {
+        /// The batch's first offset.
+        base: Offset,
+        /// The batch's epoch.
+        batch_epoch: LeaderEpoch,
+        /// The push's epoch.
+        push_epoch: LeaderEpoch,
+    },
+    /// Epochs never decrease along a log: a batch of an older epoch after
+    /// a newer one (in the push, or after the record before it here).
+    #[error("batch at {base} of epoch {epoch} follows a record of epoch {previous}")]
+    EpochGoesBack {
+        /// The batch's first offset.
+        base: Offset,
+        /// The batch's epoch.
+        epoch: LeaderEpoch,
+        /// The epoch of the record before it.
+        previous: LeaderEpoch,
+    },
+    /// A batch begins below this replica's log start and ends at or after
+    /// it: the leader's batch boundaries differ from this log's in the
+    /// committed prefix, which every replica shares.
+    #[error("batch {base}..={last} straddles the log start {log_start}")]
+    StraddlesLogStart {
+        /// The batch's first offset.
+        base: Offset,
+        /// The batch's last offset.
+        last: Offset,
+        /// This replica's log start.
+        log_start: Offset,
+    },
+    /// A batch this log holds at its last offset but not at its first:
+    /// batch boundaries that differ within one epoch.
+    #[error("batch {base}..={last} of epoch {epoch} is held here only in part")]
+    HeldInPart {
+        /// The batch's first offset.
+        base: Offset,
+        /// The batch's last offset.
+        last: Offset,
+        /// The batch's epoch.
+        epoch: LeaderEpoch,
+    },
+    /// A batch conflicts with records this replica holds as committed (below
+    /// its high watermark) or already checked against this leader: taking
+    /// it would truncate them.
+    #[error("batch at {base} would truncate below {protected}, which is committed or checked")]
+    TruncatesProtected {
+        /// The conflicting batch's first offset.
+        base: Offset,
+        /// The end of the prefix that may not be cut.
+        protected: Offset,
+    },
+    /// An acknowledgement counts more durable than its matching end.
+    #[error("acknowledgement of durable end {durable_end} above its log end {log_end}")]
+    AckDurablePastLogEnd {
+        /// The claimed durable end.
+        durable_end: Offset,
+        /// The claimed log end.
+        log_end: Offset,
+    },
+    /// An acknowledgement of this leader's epoch claims more than its log
+    /// holds: no follower can have received it.
+    #[error("{from} acknowledged {durable_end} past the leader's log end {log_end}")]
+    AckPastLeaderLogEnd {
+        /// The follower.
+        from: ReplicaId,
+        /// The claimed durable end.
+        durable_end: Offset,
+        /// The leader's log end.
+        log_end: Offset,
+    },
+    /// An acknowledgement names another replica than the one the push went
+    /// to.
+    #[error("acknowledgement from {from} to a push sent to {to}")]
+    AckFromElsewhere {
+        /// Where the push went.
+        to: ReplicaId,
+        /// Who the acknowledgement names.
+        from: ReplicaId,
     },
 }
 

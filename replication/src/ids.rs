@@ -1,5 +1,6 @@
-//! Identities the replication protocol names, as distinct types so that a
-//! replica id is never passed where a partition key was meant.
+//! The replica identity the replication protocol names. A partition is
+//! named by `corelog_wire::types::PartitionId`, the one partition identity
+//! of the broker, its storage and this protocol.
 
 use corelog_wire::newtype;
 
@@ -8,10 +9,4 @@ newtype!(
     /// hosts the replica. One broker holds at most one replica of a
     /// partition, so the node id identifies the replica.
     ReplicaId(u32)
-);
-newtype!(
-    /// The partition a replication message belongs to. The broker maps
-    /// `(topic id, partition index)` to this key; the state machine only
-    /// checks that a message is addressed to its own partition.
-    PartitionKey(u64)
 );

@@ -39,7 +39,8 @@
 //!   passes: that prefix is committed, so every later leader shares it);
 //!   skips batches it already holds with the same epoch,
 //!   truncates at the first batch that conflicts (never below its high
-//!   watermark: asserted), appends the rest, and acknowledges only the
+//!   watermark or the prefix it already checked: such a push is refused,
+//!   [`ProtocolError`]), appends the rest, and acknowledges only the
 //!   prefix it checked against this leader ([`PushResult::Ok`]).
 //! - **Divergence**: a failed check answers [`PushResult::Mismatch`] with a
 //!   prefix `(last_epoch, log_end)` of the follower's log strictly below the
@@ -51,10 +52,26 @@
 //!   follower's last epoch. A follower below the leader's log start is
 //!   reset ([`Push::reset_to`]).
 //!
+//! # On the wire
+//!
+//! [`wire`] converts the messages to and from `corelog_wire`'s
+//! `ReplicaPush` and `ReplicaQuery` ([`Push::from_wire`],
+//! [`PushAck::to_wire`], ...) and checks what a peer sent while it does (a
+//! push's batches whole, CRC-checked once, stamped, where the push says):
+//! the broker's shell hands bytes in and gets typed values or typed errors
+//! back. A partition is named by `corelog_wire::types::PartitionId`, the
+//! same identity the broker and its storage use.
+//!
 //! # Invariants
 //!
+//! Anything a peer can send is checked, not asserted: a push or an
+//! acknowledgement that no correct replica sends is refused whole with a
+//! [`ProtocolError`] (the replica is left as it was), so a broken or hostile
+//! peer cannot stop a broker.
+//!
 //! Asserted in the state machine, in release builds too (a violated one
-//! means acknowledged data could be lost, so the process must stop):
+//! means acknowledged data could be lost, so the process must stop; only
+//! this replica's own state and its shell's calls can violate them):
 //! `log_start <= high_watermark <= log_end`; `durable_end <= log_end`; the
 //! high watermark never decreases (per incarnation: it is soft state and
 //! restarts at the log start after a crash); truncation and reset never cut
@@ -113,9 +130,9 @@ mod replica;
 pub mod wire;
 
 pub use action::Action;
-pub use error::{DecodeError, HistoryError, ReplicationError};
+pub use error::{DecodeError, HistoryError, ProtocolError, ReplicationError};
 pub use history::{EpochEnd, EpochEntry, EpochHistory};
-pub use ids::{PartitionKey, ReplicaId};
+pub use ids::ReplicaId;
 pub use message::{Batch, BatchMeta, Push, PushAck, PushResult, Query, QueryAnswer, QueryResult};
 pub use meta::ReplicaMeta;
 pub use replica::{FollowerStatus, RecoveredLog, Replica, ReplicaConfig, RoleView};

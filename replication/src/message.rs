@@ -1,10 +1,11 @@
-//! The replication messages as plain Rust values. The broker mirrors them on
-//! the wire (inter-broker APIs); the simulator passes them as they are.
+//! The replication messages as plain Rust values. Their wire forms (the
+//! inter-broker APIs) are in [`crate::wire`].
 
 use bytes::Bytes;
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
-use crate::ids::{PartitionKey, ReplicaId};
+use crate::error::ProtocolError;
+use crate::ids::ReplicaId;
 
 /// Where a batch sits in the log and which epoch wrote it: what the state
 /// machine needs to know about a batch. The bytes stay with the shell.
@@ -66,7 +67,7 @@ impl Batch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Push {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The sender's leader epoch.
     pub epoch: LeaderEpoch,
     /// The sender.
@@ -100,13 +101,68 @@ impl Push {
             .last()
             .map_or(self.start, |batch| batch.last.plus(1))
     }
+
+    /// Checks what a push must be whatever the receiver's log holds: a
+    /// reset starts where it resets to; batches are whole, contiguous from
+    /// `start`, of the push's epoch or older, and their epochs never go
+    /// back (from `prev_epoch` on). [`Replica::on_push`] runs it first.
+    ///
+    /// [`Replica::on_push`]: crate::Replica::on_push
+    ///
+    /// # Errors
+    /// The first [`ProtocolError`] found.
+    pub fn check_shape(&self) -> Result<(), ProtocolError> {
+        if let Some(reset_to) = self.reset_to
+            && reset_to != self.start
+        {
+            return Err(ProtocolError::ResetNotAtStart {
+                reset_to,
+                start: self.start,
+            });
+        }
+        let mut expected = self.start;
+        let mut previous = self.prev_epoch;
+        for batch in &self.batches {
+            if batch.base != expected || batch.last < batch.base {
+                return Err(ProtocolError::NotContiguous {
+                    base: batch.base,
+                    last: batch.last,
+                    expected,
+                });
+            }
+            if batch.epoch > self.epoch {
+                return Err(ProtocolError::BatchEpochAbovePush {
+                    base: batch.base,
+                    batch_epoch: batch.epoch,
+                    push_epoch: self.epoch,
+                });
+            }
+            if let Some(previous) = previous
+                && batch.epoch < previous
+            {
+                return Err(ProtocolError::EpochGoesBack {
+                    base: batch.base,
+                    epoch: batch.epoch,
+                    previous,
+                });
+            }
+            previous = Some(batch.epoch);
+            expected = Offset(batch.last.0.checked_add(1).ok_or(
+                ProtocolError::OffsetOverflow {
+                    base: batch.base,
+                    last: batch.last,
+                },
+            )?);
+        }
+        Ok(())
+    }
 }
 
 /// Follower to leader: the answer to a push, or (`Ok`) news of durability.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PushAck {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The epoch of the push answered (for `Ok`, the epoch the follower
     /// follows). A leader ignores acknowledgements of other epochs.
     pub epoch: LeaderEpoch,
@@ -114,6 +170,45 @@ pub struct PushAck {
     pub from: ReplicaId,
     /// What happened.
     pub result: PushResult,
+}
+
+impl PushAck {
+    /// Checks an acknowledgement that came back for a push sent to `to`:
+    /// it names that replica, and is consistent ([`Self::check_consistent`]).
+    ///
+    /// # Errors
+    /// [`ProtocolError::AckFromElsewhere`] or
+    /// [`ProtocolError::AckDurablePastLogEnd`].
+    pub fn check_against(&self, to: ReplicaId) -> Result<(), ProtocolError> {
+        if self.from != to {
+            return Err(ProtocolError::AckFromElsewhere {
+                to,
+                from: self.from,
+            });
+        }
+        self.check_consistent()
+    }
+
+    /// Checks what an acknowledgement must be whatever the leader's log
+    /// holds: an `Ok` counts no more durable than it matches.
+    /// [`crate::Replica::on_push_ack`] runs it first.
+    ///
+    /// # Errors
+    /// [`ProtocolError::AckDurablePastLogEnd`].
+    pub fn check_consistent(&self) -> Result<(), ProtocolError> {
+        if let PushResult::Ok {
+            durable_end,
+            log_end,
+        } = self.result
+            && durable_end > log_end
+        {
+            return Err(ProtocolError::AckDurablePastLogEnd {
+                durable_end,
+                log_end,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The outcome of a push.
@@ -150,7 +245,7 @@ pub enum PushResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Query {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The epoch the controller will assign.
     pub new_epoch: LeaderEpoch,
 }
@@ -159,7 +254,7 @@ pub struct Query {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueryAnswer {
     /// The partition.
-    pub partition: PartitionKey,
+    pub partition: PartitionId,
     /// The `new_epoch` of the query answered. The election counts only
     /// answers to its own epoch: an answer to an earlier query promised
     /// less and may describe a log that has grown since (an addition to the

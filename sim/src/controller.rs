@@ -25,7 +25,6 @@ use corelog_broker::cluster::election::{
 use corelog_broker::cluster::sessions::SessionBook;
 use corelog_controller::{Command, LeaderEpoch, MetadataState, NodeId, Replica, ShardId, TopicId};
 use corelog_replication::QueryAnswer;
-use corelog_replication::wire::answer_from_wire;
 use corelog_wire::rng::SplitMix64;
 use futures::future::LocalBoxFuture;
 
@@ -449,9 +448,13 @@ impl RoundHost for Core {
                 )
                 .await;
             match answer {
-                Some(Answer::Query(response)) => {
-                    answer_from_wire(due.key(), due.new_epoch, target.replica, &response)
-                }
+                Some(Answer::Query(response)) => QueryAnswer::from_wire(
+                    due.partition_id(),
+                    due.new_epoch,
+                    target.replica,
+                    &response,
+                )
+                .ok(),
                 _ => None,
             }
         })

@@ -20,20 +20,20 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use corelog_broker::metadata::{ReplicationView, TopicConfig};
 use corelog_broker::partition::PartitionSpec;
-use corelog_broker::replica::peer_transport::{ack_to_wire, push_from_wire, push_refusal};
 use corelog_broker::replica::stream::{
     FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits, serve_frame,
 };
 use corelog_broker::replica::{
-    Acks, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change,
+    Acks, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange, push_answer, resignation,
+    role_change,
 };
-use corelog_replication::wire::{answer_to_wire, partition_key, query_from_wire, query_refusal};
+use corelog_replication::wire::query_refusal;
 use corelog_replication::{Batch, Push, ReplicaConfig, ReplicaId, ReplicationError};
 use corelog_storage::clock::Clock;
 use corelog_storage::disk::Disk;
 use corelog_storage::memory_disk::MemoryDisk;
 use corelog_storage::{
-    CacheKey, DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
+    DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
 };
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
@@ -41,7 +41,7 @@ use corelog_wire::message::replica_push::{
     PushResult as WirePushResult, ReplicaPushRequest, ReplicaPushResponse,
 };
 use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
-use corelog_wire::types::TimestampMs;
+use corelog_wire::types::{PartitionId, TimestampMs};
 use futures::future::LocalBoxFuture;
 
 use crate::disk::{SimDisk, SyncDelay};
@@ -214,8 +214,8 @@ impl FrameCarrier for SimFrameCarrier {
     }
 }
 
-/// A follower's side of one push of a frame: the broker's own wire
-/// conversions around the replica's `handle_push`.
+/// A follower's side of one push of a frame: the replica answers it as
+/// received, as the broker's shard has it do (`serve_push`).
 async fn serve_push(
     world: Rc<World>,
     id: u32,
@@ -224,18 +224,33 @@ async fn serve_push(
     request: ReplicaPushRequest,
     records: Bytes,
 ) -> ReplicaPushResponse {
-    let push = match push_from_wire(&request, records, &limits) {
-        Ok(push) => push,
-        Err(error) => return push_refusal(error.code(), error.to_string()),
-    };
-    world.log(|| format!("{id}: receives {}", describe_push(&push)));
-    match replica.handle_push(push).await {
-        Ok(ack) => {
-            world.log(|| format!("{id}: answers {:?}", ack.result));
-            ack_to_wire(&ack)
+    world.log(|| {
+        // Cut apart again for the trace only (the closure runs only when
+        // tracing).
+        match Push::from_wire(&request, records.clone(), &limits) {
+            Ok(push) => format!("{id}: receives {}", describe_push(&push)),
+            Err(error) => format!("{id}: receives a malformed push: {error}"),
         }
-        Err(error) => push_refusal(error.code(), error.to_string()),
+    });
+    let answered = replica.answer_push(&request, records).await;
+    if let Err(ReplicaError::Refused(ReplicationError::Protocol(error))) = &answered {
+        // Only a broken leader sends what the follower refuses as malformed,
+        // and every leader here runs the production code: these were
+        // assertions in the state machine before issue 36, and must still
+        // fail the seed.
+        world.report(Report::Violation(format!(
+            "{id}: refused a push as malformed: {error}"
+        )));
     }
+    let response = push_answer(answered);
+    world.log(|| {
+        if response.error_code == ErrorCode::None.code() {
+            format!("{id}: answers {:?}", response.result)
+        } else {
+            format!("{id}: refuses: {:?}", response.error_message)
+        }
+    });
+    response
 }
 
 /// One running process of a node.
@@ -365,15 +380,16 @@ impl Node {
             };
             let spec = ReplicaSpec {
                 id: ReplicaId(id),
-                key: partition_key(settings.topic_id, 0),
                 config: settings.replica,
                 partition: PartitionSpec {
                     topic: "events",
-                    index: 0,
+                    id: PartitionId {
+                        topic_id: settings.topic_id,
+                        partition: 0,
+                    },
                     dir: Path::new(PARTITION_DIR),
                     config: settings.topic,
                     broker_log: settings.log,
-                    cache_key: CacheKey(0),
                     producer_state_retention_ms: 1 << 40,
                 },
                 high_watermark_signal: Default::default(),
@@ -392,7 +408,10 @@ impl Node {
                 settings.stream,
                 Rc::new(NoStreamObserver),
             );
-            let transport = Rc::new(streams.transport(settings.topic_id, 0));
+            let transport = Rc::new(streams.transport(PartitionId {
+                topic_id: settings.topic_id,
+                partition: 0,
+            }));
             match ReplicatedPartition::open(disk, spec, storage, transport, executor).await {
                 Ok(replica) => {
                     world.log(|| {
@@ -433,11 +452,7 @@ impl Node {
             }
             Message::Query { call, request } => {
                 self.serve(&process, from, call, move |replica| async move {
-                    let response = match replica.handle_query(query_from_wire(&request)).await {
-                        Ok(answer) => answer_to_wire(&answer),
-                        Err(error) => query_refusal(error.code(), error.to_string()),
-                    };
-                    Answer::Query(response)
+                    Answer::Query(replica.serve_query(&request).await)
                 });
             }
             Message::Answer { call, answer } => self.world.answer(call, answer),

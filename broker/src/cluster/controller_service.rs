@@ -29,6 +29,7 @@ use corelog_controller::{
     PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place_within,
 };
 use corelog_replication::QueryAnswer;
+use corelog_storage::clock::Clock;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
 use corelog_wire::message::partition_report::LedPartition;
@@ -46,8 +47,6 @@ use super::raft_log::RaftLogFile;
 use super::sessions::SessionBook;
 use crate::executor::wait_until;
 use crate::peer::Peers;
-use corelog_replication::wire::answer_from_wire;
-use corelog_storage::clock::Clock;
 
 /// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
 const TICK: Duration = Duration::from_millis(100);
@@ -1003,9 +1002,13 @@ impl RoundHost for ControllerService {
                 .call_node(target.replica.0, addr, &request, &[], QUERY_TIMEOUT)
                 .await
             {
-                Ok(answer) => {
-                    answer_from_wire(due.key(), due.new_epoch, target.replica, &answer.message)
-                }
+                Ok(answer) => QueryAnswer::from_wire(
+                    due.partition_id(),
+                    due.new_epoch,
+                    target.replica,
+                    &answer.message,
+                )
+                .ok(),
                 Err(error) => {
                     tracing::debug!(replica = %target.replica, %error, "replica query failed");
                     None

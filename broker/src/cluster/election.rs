@@ -31,8 +31,9 @@ use corelog_controller::{
     BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, TopicId,
 };
 use corelog_replication::election::{Decision, decide};
-use corelog_replication::{PartitionKey, QueryAnswer, QueryResult, ReplicaId};
+use corelog_replication::{Query, QueryAnswer, QueryResult, ReplicaId};
 use corelog_wire::message::replica_query::ReplicaQueryRequest;
+use corelog_wire::types::PartitionId;
 use futures::future::LocalBoxFuture;
 
 /// Shortest time between two attempts on one partition that needs a
@@ -83,8 +84,6 @@ impl Default for ElectionTimings {
         ElectionTimings::DEFAULT
     }
 }
-
-pub use corelog_replication::wire::partition_key;
 
 /// A broker id as a replica id; `None` for an id beyond `u32` (broker ids
 /// come from a `u32` setting, so only a corrupt state gives one).
@@ -157,20 +156,23 @@ pub struct DueElection {
 }
 
 impl DueElection {
-    /// The partition's replication key.
+    /// The partition.
     #[must_use]
-    pub fn key(&self) -> PartitionKey {
-        partition_key(self.topic_id.0, self.partition)
+    pub fn partition_id(&self) -> PartitionId {
+        PartitionId {
+            topic_id: self.topic_id.0,
+            partition: self.partition,
+        }
     }
 
     /// The query the round sends every target.
     #[must_use]
     pub fn query_request(&self) -> ReplicaQueryRequest {
-        ReplicaQueryRequest {
-            topic_id: self.topic_id.0,
-            partition: self.partition,
-            new_epoch: self.new_epoch.0,
+        Query {
+            partition: self.partition_id(),
+            new_epoch: self.new_epoch,
         }
+        .to_wire()
     }
 }
 
@@ -567,7 +569,6 @@ impl ElectionBook {
 #[cfg(test)]
 mod tests {
     use corelog_controller::{Outcome, Replica};
-    use corelog_replication::wire::answer_from_wire;
     use corelog_wire::error::ErrorCode;
     use corelog_wire::message::replica_query::{
         QueryResult as WireQueryResult, ReplicaQueryResponse,
@@ -660,7 +661,7 @@ mod tests {
 
     fn state_answer(due: &DueElection, from: u32, last: Option<u32>, end: u64) -> QueryAnswer {
         QueryAnswer {
-            partition: due.key(),
+            partition: due.partition_id(),
             epoch: due.new_epoch,
             from: ReplicaId(from),
             result: QueryResult::State {
@@ -668,12 +669,6 @@ mod tests {
                 log_end: Offset(end),
             },
         }
-    }
-
-    #[test]
-    fn partition_key_packs_topic_and_index() {
-        assert_eq!(partition_key(3, 7), PartitionKey((3 << 32) | 7));
-        assert_ne!(partition_key(1, 0), partition_key(0, 1));
     }
 
     #[test]
@@ -788,7 +783,7 @@ mod tests {
         let due = book.plan(&state, start).remove(0);
         assert_eq!(due.new_epoch, LeaderEpoch(2));
         let answers = [QueryAnswer {
-            partition: due.key(),
+            partition: due.partition_id(),
             epoch: due.new_epoch,
             from: ReplicaId(2),
             result: QueryResult::Fenced {
@@ -940,7 +935,10 @@ mod tests {
 
     #[test]
     fn wire_answers_convert_and_errors_do_not_count() {
-        let key = partition_key(0, 0);
+        let key = PartitionId {
+            topic_id: 0,
+            partition: 0,
+        };
         let epoch = LeaderEpoch(3);
         let state = ReplicaQueryResponse {
             error_code: 0,
@@ -951,8 +949,8 @@ mod tests {
             },
         };
         assert_eq!(
-            answer_from_wire(key, epoch, ReplicaId(2), &state).map(|answer| answer.result),
-            Some(QueryResult::State {
+            QueryAnswer::from_wire(key, epoch, ReplicaId(2), &state).map(|answer| answer.result),
+            Ok(QueryResult::State {
                 last_epoch: Some(LeaderEpoch(2)),
                 log_end: Offset(40)
             })
@@ -961,12 +959,12 @@ mod tests {
             error_code: ErrorCode::UnknownServerError.code(),
             ..state.clone()
         };
-        assert_eq!(answer_from_wire(key, epoch, ReplicaId(2), &failed), None);
+        assert!(QueryAnswer::from_wire(key, epoch, ReplicaId(2), &failed).is_err());
         let stranger = ReplicaQueryResponse {
             result: WireQueryResult::NotReplica,
             ..state
         };
-        assert_eq!(answer_from_wire(key, epoch, ReplicaId(2), &stranger), None);
+        assert!(QueryAnswer::from_wire(key, epoch, ReplicaId(2), &stranger).is_err());
     }
 
     #[test]

@@ -969,14 +969,12 @@ mod tests {
     use crate::executor::GlommioExecutor;
     use crate::metadata::TopicConfig;
     use crate::partition::PartitionSpec;
-    use crate::replica::{
-        PartitionKey, PushTransport, ReplicaSpec, ReplicatedPartition, TransportError,
-    };
+    use crate::replica::{PushTransport, ReplicaSpec, ReplicatedPartition, TransportError};
     use crate::runtime::groups::ReplicatedGroupLog;
     use corelog_storage::clock::ManualClock;
     use corelog_storage::memory_disk::MemoryDisk;
     use corelog_storage::{
-        CacheKey, DiskSpace, LogConfig, NoObserver, RetentionPolicy, ShardStorage, TailCache,
+        DiskSpace, LogConfig, NoObserver, RetentionPolicy, ShardStorage, TailCache,
     };
 
     /// A replica set of one has no follower to push to.
@@ -1013,11 +1011,13 @@ mod tests {
         };
         let spec = ReplicaSpec {
             id: ReplicaId(1),
-            key: PartitionKey(1),
             config: ReplicaConfig::default(),
             partition: PartitionSpec {
                 topic: "__groups",
-                index: 0,
+                id: corelog_wire::types::PartitionId {
+                    topic_id: 1,
+                    partition: 0,
+                },
                 dir: Path::new("/data/__groups/0"),
                 config: TopicConfig {
                     retention_ms: None,
@@ -1037,7 +1037,6 @@ mod tests {
                     flush_bytes_max: 64 << 10,
                     batch_limits: limits,
                 },
-                cache_key: CacheKey(0),
                 producer_state_retention_ms: 1 << 40,
             },
             high_watermark_signal: Arc::new(Event::new()),

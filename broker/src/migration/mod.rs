@@ -488,7 +488,10 @@ mod tests {
         };
         let (replica, actions) = corelog_replication::Replica::recover(
             corelog_replication::ReplicaId(1),
-            corelog_replication::PartitionKey(1),
+            corelog_wire::types::PartitionId {
+                topic_id: 1,
+                partition: 0,
+            },
             corelog_replication::ReplicaConfig::default(),
             meta,
             recovered,

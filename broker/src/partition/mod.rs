@@ -17,15 +17,15 @@ use std::path::{Path, PathBuf};
 use bytes::BytesMut;
 use corelog_wire::batch::{self, BatchError, BatchHeader, BatchLimits, HEADER_BYTES};
 use corelog_wire::error::ErrorCode;
-use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId, TimestampMs};
 
 use crate::log_limit::LogLimit;
 use crate::metadata::TopicConfig;
 use crate::metadata::topic_config::log_config;
 use corelog_storage::disk::Disk;
 use corelog_storage::{
-    AppendOutcome, CacheKey, DeletedRange, LogConfig, PartitionLog, PlacedBatch, ReadOutcome,
-    ShardStorage, StorageError, ValidBatch,
+    AppendOutcome, DeletedRange, LogConfig, PartitionLog, PlacedBatch, ReadOutcome, ShardStorage,
+    StorageError, ValidBatch,
 };
 use producer_state::{BatchRecord, ProducerStateTable, SequenceCheck, SequenceError};
 
@@ -284,16 +284,15 @@ impl<D: Disk> std::fmt::Debug for Partition<D> {
 pub struct PartitionSpec<'a> {
     /// Topic name, for errors and logs.
     pub topic: &'a str,
-    /// Partition index.
-    pub index: u32,
+    /// The partition: its index, and its identity in the shard's tail
+    /// cache and journal and in replication messages.
+    pub id: PartitionId,
     /// The partition directory.
     pub dir: &'a Path,
     /// The topic's settings.
     pub config: TopicConfig,
     /// The broker's storage settings.
     pub broker_log: LogConfig,
-    /// Key in the shard's tail cache.
-    pub cache_key: CacheKey,
     /// Forget idempotent producers idle this long.
     pub producer_state_retention_ms: i64,
 }
@@ -310,17 +309,11 @@ impl<D: Disk> Partition<D> {
         shard: ShardStorage,
     ) -> Result<Self, StorageError> {
         let log_config = log_config(&spec.config, &spec.broker_log);
-        let log = PartitionLog::open(
-            disk.clone(),
-            spec.dir,
-            log_config,
-            shard.clone(),
-            spec.cache_key,
-        )
-        .await?;
+        let log =
+            PartitionLog::open(disk.clone(), spec.dir, log_config, shard.clone(), spec.id).await?;
         let partition = Partition {
             topic: spec.topic.to_owned(),
-            index: spec.index,
+            index: spec.id.partition,
             disk,
             limits: log_config.batch_limits,
             log,

@@ -1,13 +1,13 @@
-//! Record batches as replication sees them: split from stored bytes into
-//! [`Batch`]es (place, epoch, bytes), checked when they arrive in a push,
-//! and the leader's epoch-start marker.
+//! Record batches as replication sees them on the leader: split from
+//! stored bytes into [`Batch`]es (place, epoch, bytes) for its pushes, and
+//! the epoch-start marker. A received push's batches are cut apart and
+//! checked by `corelog_replication::wire` (`Push::from_wire`).
 
 use bytes::{Bytes, BytesMut};
-use corelog_replication::{Batch, Push};
+use corelog_replication::Batch;
 use corelog_wire::batch::{self, BatchBuilder, BatchLimits, Compression, NewRecord};
 use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
 
-use super::ReplicaError;
 use corelog_storage::{PlacedBatch, StorageError, ValidBatch};
 
 /// Key of the epoch-start marker's one record (its value is the epoch, as a
@@ -25,10 +25,8 @@ pub fn split(chunks: &[Bytes], limits: &BatchLimits) -> Result<Vec<Batch>, Stora
     split_with(chunks, limits, batch::batches)
 }
 
-/// [`split`] without the CRC check, for bytes whose CRC is checked once
-/// elsewhere: this replica's own batches from its tail cache (validated
-/// when they were appended), or a received push's (validated whole by
-/// [`check_push`] before the state machine sees them).
+/// [`split`] without the CRC check, for this replica's own batches from
+/// its tail cache (validated when they were appended).
 ///
 /// # Errors
 /// As [`split`], but for the CRC.
@@ -91,60 +89,8 @@ pub fn from_start(batches: Vec<Batch>, start: Offset) -> Vec<Batch> {
     out
 }
 
-/// Checks that a push has the shape the state machine asserts on, and
-/// that each batch's bytes are one valid batch whose header says what the
-/// push says of it, before the state machine sees it: a bad push from the
-/// network is refused, never a panic.
-///
-/// # Errors
-/// [`ReplicaError::BadPush`] naming the first problem.
-pub fn check_push(push: &Push, limits: &BatchLimits) -> Result<(), ReplicaError> {
-    let bad = |reason: String| Err(ReplicaError::BadPush(reason));
-    if let Some(reset_to) = push.reset_to
-        && reset_to != push.start
-    {
-        return bad(format!(
-            "reset to {reset_to} but the push starts at {}",
-            push.start
-        ));
-    }
-    let mut expected = push.start;
-    for batch in &push.batches {
-        if batch.base != expected || batch.last < batch.base {
-            return bad(format!(
-                "batch {}..={} where offset {expected} was expected",
-                batch.base, batch.last
-            ));
-        }
-        if batch.epoch > push.epoch {
-            return bad(format!(
-                "batch of epoch {} in a push of epoch {}",
-                batch.epoch, push.epoch
-            ));
-        }
-        let header = batch::validate(&batch.bytes, limits)
-            .map_err(|error| ReplicaError::BadPush(format!("batch at {}: {error}", batch.base)))?;
-        if header.base_offset != batch.base
-            || header.last_offset() != batch.last
-            || header.leader_epoch() != Some(batch.epoch)
-        {
-            return bad(format!(
-                "batch bytes say {}..={} epoch {:?}, the push says {}..={} epoch {}",
-                header.base_offset,
-                header.last_offset(),
-                header.leader_epoch(),
-                batch.base,
-                batch.last,
-                batch.epoch
-            ));
-        }
-        expected = batch.end();
-    }
-    Ok(())
-}
-
 /// A pushed batch as the log takes it: its own bytes, not copied, and
-/// its CRC not computed again (see [`check_push`], which ran first).
+/// its CRC not computed again (`Push::from_wire` checked it).
 ///
 /// # Errors
 /// [`StorageError::InvalidBatch`] if the bytes are not one batch.

@@ -62,11 +62,6 @@ pub enum ReplicaError {
     /// The partition (batch checks, producer sequences, storage) failed.
     #[error("{0}")]
     Partition(#[from] PartitionError),
-    /// A push that breaks the protocol's shape (batches not contiguous from
-    /// its start, bytes that do not match what the push says of them):
-    /// refused before the state machine sees it.
-    #[error("malformed push: {0}")]
-    BadPush(String),
     /// The durable replica metadata is damaged or unreadable.
     #[error("replica metadata {}: {reason}", path.display())]
     Meta {
@@ -105,7 +100,6 @@ impl ReplicaError {
             ReplicaError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             ReplicaError::Refused(refused) => refused_code(refused),
             ReplicaError::Partition(error) => error.code,
-            ReplicaError::BadPush(_) => ErrorCode::InvalidRequest,
             ReplicaError::Meta { .. } => ErrorCode::CorruptSegment,
             ReplicaError::Broken { .. } => ErrorCode::StorageError,
         }
@@ -122,6 +116,8 @@ fn refused_code(error: &ReplicationError) -> ErrorCode {
         | ReplicationError::ConflictingLeader { .. }
         | ReplicationError::EpochInLog { .. }
         | ReplicationError::NotInReplicaSet { .. } => ErrorCode::InvalidRequest,
+        // A peer sent what no correct replica sends.
+        ReplicationError::Protocol(_) => ErrorCode::InvalidRequest,
         // The metadata and the log do not fit together: damage.
         ReplicationError::HistoryMismatch { .. }
         | ReplicationError::HistoryAboveFence { .. }

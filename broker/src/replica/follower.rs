@@ -4,7 +4,11 @@
 
 use std::rc::Rc;
 
-use corelog_replication::{Batch, PushAck, QueryAnswer, ReplicaId};
+use bytes::Bytes;
+use corelog_replication::wire::{push_refusal, query_refusal};
+use corelog_replication::{Batch, PushAck, QueryAnswer, ReplicaId, ReplicationError};
+use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
+use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use corelog_wire::types::{LeaderEpoch, Offset};
 
 use super::batches;
@@ -36,22 +40,69 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(())
     }
 
+    /// Answers a leader's push as it arrived (`ReplicaPush`, or one push of
+    /// a `ReplicaStream` frame, with its batches' bytes): the whole
+    /// follower side of a push, so that the shard hands it over once. The
+    /// push is checked and converted by `corelog_replication::wire`
+    /// ([`Push::from_wire`]); see [`Self::handle_push`] for when the answer
+    /// comes. Every failure is an error answer (`INVALID_REQUEST` for a
+    /// malformed push, which changes nothing).
+    pub async fn serve_push(
+        self: &Rc<Self>,
+        request: &ReplicaPushRequest,
+        raw: Bytes,
+    ) -> ReplicaPushResponse {
+        push_answer(self.answer_push(request, raw).await)
+    }
+
+    /// [`Self::serve_push`] before its answer is put in wire form: for a
+    /// caller that looks at the failure (the simulator counts a malformed
+    /// push from its production leaders as a bug).
+    ///
+    /// # Errors
+    /// [`ReplicaError::Refused`] with [`ReplicationError::Protocol`] for a
+    /// malformed push; [`Self::handle_push`]'s.
+    pub async fn answer_push(
+        self: &Rc<Self>,
+        request: &ReplicaPushRequest,
+        raw: Bytes,
+    ) -> Result<PushAck, ReplicaError> {
+        match Push::from_wire(request, raw, &self.limits) {
+            Ok(push) => self.handle_push(push).await,
+            Err(error) => Err(ReplicaError::Refused(ReplicationError::Protocol(error))),
+        }
+    }
+
+    /// Answers a controller's election query as it arrived; see
+    /// [`Self::handle_query`].
+    pub async fn serve_query(
+        self: &Rc<Self>,
+        request: &ReplicaQueryRequest,
+    ) -> ReplicaQueryResponse {
+        match self.handle_query(Query::from_wire(request)).await {
+            Ok(answer) => answer.to_wire(),
+            Err(error) => query_refusal(error.code(), error.to_string()),
+        }
+    }
+
     /// Handles a push from a leader and returns the acknowledgement to send
     /// back: at once for a push that appended nothing (a heartbeat, a
     /// mismatch, a refusal), else after the appended batches are durable.
     /// Truncation, reset and metadata changes the push causes are durable
     /// before the answer.
     ///
+    /// The push's batches must be what their bytes' headers say (as
+    /// [`Push::from_wire`] and a leader's own reads make them): the log
+    /// stores the bytes where the state machine places the batches.
+    ///
     /// # Errors
-    /// - [`ReplicaError::BadPush`] for a push that breaks the protocol's
-    ///   shape (nothing changed);
-    /// - [`ReplicaError::Refused`] (wrong partition, conflicting leader);
+    /// - [`ReplicaError::Refused`] (wrong partition, conflicting leader, a
+    ///   push no correct leader sends: nothing changed then);
     /// - [`ReplicaError::NotFollower`] when the replica stopped following
     ///   before the batches were durable;
     /// - storage and metadata failures, which fence the replica.
     pub async fn handle_push(self: &Rc<Self>, push: Push) -> Result<PushAck, ReplicaError> {
         self.check_usable()?;
-        batches::check_push(&push, &self.limits)?;
         let apply = self.apply.lock().await;
         self.check_usable()?;
         let before = self.high_watermark();
@@ -92,8 +143,8 @@ impl<D: Disk> ReplicatedPartition<D> {
         })
     }
 
-    /// Appends a push's batches (already checked by
-    /// [`batches::check_push`]) at the log end, exactly as the leader
+    /// Appends a push's batches (each checked whole when the push was
+    /// received, [`Push::from_wire`]) at the log end, exactly as the leader
     /// stored them. Returns the new (not yet durable) end.
     pub(super) fn append_pushed(&self, pushed: &[Batch]) -> Result<Offset, ReplicaError> {
         let mut end = self.partition.log().next_offset();
@@ -123,5 +174,15 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.quiesce_durability_waits().await;
         self.partition.reset_to(log_start).await?;
         Ok(())
+    }
+}
+
+/// A push's answer as the leader receives it: the acknowledgement, or the
+/// failure's code and message.
+#[must_use]
+pub fn push_answer(answered: Result<PushAck, ReplicaError>) -> ReplicaPushResponse {
+    match answered {
+        Ok(ack) => ack.to_wire(),
+        Err(error) => push_refusal(error.code(), error.to_string()),
     }
 }

@@ -325,11 +325,11 @@ impl<D: Disk> ReplicatedPartition<D> {
                 return;
             }
         };
-        if !self.plausible(to, &ack) {
+        // What a correct follower never sends is refused here and by the
+        // state machine: a broken peer must not stop this broker.
+        if let Err(error) = ack.check_against(to) {
+            tracing::warn!(to = to.0, %error, "implausible acknowledgement ignored");
             return;
-        }
-        if matches!(ack.result, PushResult::Ok { .. }) {
-            *self.acks_received.borrow_mut().entry(to).or_default() += 1;
         }
         let before = self.high_watermark();
         let now_ms = self.now_ms();
@@ -340,34 +340,14 @@ impl<D: Disk> ReplicatedPartition<D> {
                 return;
             }
         };
+        if matches!(ack.result, PushResult::Ok { .. }) {
+            *self.acks_received.borrow_mut().entry(to).or_default() += 1;
+        }
         // Acknowledgements change no durable state: no `apply` needed.
         for action in &actions {
             self.note(action, before);
         }
         self.wake_pump();
-    }
-
-    /// Whether an acknowledgement from the network can be handed to the
-    /// state machine, which asserts on what a correct follower never sends
-    /// (a broken peer must not stop this broker).
-    fn plausible(&self, to: ReplicaId, ack: &PushAck) -> bool {
-        let replica = self.replica.borrow();
-        let sane = match ack.result {
-            PushResult::Ok {
-                durable_end,
-                log_end,
-            } => {
-                let this_epoch =
-                    matches!(replica.role(), RoleView::Leader { epoch, .. } if epoch == ack.epoch);
-                durable_end <= log_end && !(this_epoch && durable_end > replica.log_end())
-            }
-            PushResult::Mismatch { .. } | PushResult::Fenced { .. } => true,
-        };
-        if ack.from != to || !sane {
-            tracing::warn!(to = to.0, ?ack, "implausible acknowledgement ignored");
-            return false;
-        }
-        true
     }
 }
 

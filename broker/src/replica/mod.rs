@@ -16,13 +16,18 @@
 //! - `leader.rs`: taking an epoch (the marker), produce and its
 //!   acknowledgement conditions, the push pump, acknowledgements.
 //! - `follower.rs`: following, pushes, election queries.
-//! - `batches.rs`: stored bytes as replication batches, push
-//!   checks, the epoch-start marker.
+//! - `batches.rs`: stored bytes as replication batches, the epoch-start
+//!   marker.
 //! - `leadership.rs`: which role change published metadata asks for.
 //! - [`stream`]: the pushes of all of a shard's partitions, to each
 //!   follower broker in shared frames, and the follower's side of a frame.
-//! - [`peer_transport`]: frames over the inter-broker RPC, and the wire
-//!   forms of pushes, queries and their answers.
+//! - [`peer_transport`]: frames over the inter-broker RPC.
+//!
+//! The wire forms of pushes, queries and their answers, and the checks of
+//! what a peer sends, are `corelog_replication::wire`'s and the state
+//! machine's: a shard hands a received push or query to its replica once
+//! ([`ReplicatedPartition::serve_push`], [`ReplicatedPartition::serve_query`])
+//! and gets the answer to send back.
 //!
 //! # Ordering rules
 //!
@@ -104,9 +109,10 @@ use corelog_storage::{
     DeletedRange, PartitionLog, ReadOutcome, ShardStorage, StorageError, StorageObserver,
 };
 
-pub use corelog_replication::{PartitionKey, Push, Query};
+pub use corelog_replication::{Push, Query};
 pub use corelog_wire::message::produce::Acks;
 pub use error::ReplicaError;
+pub use follower::push_answer;
 pub use leadership::{RoleChange, resignation, role_change};
 pub use transport::{PushTransport, TransportError};
 
@@ -115,8 +121,6 @@ pub use transport::{PushTransport, TransportError};
 pub struct ReplicaSpec<'a> {
     /// This replica (its broker's node id).
     pub id: ReplicaId,
-    /// The partition, as replication messages name it.
-    pub key: PartitionKey,
     /// Replication tunables.
     pub config: ReplicaConfig,
     /// The partition's directory and settings.
@@ -244,6 +248,7 @@ impl<D: Disk> ReplicatedPartition<D> {
         executor: Rc<dyn Executor>,
     ) -> Result<Rc<Self>, ReplicaError> {
         let dir = spec.partition.dir.to_path_buf();
+        let partition_id = spec.partition.id;
         let clock = shard.clock.clone();
         let high_watermark_changed = spec.high_watermark_signal;
         let observer = shard.observer.clone();
@@ -256,7 +261,8 @@ impl<D: Disk> ReplicatedPartition<D> {
             log_end: log.durable_end(),
             last_epoch: last_epoch(log, &limits).await?,
         };
-        let (replica, actions) = Replica::recover(spec.id, spec.key, spec.config, meta, recovered)?;
+        let (replica, actions) =
+            Replica::recover(spec.id, partition_id, spec.config, meta, recovered)?;
         let high_watermark = replica.high_watermark();
         let this = Rc::new(ReplicatedPartition {
             id: spec.id,

@@ -33,7 +33,7 @@ use corelog_controller::TopicId;
 use event_listener::Event;
 use futures::FutureExt;
 
-use super::replicas::{PROGRESS_EVERY, cache_key};
+use super::replicas::PROGRESS_EVERY;
 use super::shard::{Replica, Shard};
 use crate::metadata::{MetadataSnapshot, topic_dir};
 use corelog_storage::disk::Disk;
@@ -251,9 +251,9 @@ impl Shard {
     /// its directory may be removed now.
     async fn discard_replica(&self, id: PartitionId, replica: Replica) -> bool {
         replica.discard().await;
-        self.storage.cache.forget(cache_key(id));
+        self.storage.cache.forget(id);
         if let Some(journal) = &self.storage.journal {
-            journal.forget(cache_key(id).0);
+            journal.forget(id);
         }
         let deadline = Instant::now() + HOLD_WAIT_MAX;
         while Rc::strong_count(&replica) > 1 {

@@ -6,10 +6,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::replicas::cache_key;
 use super::shard::Shard;
 use crate::metrics::ControllerSample;
-use corelog_wire::types::PartitionId;
 
 /// How often the segment flusher looks for work.
 const SEGMENT_FLUSH_TICK: Duration = Duration::from_millis(10);
@@ -84,7 +82,7 @@ impl Shard {
             for chunk in keys.chunks(SEGMENT_FLUSHES_AT_ONCE) {
                 let replicas: Vec<_> = chunk
                     .iter()
-                    .filter_map(|key| self.replica_by_cache_key(*key))
+                    .filter_map(|id| self.replicas.borrow().get(id).cloned())
                     .collect();
                 let flushes = replicas
                     .iter()
@@ -100,14 +98,5 @@ impl Shard {
                 tracing::error!(%error, "cannot remove released shard journal files");
             }
         }
-    }
-
-    fn replica_by_cache_key(&self, key: u64) -> Option<super::shard::Replica> {
-        let id = PartitionId {
-            topic_id: key >> 20,
-            partition: u32::try_from(key & 0xF_FFFF).ok()?,
-        };
-        debug_assert_eq!(cache_key(id).0, key);
-        self.replicas.borrow().get(&id).cloned()
     }
 }

@@ -19,7 +19,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use corelog_replication::wire as replication_wire;
 use corelog_replication::{ReplicaConfig, ReplicaId, RoleView};
-use corelog_wire::batch::BatchLimits;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
@@ -36,10 +35,9 @@ use crate::metadata::snapshot::{PartitionView, ReplicationView, TopicView};
 use crate::metadata::{MetadataSnapshot, ShardId, topic_dir};
 use crate::metrics::FollowerLagSample;
 use crate::partition::{PartitionError, PartitionSpec};
-use crate::replica::peer_transport::{self, PeerFrameCarrier};
+use crate::replica::peer_transport::PeerFrameCarrier;
 use crate::replica::stream::{ReplicationStreams, StreamLimits};
 use crate::replica::{ReplicaSpec, ReplicatedPartition, RoleChange, resignation, role_change};
-use corelog_storage::CacheKey;
 use corelog_wire::types::PartitionId;
 
 /// How often leaders are given the time (pushes due, resends, heartbeats)
@@ -147,23 +145,21 @@ impl Shard {
         let dir = topic_dir(&self.config.data_dir, name, view.record.id).join(index.to_string());
         let spec = ReplicaSpec {
             id: ReplicaId(self.config.node_id),
-            key: replication_wire::partition_key(view.record.id, index),
             config: ReplicaConfig {
                 in_sync_lag_ms: self.config.replica_lag_max_ms,
                 ..ReplicaConfig::default()
             },
             partition: PartitionSpec {
                 topic: name,
-                index,
+                id,
                 dir: &dir,
                 config: view.record.config,
                 broker_log: self.config.log,
-                cache_key: cache_key(id),
                 producer_state_retention_ms: self.config.producer_state_retention_ms,
             },
             high_watermark_signal: partition.data_signal.clone(),
         };
-        let transport = Rc::new(self.replication_streams().transport(view.record.id, index));
+        let transport = Rc::new(self.replication_streams().transport(id));
         let opened = ReplicatedPartition::open(
             self.disk.clone(),
             spec,
@@ -315,14 +311,14 @@ impl Shard {
     ) -> ReplicaPushResponse {
         let (partition, owner) = match self.replica_owner(request.topic_id, request.partition) {
             Ok(found) => found,
-            Err(message) => return peer_transport::push_refusal(ErrorCode::NotLeader, message),
+            Err(message) => return replication_wire::push_refusal(ErrorCode::NotLeader, message),
         };
         let pushed = self.invoke_on(owner, move |shard| async move {
             shard.local_replica_push(partition, &request, raw).await
         });
         pushed
             .await
-            .unwrap_or_else(|error| peer_transport::push_refusal(error.code, error.message))
+            .unwrap_or_else(|error| replication_wire::push_refusal(error.code, error.message))
     }
 
     /// Routes an election query to the shard owning the replica.
@@ -369,7 +365,8 @@ impl Shard {
         ))
     }
 
-    /// Answers a push on the replica's own shard.
+    /// Answers a push on the replica's own shard: the replica takes it as
+    /// received and answers it whole.
     pub(super) async fn local_replica_push(
         &self,
         partition: PartitionId,
@@ -377,20 +374,12 @@ impl Shard {
         raw: Bytes,
     ) -> ReplicaPushResponse {
         let Some(replica) = self.replicas.borrow().get(&partition).cloned() else {
-            return peer_transport::push_refusal(
+            return replication_wire::push_refusal(
                 ErrorCode::LeaderNotAvailable,
                 "the replica is not open yet; retry".to_owned(),
             );
         };
-        let limits: BatchLimits = self.config.log.batch_limits;
-        let push = match peer_transport::push_from_wire(request, raw, &limits) {
-            Ok(push) => push,
-            Err(error) => return peer_transport::push_refusal(error.code(), error.to_string()),
-        };
-        match replica.handle_push(push).await {
-            Ok(ack) => peer_transport::ack_to_wire(&ack),
-            Err(error) => peer_transport::push_refusal(error.code(), error.to_string()),
-        }
+        replica.serve_push(request, raw).await
     }
 
     /// Answers an election query on the replica's own shard.
@@ -405,13 +394,7 @@ impl Shard {
                 "the replica is not open yet; retry".to_owned(),
             );
         };
-        match replica
-            .handle_query(replication_wire::query_from_wire(request))
-            .await
-        {
-            Ok(answer) => replication_wire::answer_to_wire(&answer),
-            Err(error) => replication_wire::query_refusal(error.code(), error.to_string()),
-        }
+        replica.serve_query(request).await
     }
 
     /// The partitions this shard leads, each with its in-sync replicas
@@ -608,9 +591,4 @@ impl Progress {
             );
         }
     }
-}
-
-/// The tail-cache key of a partition.
-pub(super) fn cache_key(id: PartitionId) -> CacheKey {
-    CacheKey((id.topic_id << 20) | u64::from(id.partition))
 }

@@ -18,6 +18,10 @@
 //! entry  key u64 | generation u64 | dir_len u16 | dir | data_len u32 | batches
 //! ```
 //!
+//! An entry's `key` is its partition's [`PartitionId`] packed into a u64
+//! ([`key_on_disk`]: the topic id above the low 20 bits, the partition
+//! index in them), the packing the journal has always written.
+//!
 //! Frames are written one at a time, each synced before the next starts,
 //! so only the last frame can be torn: recovery reads frames in position
 //! order while the magic, the sequence (one more than the last) and the
@@ -40,7 +44,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corelog_wire::types::{Offset, TimestampMs};
+use corelog_wire::types::{Offset, PartitionId, TimestampMs};
 use event_listener::Event;
 use futures::future::LocalBoxFuture;
 
@@ -113,8 +117,8 @@ impl JournalConfig {
 /// What a partition hands to the journal: batches that continue its log.
 #[derive(Clone, Debug)]
 pub struct JournalEntry {
-    /// The partition's stable key (its tail-cache key).
-    pub key: u64,
+    /// The partition.
+    pub key: PartitionId,
     /// The partition directory, so recovery can find it.
     pub dir: Rc<Path>,
     /// The partition's journal generation (see the module docs).
@@ -154,10 +158,10 @@ pub struct JournalStats {
 }
 
 /// Batches recovered for one partition directory, in journal order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveredPartition {
-    /// The partition's key.
-    pub key: u64,
+    /// The partition.
+    pub key: PartitionId,
     /// `(generation, batches)` per entry, oldest first.
     pub entries: Vec<(u64, Bytes)>,
 }
@@ -187,24 +191,24 @@ pub trait Journal {
 
     /// The partition `key` has synced its segment up to `segment_end`:
     /// its committed entries below are no longer needed.
-    fn release(&self, key: u64, segment_end: Offset);
+    fn release(&self, key: PartitionId, segment_end: Offset);
 
     /// Committed entries of `key` not yet released, as `(generation,
     /// batches)`: what a reopened log must replay.
-    fn unreleased(&self, key: u64) -> Vec<(u64, Bytes)>;
+    fn unreleased(&self, key: PartitionId) -> Vec<(u64, Bytes)>;
 
     /// Bytes of committed entries not yet released, for all partitions.
     fn unreleased_bytes(&self) -> u64;
 
     /// Drops what `key` has not released: its log is gone (deleted).
-    fn forget(&self, key: u64);
+    fn forget(&self, key: PartitionId);
 
     /// Partitions whose segments should be filled now: those holding at
     /// least `bytes` unreleased, or an entry committed `age` or longer ago
     /// (by the journal's clock), and, while more than `unreleased_max`
     /// bytes are held in all, those holding the oldest file (so that it
     /// can be reclaimed).
-    fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<u64>;
+    fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<PartitionId>;
 
     /// Removes files whose every entry is released, but never the file
     /// being written. Returns how many were removed.
@@ -265,7 +269,7 @@ struct State<F> {
     in_flight: Option<Vec<Queued>>,
     committing: bool,
     failed: Option<(String, bool)>,
-    unreleased: HashMap<u64, Unreleased>,
+    unreleased: HashMap<PartitionId, Unreleased>,
     unreleased_bytes: u64,
     stats: JournalStats,
 }
@@ -713,7 +717,7 @@ impl<D: Disk> Journal for ShardJournal<D> {
         self.config.bypass_bytes
     }
 
-    fn release(&self, key: u64, segment_end: Offset) {
+    fn release(&self, key: PartitionId, segment_end: Offset) {
         let mut state = self.state.borrow_mut();
         let Some(partition) = state.unreleased.get_mut(&key) else {
             return;
@@ -733,7 +737,7 @@ impl<D: Disk> Journal for ShardJournal<D> {
         state.unreleased_bytes -= freed;
     }
 
-    fn unreleased(&self, key: u64) -> Vec<(u64, Bytes)> {
+    fn unreleased(&self, key: PartitionId) -> Vec<(u64, Bytes)> {
         let state = self.state.borrow();
         state
             .unreleased
@@ -756,14 +760,14 @@ impl<D: Disk> Journal for ShardJournal<D> {
         self.state.borrow().unreleased_bytes
     }
 
-    fn forget(&self, key: u64) {
+    fn forget(&self, key: PartitionId) {
         let mut state = self.state.borrow_mut();
         if let Some(partition) = state.unreleased.remove(&key) {
             state.unreleased_bytes -= partition.bytes;
         }
     }
 
-    fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<u64> {
+    fn flush_candidates(&self, bytes: u64, age: Duration, unreleased_max: u64) -> Vec<PartitionId> {
         let now = self.clock.now();
         let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         let state = self.state.borrow();
@@ -815,7 +819,7 @@ fn encode_frame(sequence: u64, entries: &[Queued], frame_len: usize, buffer: &mu
     for queued in entries {
         let entry = &queued.entry;
         let dir = entry.dir.as_os_str().as_bytes();
-        put(&entry.key.to_le_bytes(), &mut at);
+        put(&key_on_disk(entry.key).to_le_bytes(), &mut at);
         put(&entry.generation.to_le_bytes(), &mut at);
         let dir_len = u16::try_from(dir.len()).expect("a partition path fits u16");
         put(&dir_len.to_le_bytes(), &mut at);
@@ -875,7 +879,10 @@ async fn scan_file<F: DiskFile>(
             break;
         };
         for (key, generation, dir, data) in entries {
-            let partition = recovered.entry(dir).or_default();
+            let partition = recovered.entry(dir).or_insert_with(|| RecoveredPartition {
+                key,
+                entries: Vec::new(),
+            });
             partition.key = key;
             partition.entries.push((generation, data));
         }
@@ -905,7 +912,28 @@ fn frame_crc_holds(frame: &[u8]) -> bool {
     crc32c::crc32c(&frame[8..]) == stored
 }
 
-type ParsedEntry = (u64, u64, PathBuf, Bytes);
+type ParsedEntry = (PartitionId, u64, PathBuf, Bytes);
+
+/// Bits of a packed key that hold the partition index.
+const KEY_PARTITION_BITS: u32 = 20;
+
+/// A partition as an entry names it on disk: the topic id shifted above
+/// the index's 20 bits. Distinct for every topic id below 2^44 and index
+/// below 2^20 (a million partitions per topic); unchanged since the
+/// journal's first version, so older journals replay.
+#[must_use]
+pub(crate) fn key_on_disk(id: PartitionId) -> u64 {
+    (id.topic_id << KEY_PARTITION_BITS) | u64::from(id.partition)
+}
+
+/// The partition a packed key names ([`key_on_disk`] undone).
+#[must_use]
+pub(crate) fn key_from_disk(key: u64) -> PartitionId {
+    PartitionId {
+        topic_id: key >> KEY_PARTITION_BITS,
+        partition: (key & ((1 << KEY_PARTITION_BITS) - 1)) as u32,
+    }
+}
 
 fn parse_entries(frame: &[u8]) -> Option<Vec<ParsedEntry>> {
     let count = u32::from_le_bytes(frame[20..24].try_into().ok()?);
@@ -917,7 +945,7 @@ fn parse_entries(frame: &[u8]) -> Option<Vec<ParsedEntry>> {
     };
     let mut entries = Vec::with_capacity(count.min(1 << 16) as usize);
     for _ in 0..count {
-        let key = u64::from_le_bytes(take(8)?.try_into().ok()?);
+        let key = key_from_disk(u64::from_le_bytes(take(8)?.try_into().ok()?));
         let generation = u64::from_le_bytes(take(8)?.try_into().ok()?);
         let dir_len = u16::from_le_bytes(take(2)?.try_into().ok()?);
         let dir = take(usize::from(dir_len))?;

@@ -59,7 +59,7 @@ pub use deletion_ledger::{DeletedRange, DeletionCause};
 pub use disk_space::{DiskSpace, ReserveExceeded};
 pub use log::{AppendOutcome, LogStats, PartitionLog, PlacedBatch, ReadOutcome, ValidBatch};
 pub use retention::RetentionPolicy;
-pub use tail_cache::{CacheKey, TailCache};
+pub use tail_cache::TailCache;
 
 /// Upper bound on bytes one flush writes, and on a batch: recovery treats
 /// damage followed by valid data further than this (plus two blocks) as

@@ -13,11 +13,7 @@ use std::rc::Rc;
 
 use ahash::AHashMap;
 use bytes::Bytes;
-use corelog_wire::types::Offset;
-
-/// Identifies a partition within a shard's cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheKey(pub u64);
+use corelog_wire::types::{Offset, PartitionId};
 
 #[derive(Debug)]
 struct CachedBatch {
@@ -30,10 +26,10 @@ struct CachedBatch {
 struct CacheState {
     budget_bytes: usize,
     used_bytes: usize,
-    partitions: AHashMap<CacheKey, VecDeque<CachedBatch>>,
+    partitions: AHashMap<PartitionId, VecDeque<CachedBatch>>,
     /// Insertion order across partitions, for eviction. Entries whose batch
     /// was already dropped (invalidated) are skipped when popped.
-    order: VecDeque<(CacheKey, Offset)>,
+    order: VecDeque<(PartitionId, Offset)>,
     hits: u64,
     misses: u64,
 }
@@ -67,7 +63,7 @@ impl TailCache {
 
     /// Adds the newest batch of a partition. A batch that does not continue
     /// the cached run (after a truncation, say) replaces the run.
-    pub fn insert(&self, key: CacheKey, base_offset: Offset, next_offset: Offset, bytes: Bytes) {
+    pub fn insert(&self, key: PartitionId, base_offset: Offset, next_offset: Offset, bytes: Bytes) {
         assert!(base_offset < next_offset);
         let mut state = self.state.borrow_mut();
         if bytes.len() > state.budget_bytes {
@@ -117,7 +113,7 @@ impl TailCache {
     #[must_use]
     pub fn read(
         &self,
-        key: CacheKey,
+        key: PartitionId,
         from: Offset,
         upper: Offset,
         max_bytes: usize,
@@ -155,7 +151,7 @@ impl TailCache {
     }
 
     /// Drops every cached batch of `key` at or after `offset` (truncation).
-    pub fn truncate_from(&self, key: CacheKey, offset: Offset) {
+    pub fn truncate_from(&self, key: PartitionId, offset: Offset) {
         let mut state = self.state.borrow_mut();
         let Some(run) = state.partitions.get_mut(&key) else {
             return;
@@ -168,7 +164,7 @@ impl TailCache {
     }
 
     /// Drops every cached batch of `key` (partition removed).
-    pub fn forget(&self, key: CacheKey) {
+    pub fn forget(&self, key: PartitionId) {
         let mut state = self.state.borrow_mut();
         if let Some(run) = state.partitions.remove(&key) {
             state.used_bytes -= run.iter().map(|batch| batch.bytes.len()).sum::<usize>();
@@ -193,6 +189,13 @@ impl TailCache {
 mod tests {
     use super::*;
 
+    fn partition(topic_id: u64) -> PartitionId {
+        PartitionId {
+            topic_id,
+            partition: 0,
+        }
+    }
+
     fn batch(len: usize) -> Bytes {
         Bytes::from(vec![0u8; len])
     }
@@ -200,7 +203,7 @@ mod tests {
     #[test]
     fn serves_the_tail_and_misses_below_it() {
         let cache = TailCache::new(1 << 20);
-        let key = CacheKey(1);
+        let key = partition(1);
         cache.insert(key, Offset(10), Offset(20), batch(100));
         cache.insert(key, Offset(20), Offset(30), batch(100));
         assert!(cache.read(key, Offset(9), Offset(30), 1000).is_none());
@@ -216,23 +219,23 @@ mod tests {
     #[test]
     fn stays_within_budget_evicting_oldest_first_across_partitions() {
         let cache = TailCache::new(250);
-        cache.insert(CacheKey(1), Offset(0), Offset(1), batch(100));
-        cache.insert(CacheKey(2), Offset(0), Offset(1), batch(100));
-        cache.insert(CacheKey(1), Offset(1), Offset(2), batch(100));
+        cache.insert(partition(1), Offset(0), Offset(1), batch(100));
+        cache.insert(partition(2), Offset(0), Offset(1), batch(100));
+        cache.insert(partition(1), Offset(1), Offset(2), batch(100));
         assert!(cache.used_bytes() <= 250);
         assert!(
             cache
-                .read(CacheKey(1), Offset(0), Offset(9), 1000)
+                .read(partition(1), Offset(0), Offset(9), 1000)
                 .is_none()
         );
         assert!(
             cache
-                .read(CacheKey(2), Offset(0), Offset(9), 1000)
+                .read(partition(2), Offset(0), Offset(9), 1000)
                 .is_some()
         );
         assert!(
             cache
-                .read(CacheKey(1), Offset(1), Offset(9), 1000)
+                .read(partition(1), Offset(1), Offset(9), 1000)
                 .is_some()
         );
     }
@@ -240,7 +243,7 @@ mod tests {
     #[test]
     fn a_discontinuous_batch_replaces_the_run() {
         let cache = TailCache::new(1000);
-        let key = CacheKey(1);
+        let key = partition(1);
         cache.insert(key, Offset(0), Offset(5), batch(100));
         cache.insert(key, Offset(3), Offset(6), batch(100));
         assert!(cache.read(key, Offset(0), Offset(9), 1000).is_none());

@@ -6,7 +6,7 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 
 use super::{FollowerState, Replica, Role};
 use crate::action::Action;
-use crate::error::ReplicationError;
+use crate::error::{ProtocolError, ReplicationError};
 use crate::ids::ReplicaId;
 use crate::message::{Batch, Push, PushResult};
 
@@ -46,23 +46,41 @@ impl Replica {
     /// answers `Mismatch` and appends nothing. Batches it already holds
     /// with the same epoch are skipped (the same epoch at the same offset
     /// means the same records); at the first batch that conflicts the log is
-    /// truncated (`Truncate`, never below the high watermark: asserted);
+    /// truncated (`Truncate`, never below the high watermark or the prefix
+    /// already checked against this leader: such a push is refused);
     /// the rest is appended (`Append`). The high watermark becomes
     /// `min(push.hw, checked end)`. A push that appended nothing is
     /// acknowledged at once; otherwise the acknowledgement follows the
     /// fsync ([`on_local_durable`](Self::on_local_durable)).
     ///
     /// # Errors
-    /// [`ReplicationError::WrongPartition`], or
+    /// [`ReplicationError::WrongPartition`];
     /// [`ReplicationError::ConflictingLeader`] when the push claims an epoch
-    /// another leader holds (a controller bug); the push is ignored.
-    ///
-    /// # Panics
-    /// If the push would truncate committed records (below the high
-    /// watermark), or its batches are not contiguous from `start`: the
-    /// protocol is broken and carrying on would lose acknowledged data.
-    pub fn on_push(&mut self, push: Push, _now_ms: u64) -> Result<Vec<Action>, ReplicationError> {
+    /// another leader holds (a controller bug); [`ReplicationError::Protocol`]
+    /// for a push no correct leader sends: malformed
+    /// ([`Push::check_shape`]), or one that would truncate committed or
+    /// checked records, or whose batch boundaries or epochs contradict this
+    /// log. In every case the push is refused whole and nothing changes.
+    pub fn on_push(&mut self, push: Push, now_ms: u64) -> Result<Vec<Action>, ReplicationError> {
         self.check_partition(push.partition)?;
+        push.check_shape()?;
+        if push.batches.is_empty() {
+            // Only the batches can contradict the log (`take_batches`).
+            return self.take_push(push, now_ms);
+        }
+        // The checks against this log run as the batches are taken, after
+        // the push's header has been acted on (following, a reset): a push
+        // they refuse puts the replica back as it was, so that the state
+        // never runs ahead of actions the shell does not carry out.
+        let before = self.clone();
+        let taken = self.take_push(push, now_ms);
+        if taken.is_err() {
+            *self = before;
+        }
+        taken
+    }
+
+    fn take_push(&mut self, push: Push, _now_ms: u64) -> Result<Vec<Action>, ReplicationError> {
         let mut actions = Vec::new();
         if push.epoch < self.meta.fenced_epoch {
             let fenced = PushResult::Fenced {
@@ -77,10 +95,7 @@ impl Replica {
         }
         let mut history_changed = false;
         if let Some(reset_to) = push.reset_to {
-            assert!(
-                reset_to == push.start,
-                "reset push not starting at {reset_to}"
-            );
+            // `check_shape`: `reset_to == push.start`.
             history_changed |= self.reset_if_needed(reset_to, push.prev_epoch, &mut actions);
         }
         if !self.consistent_at(push.start, push.prev_epoch) {
@@ -94,7 +109,7 @@ impl Replica {
         }
         let push_end = push.end();
         let push_hw = push.hw;
-        let appended = self.take_batches(push.start, push.batches, &mut actions);
+        let appended = self.take_batches(push.start, push.batches, &mut actions)?;
         history_changed |= appended.history_changed;
         if history_changed {
             actions.push(self.persist());
@@ -284,70 +299,91 @@ impl Replica {
         start: Offset,
         batches: Vec<Batch>,
         actions: &mut Vec<Action>,
-    ) -> Appended {
+    ) -> Result<Appended, ProtocolError> {
         let mut out = Appended {
             batches: Vec::new(),
             history_changed: false,
         };
         let mut expected_base = start;
         for batch in batches {
-            assert!(
-                batch.base == expected_base && batch.last >= batch.base,
-                "push batches not contiguous: {:?} where {expected_base} was expected",
-                batch.meta()
-            );
-            expected_base = batch.last.plus(1);
+            if batch.base != expected_base || batch.last < batch.base {
+                return Err(ProtocolError::NotContiguous {
+                    base: batch.base,
+                    last: batch.last,
+                    expected: expected_base,
+                });
+            }
+            expected_base = batch.end();
             if batch.last < self.log_start {
                 // Committed and deleted here by retention.
                 continue;
             }
-            assert!(
-                batch.base >= self.log_start,
-                "batch {:?} straddles the log start {}",
-                batch.meta(),
-                self.log_start
-            );
+            if batch.base < self.log_start {
+                return Err(ProtocolError::StraddlesLogStart {
+                    base: batch.base,
+                    last: batch.last,
+                    log_start: self.log_start,
+                });
+            }
             if out.batches.is_empty() && batch.base < self.log_end {
-                if self.holds(&batch) {
+                if self.holds(&batch)? {
                     continue;
+                }
+                let protected = self.high_watermark.max(self.follower_mut().verified_end);
+                if batch.base < protected {
+                    return Err(ProtocolError::TruncatesProtected {
+                        base: batch.base,
+                        protected,
+                    });
                 }
                 self.truncate_to(batch.base, actions);
                 out.history_changed = true;
             }
             if self.meta.history.last_epoch() != Some(batch.epoch) {
+                if let Some(previous) = self.meta.history.last_epoch()
+                    && batch.epoch < previous
+                {
+                    return Err(ProtocolError::EpochGoesBack {
+                        base: batch.base,
+                        epoch: batch.epoch,
+                        previous,
+                    });
+                }
                 let appended = self.meta.history.append(batch.epoch, batch.base);
                 assert!(
                     appended.is_ok(),
-                    "batch {:?} goes back in epoch: {appended:?}",
+                    "batch {:?} refused by the history: {appended:?}",
                     batch.meta()
                 );
                 out.history_changed = true;
             }
+            // `check_shape`: no batch above the push's epoch, which is the
+            // fence once followed.
             assert!(
                 batch.epoch <= self.meta.fenced_epoch,
                 "batch epoch above the fence"
             );
-            self.log_end = batch.last.plus(1);
+            self.log_end = batch.end();
             out.batches.push(batch);
         }
-        out
+        Ok(out)
     }
 
     /// Whether the log already holds `batch`: same epoch at its last
     /// offset. By the log matching property the records are then the same.
-    fn holds(&self, batch: &Batch) -> bool {
+    fn holds(&self, batch: &Batch) -> Result<bool, ProtocolError> {
         if batch.last >= self.log_end {
-            return false;
+            return Ok(false);
         }
         let held = self.meta.history.epoch_of(batch.last) == Some(batch.epoch);
-        if held {
-            assert!(
-                self.meta.history.epoch_of(batch.base) == Some(batch.epoch),
-                "batch {:?} held only in part",
-                batch.meta()
-            );
+        if held && self.meta.history.epoch_of(batch.base) != Some(batch.epoch) {
+            return Err(ProtocolError::HeldInPart {
+                base: batch.base,
+                last: batch.last,
+                epoch: batch.epoch,
+            });
         }
-        held
+        Ok(held)
     }
 
     /// Cuts the log to end at `to`: only records that conflict with the

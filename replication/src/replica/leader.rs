@@ -8,7 +8,7 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 
 use super::{LeaderState, Progress, Replica, Role};
 use crate::action::Action;
-use crate::error::ReplicationError;
+use crate::error::{ProtocolError, ReplicationError};
 use crate::ids::ReplicaId;
 use crate::message::{BatchMeta, Push, PushAck, PushResult};
 
@@ -261,17 +261,17 @@ impl Replica {
     /// arriving when not leading, is stale and ignored.
     ///
     /// # Errors
-    /// [`ReplicationError::WrongPartition`].
-    ///
-    /// # Panics
-    /// If an `Ok` of this epoch claims more than this leader's log holds
-    /// (no follower can have received it: a bug).
+    /// [`ReplicationError::WrongPartition`]; [`ReplicationError::Protocol`]
+    /// for an acknowledgement no correct follower sends
+    /// ([`PushAck::check_consistent`] fails, or an `Ok` of this epoch claims
+    /// more than this leader's log holds). Nothing changes then.
     pub fn on_push_ack(
         &mut self,
         ack: &PushAck,
         now_ms: u64,
     ) -> Result<Vec<Action>, ReplicationError> {
         self.check_partition(ack.partition)?;
+        ack.check_consistent()?;
         let mut actions = Vec::new();
         let log_end = self.log_end;
         let Role::Leader(leader) = &mut self.role else {
@@ -285,11 +285,14 @@ impl Replica {
         };
         match ack.result {
             PushResult::Ok { durable_end, .. } => {
-                assert!(
-                    durable_end <= log_end,
-                    "{} acknowledged {durable_end} past the leader's log end {log_end}",
-                    ack.from
-                );
+                if durable_end > log_end {
+                    return Err(ProtocolError::AckPastLeaderLogEnd {
+                        from: ack.from,
+                        durable_end,
+                        log_end,
+                    }
+                    .into());
+                }
                 if durable_end > progress.acked_end {
                     progress.acked_end = durable_end;
                     progress.last_progress_ms = now_ms;

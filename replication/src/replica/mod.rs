@@ -13,11 +13,11 @@ mod leader;
 
 use std::collections::BTreeMap;
 
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
 use crate::action::Action;
 use crate::error::ReplicationError;
-use crate::ids::{PartitionKey, ReplicaId};
+use crate::ids::ReplicaId;
 use crate::message::{PushAck, PushResult, Query, QueryAnswer, QueryResult};
 use crate::meta::ReplicaMeta;
 
@@ -196,7 +196,7 @@ enum Role {
 #[derive(Clone, Debug)]
 pub struct Replica {
     id: ReplicaId,
-    partition: PartitionKey,
+    partition: PartitionId,
     config: ReplicaConfig,
     meta: ReplicaMeta,
     log_start: Offset,
@@ -209,7 +209,7 @@ pub struct Replica {
 impl Replica {
     /// A replica with an empty log and no promises: a new assignment.
     #[must_use]
-    pub fn new(id: ReplicaId, partition: PartitionKey, config: ReplicaConfig) -> Self {
+    pub fn new(id: ReplicaId, partition: PartitionId, config: ReplicaConfig) -> Self {
         Self {
             id,
             partition,
@@ -240,7 +240,7 @@ impl Replica {
     /// not fit together: damage; the shell fences the replica.
     pub fn recover(
         id: ReplicaId,
-        partition: PartitionKey,
+        partition: PartitionId,
         config: ReplicaConfig,
         mut meta: ReplicaMeta,
         log: RecoveredLog,
@@ -300,7 +300,7 @@ impl Replica {
 
     /// Its partition.
     #[must_use]
-    pub fn partition(&self) -> PartitionKey {
+    pub fn partition(&self) -> PartitionId {
         self.partition
     }
 
@@ -546,7 +546,7 @@ impl Replica {
         actions
     }
 
-    fn check_partition(&self, partition: PartitionKey) -> Result<(), ReplicationError> {
+    fn check_partition(&self, partition: PartitionId) -> Result<(), ReplicationError> {
         if partition == self.partition {
             Ok(())
         } else {
@@ -690,3 +690,6 @@ impl Replica {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod protocol_tests;

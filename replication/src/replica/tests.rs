@@ -2,27 +2,30 @@
 //! of divergence repair against models.
 
 use bytes::Bytes;
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 use proptest::prelude::*;
 
 use super::*;
 use crate::history::{EpochEntry, EpochHistory};
 use crate::message::{Batch, BatchMeta, Push, PushAck, PushResult, Query, QueryResult};
 
-const P: PartitionKey = PartitionKey(7);
-const A: ReplicaId = ReplicaId(1);
-const B: ReplicaId = ReplicaId(2);
-const C: ReplicaId = ReplicaId(3);
+pub(super) const P: PartitionId = PartitionId {
+    topic_id: 7,
+    partition: 0,
+};
+pub(super) const A: ReplicaId = ReplicaId(1);
+pub(super) const B: ReplicaId = ReplicaId(2);
+pub(super) const C: ReplicaId = ReplicaId(3);
 
-fn e(epoch: u32) -> LeaderEpoch {
+pub(super) fn e(epoch: u32) -> LeaderEpoch {
     LeaderEpoch(epoch)
 }
 
-fn o(offset: u64) -> Offset {
+pub(super) fn o(offset: u64) -> Offset {
     Offset(offset)
 }
 
-fn config() -> ReplicaConfig {
+pub(super) fn config() -> ReplicaConfig {
     ReplicaConfig {
         resend_timeout_ms: 100,
         heartbeat_interval_ms: 50,
@@ -34,7 +37,7 @@ fn config() -> ReplicaConfig {
 
 /// A replica recovered with a log whose runs are `(epoch, start)` and which
 /// ends at `end`, fenced at `fenced`.
-fn replica(id: ReplicaId, runs: &[(u32, u64)], end: u64, fenced: u32) -> Replica {
+pub(super) fn replica(id: ReplicaId, runs: &[(u32, u64)], end: u64, fenced: u32) -> Replica {
     let history = EpochHistory::from_entries(
         runs.iter()
             .map(|&(epoch, start)| EpochEntry {
@@ -58,7 +61,7 @@ fn replica(id: ReplicaId, runs: &[(u32, u64)], end: u64, fenced: u32) -> Replica
     Replica::recover(id, P, config(), meta, log).unwrap().0
 }
 
-fn batch(base: u64, last: u64, epoch: u32) -> Batch {
+pub(super) fn batch(base: u64, last: u64, epoch: u32) -> Batch {
     Batch {
         base: o(base),
         last: o(last),
@@ -67,7 +70,13 @@ fn batch(base: u64, last: u64, epoch: u32) -> Batch {
     }
 }
 
-fn push(epoch: u32, start: u64, prev: Option<u32>, hw: u64, batches: Vec<Batch>) -> Push {
+pub(super) fn push(
+    epoch: u32,
+    start: u64,
+    prev: Option<u32>,
+    hw: u64,
+    batches: Vec<Batch>,
+) -> Push {
     Push {
         partition: P,
         epoch: e(epoch),
@@ -83,7 +92,7 @@ fn push(epoch: u32, start: u64, prev: Option<u32>, hw: u64, batches: Vec<Batch>)
 
 /// `a` becomes the leader of `epoch` over `replicas`, and its shell carries
 /// out the `Persist`es; the other actions are returned.
-fn lead(a: &mut Replica, epoch: u32, replicas: &[ReplicaId]) -> Vec<Action> {
+pub(super) fn lead(a: &mut Replica, epoch: u32, replicas: &[ReplicaId]) -> Vec<Action> {
     let actions = a.become_leader(e(epoch), replicas, 0).unwrap();
     for action in &actions {
         if let Action::Persist(meta) = action {
@@ -97,7 +106,7 @@ fn lead(a: &mut Replica, epoch: u32, replicas: &[ReplicaId]) -> Vec<Action> {
 }
 
 /// A leads `epoch` over A, B, C with its marker appended.
-fn leader(runs: &[(u32, u64)], end: u64, epoch: u32) -> Replica {
+pub(super) fn leader(runs: &[(u32, u64)], end: u64, epoch: u32) -> Replica {
     let mut a = replica(A, runs, end, epoch - 1);
     lead(&mut a, epoch, &[A, B, C]);
     a.on_local_append(BatchMeta {
@@ -108,7 +117,7 @@ fn leader(runs: &[(u32, u64)], end: u64, epoch: u32) -> Replica {
     a
 }
 
-fn ok(from: ReplicaId, epoch: u32, durable: u64) -> PushAck {
+pub(super) fn ok(from: ReplicaId, epoch: u32, durable: u64) -> PushAck {
     PushAck {
         partition: P,
         epoch: e(epoch),
@@ -120,7 +129,7 @@ fn ok(from: ReplicaId, epoch: u32, durable: u64) -> PushAck {
     }
 }
 
-fn high_watermarks(actions: &[Action]) -> Vec<Offset> {
+pub(super) fn high_watermarks(actions: &[Action]) -> Vec<Offset> {
     actions
         .iter()
         .filter_map(|action| match action {
@@ -130,7 +139,7 @@ fn high_watermarks(actions: &[Action]) -> Vec<Offset> {
         .collect()
 }
 
-fn acks(actions: &[Action]) -> Vec<PushResult> {
+pub(super) fn acks(actions: &[Action]) -> Vec<PushResult> {
     actions
         .iter()
         .filter_map(|action| match action {
@@ -654,15 +663,25 @@ fn held_batches_are_skipped_and_the_first_conflict_truncates() {
     assert_eq!(b.log_end(), o(7));
 }
 
+/// Was a panic ("truncation below the high watermark") before issue 36:
+/// a push is peer input, so it is now refused with a typed error.
 #[test]
-#[should_panic(expected = "below the high watermark")]
-fn truncating_below_the_high_watermark_is_a_bug() {
+fn a_push_that_would_truncate_below_the_high_watermark_is_refused() {
     let mut b = replica(B, &[(1, 0)], 6, 2);
     b.on_push(push(2, 6, Some(1), 6, vec![]), 0).unwrap();
     assert_eq!(b.high_watermark(), o(6));
     // A (buggy) leader claims offset 4 holds an epoch-2 batch.
-    b.on_push(push(2, 4, Some(1), 6, vec![batch(4, 4, 2)]), 0)
-        .unwrap();
+    let refused = b.on_push(push(2, 4, Some(1), 6, vec![batch(4, 4, 2)]), 0);
+    assert_eq!(
+        refused,
+        Err(ReplicationError::Protocol(
+            crate::ProtocolError::TruncatesProtected {
+                base: o(4),
+                protected: o(6)
+            }
+        ))
+    );
+    assert_eq!((b.log_end(), b.high_watermark()), (o(6), o(6)));
 }
 
 #[test]

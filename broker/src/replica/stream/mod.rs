@@ -42,17 +42,16 @@ use std::task::{Context, Poll};
 
 use ahash::AHashMap;
 use bytes::Bytes;
-use corelog_replication::{PartitionKey, Push, PushAck, ReplicaId};
+use corelog_replication::{Push, PushAck, ReplicaId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_stream::{
     PUSHES_PER_FRAME_MAX, ReplicaStreamRequest, ReplicaStreamResponse,
 };
-use corelog_wire::types::LeaderEpoch;
+use corelog_wire::types::{LeaderEpoch, PartitionId};
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 
-use super::peer_transport::{ack_from_wire, push_request};
 use super::{PushTransport, TransportError};
 use crate::executor::{self, Executor};
 
@@ -167,7 +166,7 @@ struct Queued {
 
 /// A push sent, waiting for its acknowledgement.
 struct Waiting {
-    partition: PartitionKey,
+    partition: PartitionId,
     epoch: LeaderEpoch,
     reply: oneshot::Sender<Result<PushAck, TransportError>>,
 }
@@ -217,13 +216,11 @@ impl ReplicationStreams {
         })
     }
 
-    /// The transport of one partition's replica (topic `topic_id`, index
-    /// `partition`) over these streams.
+    /// The transport of one partition's replica over these streams.
     #[must_use]
-    pub fn transport(self: &Rc<Self>, topic_id: u64, partition: u32) -> StreamPushTransport {
+    pub fn transport(self: &Rc<Self>, partition: PartitionId) -> StreamPushTransport {
         StreamPushTransport {
             streams: Rc::clone(self),
-            topic_id,
             partition,
         }
     }
@@ -242,13 +239,11 @@ impl ReplicationStreams {
     fn submit(
         self: &Rc<Self>,
         to: ReplicaId,
-        topic_id: u64,
-        partition: u32,
         push: Push,
     ) -> Result<oneshot::Receiver<Result<PushAck, TransportError>>, TransportError> {
         let (reply, answer) = oneshot::channel();
         let queued = Queued {
-            request: push_request(topic_id, partition, &push),
+            request: push.to_wire(),
             batches: push.batches.into_iter().map(|batch| batch.bytes).collect(),
             waiting: Waiting {
                 partition: push.partition,
@@ -393,7 +388,14 @@ fn answer_each(
         },
         Ok(response) => {
             for (push, answer) in waiting.into_iter().zip(response.answers) {
-                let ack = ack_from_wire(to, push.partition, push.epoch, answer);
+                let ack =
+                    PushAck::from_wire(to, push.partition, push.epoch, answer).map_err(|refusal| {
+                        TransportError::Refused {
+                            to,
+                            code: refusal.code,
+                            message: refusal.message,
+                        }
+                    });
                 push.answer(ack);
             }
             return;
@@ -407,14 +409,12 @@ fn answer_each(
 /// One partition's pushes, over its shard's [`ReplicationStreams`].
 pub struct StreamPushTransport {
     streams: Rc<ReplicationStreams>,
-    topic_id: u64,
-    partition: u32,
+    partition: PartitionId,
 }
 
 impl std::fmt::Debug for StreamPushTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamPushTransport")
-            .field("topic_id", &self.topic_id)
             .field("partition", &self.partition)
             .finish_non_exhaustive()
     }
@@ -427,7 +427,11 @@ impl PushTransport for StreamPushTransport {
         push: Push,
     ) -> LocalBoxFuture<'_, Result<PushAck, TransportError>> {
         // Queued now, in call order: pushes to one follower keep their order.
-        let submitted = self.streams.submit(to, self.topic_id, self.partition, push);
+        debug_assert_eq!(
+            push.partition, self.partition,
+            "a push of another partition"
+        );
+        let submitted = self.streams.submit(to, push);
         Box::pin(async move {
             submitted?.await.unwrap_or_else(|_| {
                 Err(TransportError::Unreachable {

@@ -17,14 +17,13 @@ use corelog_wire::message::replica_push::{
 use corelog_wire::message::replica_stream::{
     PUSHES_PER_FRAME_MAX, ReplicaStreamRequest, ReplicaStreamResponse,
 };
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use super::*;
 use crate::executor::GlommioExecutor;
-use corelog_replication::wire::partition_key;
 
 const LEADER: ReplicaId = ReplicaId(1);
 const TOPIC: u64 = 7;
@@ -177,6 +176,13 @@ fn observed_streams(
 const FRAMES_IN_FLIGHT_MAX: usize = 2;
 const QUEUED_FRAMES_MAX: usize = 4;
 
+fn partition_id(partition: u32) -> PartitionId {
+    PartitionId {
+        topic_id: TOPIC,
+        partition,
+    }
+}
+
 /// A push of partition `partition` from `start`, carrying `bytes` bytes of
 /// batch (one batch; its contents do not matter to the stream).
 fn push(partition: u32, start: u64, bytes: usize) -> Push {
@@ -191,7 +197,7 @@ fn push(partition: u32, start: u64, bytes: usize) -> Push {
         }]
     };
     Push {
-        partition: partition_key(TOPIC, partition),
+        partition: partition_id(partition),
         epoch: LeaderEpoch(3),
         leader: LEADER,
         start: Offset(start),
@@ -213,7 +219,7 @@ fn send(
     start: u64,
     bytes: usize,
 ) -> Landed {
-    let transport = streams.transport(TOPIC, partition);
+    let transport = streams.transport(partition_id(partition));
     let landed = Rc::new(RefCell::new(None));
     let cell = landed.clone();
     glommio::spawn_local(async move {
@@ -281,7 +287,7 @@ fn pushes_of_one_turn_leave_in_one_frame_per_follower_and_each_gets_its_own_ack(
         };
         assert_eq!(
             (ack.partition, ack.epoch, ack.from),
-            (partition_key(TOPIC, 1), LeaderEpoch(3), ReplicaId(2))
+            (partition_id(1), LeaderEpoch(3), ReplicaId(2))
         );
     });
 }
@@ -454,9 +460,12 @@ fn a_frame_carries_at_most_its_push_count() {
         let carrier = Rc::new(ScriptedCarrier::default());
         let streams = streams(&carrier, 1 << 20);
         for partition in 0..=PUSHES_PER_FRAME_MAX {
-            let transport = streams.transport(TOPIC, partition as u32);
+            let partition = partition as u32;
+            let transport = streams.transport(partition_id(partition));
             glommio::spawn_local(async move {
-                let _ = transport.send_push(ReplicaId(2), push(0, 0, 0)).await;
+                let _ = transport
+                    .send_push(ReplicaId(2), push(partition, 0, 0))
+                    .await;
             })
             .detach();
         }

@@ -21,7 +21,7 @@ use corelog_wire::batch::{
     self, BatchBuilder, BatchLimits, Compression, NewRecord, ProducerIdentity,
 };
 use corelog_wire::error::ErrorCode;
-use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use corelog_wire::types::{LeaderEpoch, Offset, PartitionId, TimestampMs};
 use event_listener::Event;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -34,7 +34,7 @@ use crate::partition::{OffsetQuery, PartitionError};
 use corelog_storage::clock::ManualClock;
 use corelog_storage::memory_disk::{Fault, MemoryDisk};
 use corelog_storage::{
-    CacheKey, DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
+    DiskSpace, LogConfig, RetentionPolicy, StorageError, StorageObserver, TailCache,
 };
 
 mod streams;
@@ -42,7 +42,10 @@ mod streams;
 type Node = ReplicatedPartition<MemoryDisk>;
 
 const T0: i64 = 1_767_225_600_000;
-const KEY: PartitionKey = PartitionKey(7);
+const KEY: PartitionId = PartitionId {
+    topic_id: 7,
+    partition: 0,
+};
 const DIR: &str = "/data/orders-0";
 const LONG: Duration = Duration::from_secs(10);
 const IDS: [ReplicaId; 3] = [ReplicaId(1), ReplicaId(2), ReplicaId(3)];
@@ -317,7 +320,7 @@ fn shard_storage(
 /// segments of `segment_bytes`.
 fn replica_spec(
     id: ReplicaId,
-    key: PartitionKey,
+    key: PartitionId,
     dir: &Path,
     config: ReplicaConfig,
     segment_bytes: u64,
@@ -329,11 +332,10 @@ fn replica_spec(
     };
     ReplicaSpec {
         id,
-        key,
         config,
         partition: PartitionSpec {
             topic: "orders",
-            index: 0,
+            id: key,
             dir,
             config: TopicConfig {
                 retention_ms: None,
@@ -355,7 +357,6 @@ fn replica_spec(
                 flush_bytes_max: 64 << 10,
                 batch_limits: limits,
             },
-            cache_key: CacheKey(0),
             producer_state_retention_ms: 1 << 40,
         },
         high_watermark_signal: Arc::new(Event::new()),
@@ -1156,6 +1157,10 @@ fn a_local_flush_that_commits_nothing_does_not_wake_readers() {
     });
 }
 
+/// A push is refused as it is received (`serve_push`, the shard's one call
+/// into the replica), with `INVALID_REQUEST` and nothing changed: batches
+/// elsewhere than the push says, and a damaged batch. (Before issue 36 the
+/// broker's `check_push` did this on a typed push.)
 #[test]
 fn malformed_push_is_refused_without_changing_anything() {
     on_executor(|| async {
@@ -1163,7 +1168,7 @@ fn malformed_push_is_refused_without_changing_anything() {
         let node = cluster.node(IDS[1]);
         let mut bytes = plain(0);
         batch::set_leader_epoch(&mut bytes, LeaderEpoch(1));
-        let push = |start, base| Push {
+        let push = |start| Push {
             partition: KEY,
             epoch: LeaderEpoch(1),
             leader: IDS[0],
@@ -1172,23 +1177,30 @@ fn malformed_push_is_refused_without_changing_anything() {
             reset_to: None,
             hw: Offset(0),
             log_start: Offset(0),
-            batches: vec![Batch {
-                base: Offset(base),
-                last: Offset(base + 2),
-                epoch: LeaderEpoch(1),
-                bytes: bytes.clone().freeze(),
-            }],
+            batches: Vec::new(),
         };
-        // Not contiguous from the start, and bytes that disagree with the
-        // push (the batch's header says offset 0).
-        for bad in [push(0, 5), push(5, 5)] {
-            let error = node.handle_push(bad).await.unwrap_err();
-            assert!(matches!(error, ReplicaError::BadPush(_)), "{error}");
-            assert_eq!(error.code(), ErrorCode::InvalidRequest);
+        let send = |start, raw: Bytes| {
+            let mut request = push(start).to_wire();
+            request.records_len = u32::try_from(raw.len()).unwrap();
+            let node = Rc::clone(&node);
+            async move { node.serve_push(&request, raw).await }
+        };
+        let mut damaged = bytes.to_vec();
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        // The batch's header says offset 0; and a flipped bit.
+        for (start, raw) in [(5, bytes.clone().freeze()), (0, Bytes::from(damaged))] {
+            let answer = send(start, raw).await;
+            assert_eq!(
+                answer.error_code,
+                ErrorCode::InvalidRequest.code(),
+                "{answer:?}"
+            );
         }
         assert_eq!(node.role(), RoleView::Offline);
         assert_eq!(node.meta(), corelog_replication::ReplicaMeta::new());
-        let ack = node.handle_push(push(0, 0)).await.unwrap();
+        let answer = send(0, bytes.freeze()).await;
+        let ack = PushAck::from_wire(IDS[1], KEY, LeaderEpoch(1), answer).unwrap();
         assert_eq!(
             ack.result,
             PushResult::Ok {

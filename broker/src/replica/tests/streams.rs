@@ -7,13 +7,12 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 
-use corelog_replication::wire::partition_key;
+use corelog_replication::wire::push_refusal;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
 use corelog_wire::rng::SplitMix64;
 
 use super::*;
-use crate::replica::peer_transport::{ack_to_wire, push_from_wire, push_refusal};
 use crate::replica::stream::{
     FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits, serve_frame,
 };
@@ -33,8 +32,8 @@ struct Broker {
 }
 
 impl Broker {
-    /// The follower's side of one push: the broker's wire conversions
-    /// around the partition's replica, as `Shard::replica_push` does.
+    /// The follower's side of one push: the partition's replica answers it
+    /// as received, as `Shard::replica_push` has it do.
     fn serve_push(
         &self,
         request: ReplicaPushRequest,
@@ -45,14 +44,7 @@ impl Broker {
             let Some(replica) = replica else {
                 return push_refusal(ErrorCode::NotLeader, "no such replica".to_owned());
             };
-            let push = match push_from_wire(&request, records, &BatchLimits::default()) {
-                Ok(push) => push,
-                Err(error) => return push_refusal(error.code(), error.to_string()),
-            };
-            match replica.handle_push(push).await {
-                Ok(ack) => ack_to_wire(&ack),
-                Err(error) => push_refusal(error.code(), error.to_string()),
-            }
+            replica.serve_push(&request, records).await
         })
     }
 }
@@ -192,10 +184,13 @@ fn lost_duplicated_and_reordered_frames_keep_each_partitions_records_apart_and_w
             disk.set_yielding(true);
             let mut replicas = BTreeMap::new();
             for (index, dir) in (0..PARTITIONS).zip(&dirs) {
-                let key = partition_key(TOPIC, index);
+                let key = PartitionId {
+                    topic_id: TOPIC,
+                    partition: index,
+                };
                 let spec = replica_spec(id, key, Path::new(dir), test_config(), 64 << 10, None);
                 let storage = shard_storage(&disk, clock.clone(), fences.clone());
-                let transport = Rc::new(streams.transport(TOPIC, index));
+                let transport = Rc::new(streams.transport(key));
                 let executor = Rc::new(GlommioExecutor);
                 let replica =
                     ReplicatedPartition::open(disk.clone(), spec, storage, transport, executor)

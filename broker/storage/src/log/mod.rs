@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use corelog_wire::batch::{self, BatchHeader};
-use corelog_wire::types::{Offset, TimestampMs};
+use corelog_wire::types::{Offset, PartitionId, TimestampMs};
 use event_listener::Event;
 
 mod prune;
@@ -45,7 +45,6 @@ use super::index::SegmentSummary;
 use super::journal::{Journal, JournalEntry, Ticket};
 use super::recovery;
 use super::segment::Segment;
-use super::tail_cache::CacheKey;
 use super::{LogConfig, ShardStorage, StorageError};
 
 /// A batch whose structure and CRC were checked: the only thing the log
@@ -110,9 +109,9 @@ impl PlacedBatch {
     }
 
     /// Checks that `bytes` is exactly one batch within `limits`, without
-    /// recomputing its CRC: for a pushed batch, which the replica shell
-    /// validated whole (CRC included) before the state machine took the
-    /// push (`replica::batches::check_push`).
+    /// recomputing its CRC: for a pushed batch, which was validated whole
+    /// (CRC included) when the push was received, before the state machine
+    /// took it (`corelog_replication::Push::from_wire`).
     ///
     /// # Errors
     /// [`StorageError::InvalidBatch`] describing the first problem.
@@ -299,7 +298,7 @@ pub struct PartitionLog<D: Disk> {
     dir: PathBuf,
     config: LogConfig,
     shard: ShardStorage,
-    cache_key: CacheKey,
+    partition: PartitionId,
     state: RefCell<LogState<D>>,
     /// Signalled whenever `durable_end` moves, a flush ends or the log is
     /// fenced. Readers wait on the replica's high watermark instead.
@@ -359,7 +358,7 @@ impl<D: Disk> PartitionLog<D> {
         dir: &Path,
         config: LogConfig,
         shard: ShardStorage,
-        cache_key: CacheKey,
+        partition: PartitionId,
     ) -> Result<Self, StorageError> {
         config.validate()?;
         let recovered = recovery::recover(&disk, dir, &config, shard.clock.now()).await?;
@@ -371,7 +370,7 @@ impl<D: Disk> PartitionLog<D> {
         let durable_end = active.next_offset();
         let alignment = active.alignment();
         let appender = Appender::new(alignment, active.size(), recovered.tail_block);
-        shard.cache.truncate_from(cache_key, Offset(0));
+        shard.cache.truncate_from(partition, Offset(0));
         let state = LogState {
             log_start: recovered.log_start.min(durable_end),
             durable_end,
@@ -398,7 +397,7 @@ impl<D: Disk> PartitionLog<D> {
             dir: dir.to_path_buf(),
             config,
             shard,
-            cache_key,
+            partition,
             state: RefCell::new(state),
             durable_changed: Event::new(),
             metadata: futures::lock::Mutex::new(()),
@@ -408,7 +407,7 @@ impl<D: Disk> PartitionLog<D> {
         // A log reopened while the shard runs (after a full disk) gets back
         // what the journal holds for it beyond its segments.
         if let Some(journal) = &journal {
-            log.replay_journal(journal.unreleased(cache_key.0)).await?;
+            log.replay_journal(journal.unreleased(partition)).await?;
         }
         // From here on the log is open: a crash is not a clean shutdown.
         log.store_checkpoint(false).await?;
@@ -538,7 +537,7 @@ impl<D: Disk> PartitionLog<D> {
         state.next_offset = header.next_offset();
         state.check_offsets();
         self.shard.cache.insert(
-            self.cache_key,
+            self.partition,
             base_offset,
             header.next_offset(),
             bytes.clone(),
@@ -586,7 +585,7 @@ impl<D: Disk> PartitionLog<D> {
         state.next_offset = header.next_offset();
         state.check_offsets();
         self.shard.cache.insert(
-            self.cache_key,
+            self.partition,
             header.base_offset,
             header.next_offset(),
             bytes.clone(),
@@ -757,7 +756,7 @@ impl<D: Disk> PartitionLog<D> {
                 "batches below the next offset are pending"
             );
             let entry = JournalEntry {
-                key: self.cache_key.0,
+                key: self.partition,
                 dir: self.journal_dir.clone(),
                 generation: state.journal_generation,
                 next_offset: end,
@@ -960,7 +959,7 @@ impl<D: Disk> PartitionLog<D> {
                 state.check_offsets();
             }
             drop(state);
-            journal.release(self.cache_key.0, segment_end);
+            journal.release(self.partition, segment_end);
         } else {
             assert!(segment_end > state.durable_end, "durable end must grow");
             state.durable_end = segment_end;
@@ -1058,7 +1057,7 @@ impl<D: Disk> PartitionLog<D> {
         if dropped > 0 {
             tracing::warn!(dropped, "pending batches dropped unacknowledged");
         }
-        self.shard.cache.truncate_from(self.cache_key, durable_end);
+        self.shard.cache.truncate_from(self.partition, durable_end);
         self.durable_changed.notify(usize::MAX);
     }
 
@@ -1111,7 +1110,7 @@ impl<D: Disk> PartitionLog<D> {
         if let Some(hit) = self
             .shard
             .cache
-            .read(self.cache_key, from, upper, max_bytes)
+            .read(self.partition, from, upper, max_bytes)
         {
             outcome.chunks = hit.batches;
             outcome.next_offset = hit.next_offset;
@@ -1228,7 +1227,7 @@ impl<D: Disk> PartitionLog<D> {
         }
         self.shard
             .cache
-            .read(self.cache_key, from, next_offset, max_bytes)
+            .read(self.partition, from, next_offset, max_bytes)
             .map(|hit| hit.batches)
     }
 

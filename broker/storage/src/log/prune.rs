@@ -315,7 +315,7 @@ impl<D: Disk> PartitionLog<D> {
             });
             state.ledger.clone()
         };
-        self.shard.cache.truncate_from(self.cache_key, new_end);
+        self.shard.cache.truncate_from(self.partition, new_end);
         ledger.store(&self.disk, &self.dir).await?;
         drop(_metadata);
         self.store_checkpoint(false).await?;
@@ -388,7 +388,7 @@ impl<D: Disk> PartitionLog<D> {
             }
             state.ledger.clone()
         };
-        self.shard.cache.forget(self.cache_key);
+        self.shard.cache.forget(self.partition);
         ledger.store(&self.disk, &self.dir).await?;
         drop(metadata);
         self.store_checkpoint(false).await?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::super::disk::Disk;
 use super::super::journal::RecoveredPartition;
-use super::super::{CacheKey, LogConfig, ShardStorage, StorageError};
+use super::super::{LogConfig, ShardStorage, StorageError};
 use super::PartitionLog;
 
 /// What [`replay_shard_journal`] did.
@@ -50,14 +50,8 @@ pub async fn replay_shard_journal<D: Disk>(
             }
             Err(error) => return Err(StorageError::io(&dir, error)),
         }
-        let log = PartitionLog::open(
-            disk.clone(),
-            &dir,
-            config,
-            shard.clone(),
-            CacheKey(partition.key),
-        )
-        .await?;
+        let log =
+            PartitionLog::open(disk.clone(), &dir, config, shard.clone(), partition.key).await?;
         let batches = log.replay_journal(partition.entries).await?;
         log.close().await?;
         if batches > 0 {

@@ -173,7 +173,7 @@ fn open_partition(harness: &Harness, disk: &MemoryDisk, index: u64) -> Partition
         &dir,
         harness.config,
         harness.shard_for(disk, &dir),
-        CacheKey(100 + index),
+        test_partition(100 + index),
     ))
     .expect("log opens")
 }

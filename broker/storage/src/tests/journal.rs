@@ -65,7 +65,7 @@ impl Shard {
             &Self::dir(index),
             self.harness.config,
             self.storage(&self.harness.disk, Some(journal)),
-            CacheKey(index),
+            test_partition(index),
         )
         .await
         .expect("log opens")
@@ -123,7 +123,7 @@ impl Shard {
             &Self::dir(index),
             self.harness.config,
             self.storage(disk, None),
-            CacheKey(index),
+            test_partition(index),
         )
         .await
         .expect("log opens")
@@ -183,13 +183,13 @@ fn reads_serve_durable_batches_not_yet_in_the_segment_and_after_they_are() {
     for tag in 0..20 {
         block_on(log.append(make_batch(tag, 2, 150, T0))).expect("append");
     }
-    shard.harness.cache.forget(CacheKey(0));
+    shard.harness.cache.forget(test_partition(0));
     let from_memory = block_on(read_all(&log));
     assert_eq!(from_memory.len(), 20);
     block_on(log.flush_segment()).expect("segment flush");
     assert_eq!(log.unsegmented_bytes(), 0);
     assert!(log.stats().flushes > 0);
-    shard.harness.cache.forget(CacheKey(0));
+    shard.harness.cache.forget(test_partition(0));
     assert_eq!(block_on(read_all(&log)), from_memory);
 }
 
@@ -247,7 +247,7 @@ fn one_read_goes_on_from_the_segment_end_into_what_the_journal_holds() {
         log.unsegmented_bytes() > 0,
         "two batches wait in the journal"
     );
-    shard.harness.cache.forget(CacheKey(0));
+    shard.harness.cache.forget(test_partition(0));
     let outcome = block_on(log.read(Offset(0), 1 << 20, None)).expect("read");
     assert_eq!(outcome.chunks.len(), 3, "the segment's run and two batches");
     assert_eq!(outcome.next_offset, Offset(10));
@@ -412,7 +412,10 @@ fn released_files_are_reclaimed_and_a_flushed_partition_needs_no_replay() {
     let journal: &dyn Journal = &*shard.journal;
     // Asked to flush by bytes held, or by age on the journal's clock; not
     // otherwise.
-    assert_eq!(journal.flush_candidates(1, hour, u64::MAX), vec![0]);
+    assert_eq!(
+        journal.flush_candidates(1, hour, u64::MAX),
+        vec![test_partition(0)]
+    );
     assert!(
         journal
             .flush_candidates(u64::MAX, hour, u64::MAX)
@@ -425,7 +428,10 @@ fn released_files_are_reclaimed_and_a_flushed_partition_needs_no_replay() {
             .is_empty()
     );
     shard.harness.clock.advance(1);
-    assert_eq!(journal.flush_candidates(u64::MAX, hour, u64::MAX), vec![0]);
+    assert_eq!(
+        journal.flush_candidates(u64::MAX, hour, u64::MAX),
+        vec![test_partition(0)]
+    );
     block_on(log.flush_segment()).expect("flush");
     assert!(
         shard
@@ -507,7 +513,7 @@ fn a_segment_flush_that_meets_a_full_disk_keeps_serving_the_journaled_batches() 
     assert!(log.fenced_no_space());
     // Fenced, but what was acknowledged is still read back, from memory.
     assert_eq!(log.durable_end(), acknowledged);
-    shard.harness.cache.forget(CacheKey(0));
+    shard.harness.cache.forget(test_partition(0));
     assert_eq!(block_on(read_all(&log)), expected);
 }
 
@@ -601,7 +607,7 @@ fn a_run_around_the_journal_that_fails_to_sync_fences_and_keeps_the_journaled_ba
         durable,
         "nothing of the run acknowledged"
     );
-    shard.harness.cache.forget(CacheKey(0));
+    shard.harness.cache.forget(test_partition(0));
     let kept = block_on(read_all(&log));
     assert_eq!(kept.len(), 1, "the journaled batch is still served");
     assert_eq!(kept[0].1, durable);
@@ -676,4 +682,27 @@ fn a_journal_file_that_cannot_be_opened_for_want_of_descriptors_fences_nothing()
     }
     let (_, replayed) = shard.power_loss_keeps(log);
     assert_eq!(replayed, 1);
+}
+
+/// The journal names a partition on disk by the packing the tail-cache
+/// key had before `PartitionId` replaced it (issue 36): journals written
+/// before replay into the same partitions.
+#[test]
+fn a_journal_key_on_disk_keeps_the_packing_of_older_journals() {
+    use super::super::journal::{key_from_disk, key_on_disk};
+    let id = PartitionId {
+        topic_id: 3,
+        partition: 7,
+    };
+    assert_eq!(key_on_disk(id), (3 << 20) | 7);
+    for id in [
+        id,
+        test_partition(0),
+        PartitionId {
+            topic_id: (1 << 44) - 1,
+            partition: (1 << 20) - 1,
+        },
+    ] {
+        assert_eq!(key_from_disk(key_on_disk(id)), id);
+    }
 }

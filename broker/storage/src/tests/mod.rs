@@ -15,12 +15,20 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use corelog_wire::batch::{self, BatchBuilder, BatchLimits, Compression, NewRecord};
-use corelog_wire::types::{Offset, TimestampMs};
+use corelog_wire::types::{Offset, PartitionId, TimestampMs};
 
 use super::disk::Disk;
 use super::memory_disk::MemoryDisk;
-use super::{CacheKey, DiskSpace, LogConfig, PartitionLog, ReadOutcome, ShardStorage, TailCache};
+use super::{DiskSpace, LogConfig, PartitionLog, ReadOutcome, ShardStorage, TailCache};
 use crate::clock::{Clock, ManualClock};
+
+/// Partition `index` of a test shard (of topic `index`, partition 0).
+pub(super) fn test_partition(index: u64) -> PartitionId {
+    PartitionId {
+        topic_id: index,
+        partition: 0,
+    }
+}
 
 /// Start of test time: 2026-01-01.
 pub(super) const T0: i64 = 1_767_225_600_000;
@@ -74,7 +82,7 @@ impl Harness {
             &self.dir,
             self.config,
             self.shard_for(disk, &self.dir),
-            CacheKey(1),
+            test_partition(1),
         )
         .await
     }

@@ -36,7 +36,7 @@ async fn open_real(
         dir,
         harness.config,
         harness.shard_for(disk, dir),
-        CacheKey(7),
+        test_partition(7),
     )
     .await
 }
@@ -246,7 +246,7 @@ fn the_shard_journal_on_dma_files_brings_back_batches_no_segment_holds() {
                 dir,
                 harness.config,
                 shard,
-                CacheKey(index as u64),
+                test_partition(index as u64),
             )
             .await
             .expect("open");
