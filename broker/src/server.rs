@@ -49,8 +49,8 @@ use crate::runtime::invoke::{self, Address, Mailbox};
 use crate::runtime::shard::{Shard, ShardParts};
 use crate::storage::disk::Disk;
 use crate::storage::glommio_disk::GlommioDisk;
-use crate::storage::journal::{Journal, JournalConfig, ShardJournal};
-use crate::storage::log::replay_shard_journal;
+use crate::storage::journal::{Journal, JournalConfig};
+use crate::storage::log::recover_shard_journal;
 use crate::storage::{DiskSpace, ShardStorage, StorageError, TailCache};
 use crate::tls::BrokerTls;
 
@@ -810,25 +810,10 @@ async fn open_shard_journal(
             dir.display()
         )
     };
-    let (journal, recovered) = ShardJournal::open(
-        disk.clone(),
-        &dir,
-        JournalConfig::default(),
-        storage.observer.clone(),
-        storage.clock.clone(),
-    )
-    .await
-    .map_err(failed)?;
-    if !recovered.is_empty() {
-        tracing::info!(
-            shard = id.0,
-            partitions = recovered.len(),
-            "replaying the shard journal"
-        );
-    }
-    let replayed = replay_shard_journal(disk, recovered, config.log, storage)
-        .await
-        .map_err(failed)?;
+    let (journal, replayed) =
+        recover_shard_journal(disk, &dir, JournalConfig::default(), config.log, storage)
+            .await
+            .map_err(failed)?;
     if replayed.partitions > 0 || replayed.missing > 0 {
         tracing::info!(
             shard = id.0,
@@ -838,7 +823,6 @@ async fn open_shard_journal(
             "shard journal replayed"
         );
     }
-    journal.start_fresh().await.map_err(failed)?;
     Ok(Rc::new(journal))
 }
 
