@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The simulator's mutation check: plant each of four known replication bugs
-# in a copy of the tree and make sure the seeds catch it. A mutant the seeds
-# do not catch means the simulator lost its power to find that class of bug.
+# The simulator's mutation check: plant each of five known bugs (four in
+# replication, one in the shard journal) in a copy of the tree and make sure
+# the seeds catch it. A mutant the seeds do not catch means the simulator
+# lost its power to find that class of bug.
 #
 #   scripts/sim-mutations.sh [SEEDS]     (default 2000)
 #   ONLY=fig scripts/sim-mutations.sh    (only the mutants whose name has "fig")
 #
-# Each mutant is one textual change in replication/, applied to a copy
+# Each mutant is one textual change (in its text and replacement, "<NL>"
+# stands for a line break, for a change that must name more than one line
+# to be unique, and "<BAR>" for "|"), applied to a copy
 # under $MUTANT_DIR (default target/mutants/src) and built in its own target
 # directory, so the working tree and its build are never touched. Prints one
 # line per mutant (caught at which seed and simulated time, or MISSED) and
@@ -25,19 +28,25 @@ mutants=(
     "follower ignores prev_epoch|replication/src/replica/follower.rs|self.meta.history.epoch_before(start) == prev_epoch|{ let _ = prev_epoch; true }"
     "push accepted below the fence|replication/src/replica/follower.rs|if push.epoch < self.meta.fenced_epoch {|if push.epoch < self.meta.fenced_epoch && false {"
     "fig. 8 marker rule dropped|replication/src/replica/leader.rs|if candidate > leader.epoch_start && candidate > self.high_watermark {|if candidate > self.high_watermark {"
+    "journal acknowledges before its fdatasync|broker/storage/src/journal.rs|file.sync_data()<NL>            .await<NL>            .map_err(<BAR>error<BAR> StorageError::io(&path, error))?;<NL><NL>        let mut state = self.state.borrow_mut();|drop(file.sync_data());<NL><NL>        let mut state = self.state.borrow_mut();"
 )
 
 missed=0
+previous=
 for entry in "${mutants[@]}"; do
     IFS='|' read -r name file text replacement <<<"$entry"
     [[ -z "${ONLY:-}" || "$name" == *"$ONLY"* ]] || continue
+    text=${text//'<NL>'/$'\n'} && text=${text//'<BAR>'/'|'}
+    replacement=${replacement//'<NL>'/$'\n'} && replacement=${replacement//'<BAR>'/'|'}
     rm -rf "$copy" && mkdir -p "$copy"
     tar -C "$root" --exclude=./target --exclude=./.git -cf - . | tar -C "$copy" -xf -
-    # Restored files keep their old mtimes; make cargo rebuild the crate
-    # rather than reuse the previous mutant.
-    find "$copy/replication/src" -name '*.rs' -exec touch {} +
+    # Restored files keep their old mtimes: touch the previous mutant's file
+    # and this one's, so that cargo rebuilds their crates rather than reuse
+    # the previous mutant.
+    touch "$copy/$file" ${previous:+"$copy/$previous"}
+    previous=$file
     # Exactly one occurrence, or the mutant silently stopped applying.
-    count=$(grep -cF -- "$text" "$copy/$file" || true)
+    count=$(TEXT=$text perl -0ne 'print scalar(() = /\Q$ENV{TEXT}\E/g)' "$copy/$file")
     if [ "$count" != 1 ]; then
         echo "mutant '$name': expected one '$text' in $file, found $count" >&2
         exit 2

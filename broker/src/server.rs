@@ -50,8 +50,8 @@ use crate::tls::BrokerTls;
 use corelog_storage::clock::{Clock, SystemClock};
 use corelog_storage::disk::Disk;
 use corelog_storage::glommio_disk::GlommioDisk;
-use corelog_storage::journal::{Journal, JournalConfig, ShardJournal};
-use corelog_storage::log::replay_shard_journal;
+use corelog_storage::journal::{Journal, JournalConfig};
+use corelog_storage::log::recover_shard_journal;
 use corelog_storage::{DiskSpace, ShardStorage, StorageError, TailCache};
 
 /// Why the broker could not start or stopped abnormally.
@@ -810,25 +810,10 @@ async fn open_shard_journal(
             dir.display()
         )
     };
-    let (journal, recovered) = ShardJournal::open(
-        disk.clone(),
-        &dir,
-        JournalConfig::default(),
-        storage.observer.clone(),
-        storage.clock.clone(),
-    )
-    .await
-    .map_err(failed)?;
-    if !recovered.is_empty() {
-        tracing::info!(
-            shard = id.0,
-            partitions = recovered.len(),
-            "replaying the shard journal"
-        );
-    }
-    let replayed = replay_shard_journal(disk, recovered, config.log, storage)
-        .await
-        .map_err(failed)?;
+    let (journal, replayed) =
+        recover_shard_journal(disk, &dir, JournalConfig::default(), config.log, storage)
+            .await
+            .map_err(failed)?;
     if replayed.partitions > 0 || replayed.missing > 0 {
         tracing::info!(
             shard = id.0,
@@ -838,7 +823,6 @@ async fn open_shard_journal(
             "shard journal replayed"
         );
     }
-    journal.start_fresh().await.map_err(failed)?;
     Ok(Rc::new(journal))
 }
 

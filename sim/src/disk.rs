@@ -10,7 +10,13 @@
 //! partition directory's files itself ([`LogView`]), either as they are
 //! now (written, synced or not) or as a crash now would leave them (the
 //! durable view), and reads the promised epoch from the replica metadata
-//! file as a crash would leave it.
+//! file as a crash would leave it. A log's batches are durable in the shard
+//! journal before its segments get them, so a view is the segments
+//! continued by what the journal files hold for the partition past their
+//! end, read by the journal's own recovery scan
+//! ([`ShardJournal::open`] on a copy of the journal files) and kept as
+//! replay keeps it (the newest journal generation, the one in the
+//! checkpoint included; batches that continue the segments).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -22,15 +28,21 @@ use std::time::Duration;
 use bytes::Bytes;
 use corelog_broker::replica::meta_file::meta_path;
 use corelog_replication::ReplicaMeta;
+use corelog_storage::NoObserver;
+use corelog_storage::checkpoint::Checkpoint;
+use corelog_storage::clock::Clock;
 use corelog_storage::disk::{Disk, DiskFile};
+use corelog_storage::journal::{JournalConfig, ShardJournal};
 use corelog_storage::memory_disk::{MemoryDisk, MemoryFile};
 use corelog_storage::open_files::OpenFiles;
 use corelog_storage::segment::SegmentPaths;
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::rng::SplitMix64;
-use corelog_wire::types::{LeaderEpoch, Offset};
+use corelog_wire::types::{LeaderEpoch, Offset, TimestampMs};
+use futures::FutureExt;
 
 use crate::executor::SimExecutor;
+use crate::node::JOURNAL_DIR;
 
 /// How long syncs take: a random number of milliseconds in a range.
 #[derive(Debug)]
@@ -258,7 +270,13 @@ impl LogView {
 #[derive(Debug, Default)]
 pub struct ViewCache {
     segments: BTreeMap<PathBuf, (FileVersion, Rc<Vec<StoredBatch>>)>,
+    /// The journal's batches for the partition, with the journal files'
+    /// and the checkpoint's versions they were read at.
+    journal: Option<(JournalVersion, Rc<Vec<StoredBatch>>)>,
 }
+
+/// Versions of the journal files and of the checkpoint.
+type JournalVersion = (Vec<(PathBuf, FileVersion)>, Option<FileVersion>);
 
 /// [`MemoryDisk::file_version`]: (inode, contents version).
 type FileVersion = (u64, u64);
@@ -289,20 +307,141 @@ fn parse(bytes: &[u8], limits: &BatchLimits) -> Vec<StoredBatch> {
         .collect()
 }
 
-fn assemble(segments: impl Iterator<Item = (Offset, Rc<Vec<StoredBatch>>)>) -> LogView {
-    LogView {
+fn assemble(
+    segments: impl Iterator<Item = (Offset, Rc<Vec<StoredBatch>>)>,
+    journal: &[StoredBatch],
+) -> LogView {
+    let mut view = LogView {
         segments: segments.collect(),
+    };
+    // Replay's rule: the journal's batches that continue the log, from
+    // its end, while they do (a gap would fail recovery, which the
+    // simulation reports when the restarted replica does not open).
+    let end = view.end();
+    let continuing: Vec<StoredBatch> = journal
+        .iter()
+        .skip_while(|batch| batch.end() <= end)
+        .scan(end, |next, batch| {
+            (batch.base == *next).then(|| {
+                *next = batch.end();
+                batch.clone()
+            })
+        })
+        .collect();
+    if continuing.is_empty() {
+        return view;
+    }
+    match view.segments.last_mut() {
+        Some((_, batches)) => Rc::make_mut(batches).extend(continuing),
+        None => view
+            .segments
+            .push((continuing[0].base, Rc::new(continuing))),
+    }
+    view
+}
+
+/// A clock for the journal scan, which stamps nothing it keeps.
+#[derive(Debug)]
+struct Stopped;
+
+impl Clock for Stopped {
+    fn now(&self) -> TimestampMs {
+        TimestampMs(0)
     }
 }
 
-/// The log in `dir` as its files hold it now, synced or not.
-#[must_use]
+/// The batches the journal files `files` (path, contents) hold for the
+/// partition in `dir`, in journal order, of the generation replay keeps:
+/// the newest of the entries' and `stored_generation` (the checkpoint's).
+/// The files are copied onto a disk of their own and read by the journal's
+/// recovery scan, which then never touches the node's disk.
+fn journal_batches(
+    files: Vec<(PathBuf, Vec<u8>)>,
+    dir: &Path,
+    stored_generation: u64,
+) -> Result<Vec<StoredBatch>, String> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let journal_dir = Path::new(JOURNAL_DIR);
+    let copy = MemoryDisk::new(512, 1 << 40);
+    let scan = async {
+        copy.create_dir_all(journal_dir).await?;
+        for (path, mut contents) in files {
+            let file = copy.open(&path, true).await?;
+            contents.resize(contents.len().next_multiple_of(512), 0);
+            file.write_at(contents, 0).await?;
+        }
+        Ok::<_, io::Error>(())
+    };
+    match scan.now_or_never() {
+        Some(Ok(())) => {}
+        Some(Err(error)) => return Err(format!("journal copy failed: {error}")),
+        None => return Err("journal copy did not complete at once".to_owned()),
+    }
+    let opened = ShardJournal::open(
+        copy,
+        journal_dir,
+        JournalConfig::default(),
+        Rc::new(NoObserver),
+        Rc::new(Stopped),
+    )
+    .now_or_never();
+    let mut recovered = match opened {
+        Some(Ok((_, recovered))) => recovered,
+        Some(Err(error)) => return Err(format!("journal scan failed: {error}")),
+        None => return Err("journal scan did not complete at once".to_owned()),
+    };
+    let Some(partition) = recovered.remove(dir) else {
+        return Ok(Vec::new());
+    };
+    let generation = partition
+        .entries
+        .iter()
+        .map(|(generation, _)| *generation)
+        .max()
+        .unwrap_or(0)
+        .max(stored_generation);
+    let limits = BatchLimits {
+        batch_bytes_max: usize::MAX,
+        decompressed_bytes_max: usize::MAX,
+    };
+    Ok(partition
+        .entries
+        .iter()
+        .filter(|(entry_generation, _)| *entry_generation == generation)
+        .flat_map(|(_, data)| parse(data, &limits))
+        .collect())
+}
+
+/// The journal generation in `dir`'s checkpoint `bytes` (0 without one, as
+/// recovery reads it).
+fn stored_generation(bytes: Option<Vec<u8>>) -> u64 {
+    bytes
+        .and_then(|bytes| Checkpoint::decode(&bytes))
+        .map_or(0, |checkpoint| checkpoint.journal_generation)
+}
+
+/// Journal files among `paths`.
+fn journal_files(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let journal_dir = Path::new(JOURNAL_DIR);
+    paths
+        .into_iter()
+        .filter(|path| path.parent() == Some(journal_dir))
+        .collect()
+}
+
+/// The log in `dir` as its files (segments and journal) hold it now,
+/// synced or not.
+///
+/// # Errors
+/// The journal files could not be read.
 pub fn current_view(
     disk: &MemoryDisk,
     dir: &Path,
     limits: &BatchLimits,
     cache: &mut ViewCache,
-) -> LogView {
+) -> Result<LogView, String> {
     let segments = segment_files(disk.files(), dir);
     cache
         .segments
@@ -321,19 +460,55 @@ pub fn current_view(
             Some((base, batches))
         })
         .collect();
-    assemble(parsed.into_iter())
+    let checkpoint = Checkpoint::path(dir);
+    let version: JournalVersion = (
+        journal_files(disk.files())
+            .into_iter()
+            .filter_map(|path| Some((path.clone(), disk.file_version(&path)?)))
+            .collect(),
+        disk.file_version(&checkpoint),
+    );
+    let journal = match &cache.journal {
+        Some((known, batches)) if *known == version => batches.clone(),
+        _ => {
+            let files = version
+                .0
+                .iter()
+                .filter_map(|(path, _)| Some((path.clone(), disk.contents(path)?)))
+                .collect();
+            let generation = stored_generation(disk.contents(&checkpoint));
+            let batches = Rc::new(journal_batches(files, dir, generation)?);
+            cache.journal = Some((version, batches.clone()));
+            batches
+        }
+    };
+    Ok(assemble(parsed.into_iter(), &journal))
 }
 
-/// The log in `dir` as a crash now would leave it.
-#[must_use]
-pub fn durable_view(disk: &MemoryDisk, dir: &Path, limits: &BatchLimits) -> LogView {
+/// The log in `dir` as a crash now would leave it: its synced segment
+/// bytes continued by what the synced journal frames hold for it, as
+/// recovery and journal replay would rebuild it.
+///
+/// # Errors
+/// The journal files could not be read.
+pub fn durable_view(
+    disk: &MemoryDisk,
+    dir: &Path,
+    limits: &BatchLimits,
+) -> Result<LogView, String> {
     let parsed = segment_files(disk.durable_files(), dir)
         .into_iter()
         .filter_map(|(base, path)| {
             let bytes = disk.durable_contents(&path)?;
             Some((base, Rc::new(parse(&bytes, limits))))
         });
-    assemble(parsed)
+    let files = journal_files(disk.durable_files())
+        .into_iter()
+        .filter_map(|path| Some((path.clone(), disk.durable_contents(&path)?)))
+        .collect();
+    let generation = stored_generation(disk.durable_contents(&Checkpoint::path(dir)));
+    let journal = journal_batches(files, dir, generation)?;
+    Ok(assemble(parsed, &journal))
 }
 
 /// What the replica in `dir` has promised, as a crash now would leave its

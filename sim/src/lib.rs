@@ -5,7 +5,8 @@
 //! hosting one replica of one partition as the broker's own replica shell
 //! ([`corelog_broker::replica::ReplicatedPartition`], which drives the
 //! [`corelog_replication::Replica`] state machine and the broker's storage
-//! engine) on a [`corelog_storage::memory_disk::MemoryDisk`], plus
+//! engine, its appends made durable by the broker's shard journal) on a
+//! [`corelog_storage::memory_disk::MemoryDisk`], plus
 //! a controller running the broker's session, election and metadata code,
 //! and producers, all over a simulated network. The replica shell's
 //! runtime seam ([`corelog_broker::executor::Executor`]: spawn, sleep, now)
@@ -29,13 +30,20 @@
 //! starting at `SIM_FIRST_SEED` (default 0), split over every core.
 //! `cargo test -p corelog-sim --release` (what `make test` runs) runs
 //! seeds 0..2000, about a minute on two cores. `scripts/sim-mutations.sh`
-//! plants four known replication bugs and reports which the seeds catch
-//! (all four; the fig. 8 marker rule through [`fig8`]'s schedule).
+//! plants four known replication bugs and a shard journal that
+//! acknowledges before its fdatasync, and reports which the seeds catch
+//! (the fig. 8 marker rule through [`fig8`]'s schedule).
 //!
 //! # What runs, and what is modelled
 //!
 //! Production code: the replica shell and state machine, the storage
 //! engine (segments, indexes, recovery, retention, replica metadata), the
+//! shard journal ([`corelog_storage::journal::ShardJournal`]: every
+//! append is acknowledged once a journal group commit's fdatasync covers
+//! it; segments are filled from it later by the runtime's flusher rule,
+//! its files reclaimed; a restart recovers through
+//! [`corelog_storage::log::recover_shard_journal`], the broker's
+//! own shard start, which replays it into the segments), the
 //! push and query wire conversions, the leadership-following rule
 //! ([`corelog_broker::replica::role_change`]), broker sessions
 //! ([`corelog_broker::cluster::sessions::SessionBook`]), the election
@@ -59,9 +67,12 @@
 //!   the controller. Clients and the controller are endpoints too.
 //! - Disks ([`disk`]): writes are unsynced until an fsync that completes
 //!   after a random delay (group commit); a crash keeps only synced bytes
-//!   (every file cut to its synced length); the node restarts after a
-//!   random down time and recovers through the storage engine's own
-//!   recovery. Retention deletes committed, durable prefixes, so followers
+//!   (every file, the journal's included, cut to its synced length); the
+//!   node restarts after a random down time and recovers through the
+//!   storage engine's own recovery and journal replay. Journal file sizes,
+//!   commit sizes, the bypass threshold and the segment flusher's
+//!   thresholds are drawn per seed, small, so that runs roll, reclaim and
+//!   bypass the journal. Retention deletes committed, durable prefixes, so followers
 //!   below a leader's log start are reset.
 //! - Controller ([`controller`]): its traffic crosses the faulty network;
 //!   session-timeout fencing, election rounds with timeouts and retries,
@@ -85,8 +96,9 @@
 //! timer: acknowledged records never lost or changed; high watermarks
 //! never move back; agreement below high watermarks; one leader per epoch;
 //! a fenced leader commits nothing it wrote after the fencing. The
-//! durable files (log segments and replica metadata) are parsed and
-//! checked again after every crash, truncation, reset and retention step. The state machine's and the shell's own assertions
+//! durable files (log segments continued by the shard journal's synced
+//! frames, and replica metadata) are parsed and checked again after every
+//! crash, truncation, reset and retention step. The state machine's and the shell's own assertions
 //! count too: a panic fails the seed like a violation.
 
 pub mod checker;
@@ -168,6 +180,10 @@ impl Totals {
         sum.restarts += add.restarts;
         sum.fig8_chains += add.fig8_chains;
         sum.fig8_suffixes += add.fig8_suffixes;
+        sum.journal_replays += add.journal_replays;
+        sum.journal_replayed_batches += add.journal_replayed_batches;
+        sum.segment_flushes += add.segment_flushes;
+        sum.journal_files_reclaimed += add.journal_files_reclaimed;
     }
 }
 

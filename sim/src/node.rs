@@ -1,10 +1,15 @@
 //! A simulated broker holding one replica: the production replica shell
-//! ([`ReplicatedPartition`]) on a [`SimDisk`], its pushes carried by a
+//! ([`ReplicatedPartition`]) on a [`SimDisk`], its appends made durable by
+//! the production shard journal ([`ShardJournal`], group commit) as every
+//! broker's are, its pushes carried by a
 //! [`SimFrameCarrier`] (the broker's own replication streams batch them
 //! into frames), its tasks and clock the simulator's.
 //!
 //! The host does what the broker's runtime does around a replica and no
-//! more: it opens the replica at start (recovering from the disk), follows
+//! more: it recovers the shard journal at start ([`recover_shard_journal`],
+//! as the broker's shard start does) and opens the replica (recovering
+//! from the disk), fills segments from the journal and reclaims its files
+//! (the runtime's segment flusher), follows
 //! the leadership the controller publishes with the broker's own
 //! [`role_change`] rule, hands it pushes, queries and produce requests
 //! converted by the broker's own wire conversions, gives it the time
@@ -31,6 +36,8 @@ use corelog_replication::wire::query_refusal;
 use corelog_replication::{Batch, Push, ReplicaConfig, ReplicaId, ReplicationError};
 use corelog_storage::clock::Clock;
 use corelog_storage::disk::Disk;
+use corelog_storage::journal::{Journal, JournalConfig, ShardJournal};
+use corelog_storage::log::recover_shard_journal;
 use corelog_storage::memory_disk::MemoryDisk;
 use corelog_storage::{
     DiskSpace, LogConfig, ShardStorage, StorageError, StorageObserver, TailCache,
@@ -54,6 +61,9 @@ pub type Replica = ReplicatedPartition<SimDisk>;
 
 /// The partition's directory on every node's disk.
 pub const PARTITION_DIR: &str = "/data/events-0";
+/// The shard journal's directory on every node's disk (the broker's
+/// `<data>/journal/shard-<n>`).
+pub const JOURNAL_DIR: &str = "/data/journal/shard-0";
 /// The simulated wall clock starts here (2026-01-01), so that records'
 /// timestamps look like a real broker's.
 const EPOCH_MS: i64 = 1_767_225_600_000;
@@ -79,6 +89,25 @@ pub struct NodeSettings {
     pub heartbeat_ms: u64,
     /// Fsync duration range, milliseconds.
     pub sync_ms: (u64, u64),
+    /// The shard journal's files and commits.
+    pub journal: JournalConfig,
+    /// The segment flusher's thresholds (the runtime's
+    /// `run_segment_flusher`, scaled down to the simulated traffic).
+    pub segment_flush: SegmentFlush,
+}
+
+/// When the segment flusher fills a log's segment from the journal: its
+/// arguments to [`Journal::flush_candidates`], and how often it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentFlush {
+    /// It runs this often, milliseconds.
+    pub every_ms: u64,
+    /// A log holding this many bytes in the journal.
+    pub bytes: u64,
+    /// A log whose oldest held entry is this old.
+    pub age: Duration,
+    /// Past this many bytes held in all, the logs holding the oldest file.
+    pub held_max: u64,
 }
 
 /// How often the interesting paths ran: a simulation that never truncates
@@ -110,6 +139,15 @@ pub struct Stats {
     /// marker (the fig. 8 schedule's third step; only safe if not counted
     /// committed).
     pub fig8_suffixes: u64,
+    /// Restarts whose journal replay gave the log batches its segments
+    /// lacked.
+    pub journal_replays: u64,
+    /// Batches those replays gave back.
+    pub journal_replayed_batches: u64,
+    /// Segment fills from the journal the flusher ran.
+    pub segment_flushes: u64,
+    /// Journal files removed once everything in them was released.
+    pub journal_files_reclaimed: u64,
 }
 
 /// A push, for the trace.
@@ -260,6 +298,9 @@ struct Process {
     stats: Rc<RefCell<Stats>>,
     /// The replica, once opened.
     replica: RefCell<Option<Rc<Replica>>>,
+    /// The shard journal, once recovered.
+    journal: RefCell<Option<Rc<ShardJournal<SimDisk>>>>,
+    last_segment_flush_ms: Cell<u64>,
     /// The newest leadership published to this process.
     published: RefCell<Option<Published>>,
     registered: Cell<bool>,
@@ -353,6 +394,8 @@ impl Node {
             owner: self.owner(),
             stats: self.stats.clone(),
             replica: RefCell::new(None),
+            journal: RefCell::new(None),
+            last_segment_flush_ms: Cell::new(0),
             published: RefCell::new(None),
             registered: Cell::new(false),
             last_heartbeat_ms: Cell::new(0),
@@ -366,7 +409,7 @@ impl Node {
         let stats = self.stats.clone();
         let (id, incarnation) = (self.id, self.incarnation);
         executor.spawn(self.owner(), async move {
-            let storage = ShardStorage {
+            let mut storage = ShardStorage {
                 clock: Rc::new(SimClock(world.executor.clone())),
                 space: Rc::new(DiskSpace::new(0, move || {
                     probe.free_bytes(Path::new(PARTITION_DIR))
@@ -378,6 +421,29 @@ impl Node {
                 }),
                 journal: None,
             };
+            // The broker's shard start: the journal's recovered entries go
+            // into the partition's segments before it opens.
+            let journal_dir = Path::new(JOURNAL_DIR);
+            let log = settings.log;
+            match recover_shard_journal(&disk, journal_dir, settings.journal, log, &storage).await {
+                Ok((journal, replayed)) => {
+                    world.log(|| format!("{id}: shard journal recovered: {replayed:?}"));
+                    if replayed.batches > 0 {
+                        let mut stats = stats.borrow_mut();
+                        stats.journal_replays += 1;
+                        stats.journal_replayed_batches += replayed.batches;
+                    }
+                    let journal = Rc::new(journal);
+                    *process.journal.borrow_mut() = Some(journal.clone());
+                    storage.journal = Some(journal);
+                }
+                Err(error) => {
+                    world.report(Report::Violation(format!(
+                        "{id}: the shard journal does not recover after a crash: {error}"
+                    )));
+                    return;
+                }
+            }
             let spec = ReplicaSpec {
                 id: ReplicaId(id),
                 config: settings.replica,
@@ -609,6 +675,13 @@ impl Node {
             self.world
                 .send(self.endpoint(), Endpoint::Controller, message);
         }
+        let flush = self.settings.segment_flush;
+        if now >= process.last_segment_flush_ms.get() + flush.every_ms
+            && let Some(replica) = &replica
+        {
+            process.last_segment_flush_ms.set(now);
+            self.flush_segments(&process, replica.clone());
+        }
         if maintain && let Some(replica) = replica {
             let world = self.world.clone();
             let stats = self.stats.clone();
@@ -624,6 +697,39 @@ impl Node {
                 }
             });
         }
+    }
+
+    /// The runtime's segment flusher, one round: the logs the journal names
+    /// fill their segments, then released journal files are removed.
+    fn flush_segments(&self, process: &Rc<Process>, replica: Rc<Replica>) {
+        let Some(journal) = process.journal.borrow().clone() else {
+            return;
+        };
+        let flush = self.settings.segment_flush;
+        let partition = PartitionId {
+            topic_id: self.settings.topic_id,
+            partition: 0,
+        };
+        let world = self.world.clone();
+        let stats = self.stats.clone();
+        let id = self.id;
+        self.world.executor.spawn(process.owner, async move {
+            let candidates = journal.flush_candidates(flush.bytes, flush.age, flush.held_max);
+            if candidates.contains(&partition) {
+                stats.borrow_mut().segment_flushes += 1;
+                if let Err(error) = replica.partition().flush_segment().await {
+                    world.log(|| format!("{id}: segment flush failed: {error}"));
+                }
+            }
+            match journal.reclaim().await {
+                Ok(0) => {}
+                Ok(files) => {
+                    stats.borrow_mut().journal_files_reclaimed += files as u64;
+                    world.log(|| format!("{id}: {files} journal files reclaimed"));
+                }
+                Err(error) => world.log(|| format!("{id}: journal reclaim failed: {error}")),
+            }
+        });
     }
 
     /// Crashes the process: its tasks stop where they are, only synced

@@ -13,6 +13,7 @@ use corelog_broker::cluster::election::ElectionTimings;
 use corelog_broker::metadata::{CleanupPolicy, TopicConfig};
 use corelog_broker::replica::stream::StreamLimits;
 use corelog_replication::{ReplicaConfig, RoleView};
+use corelog_storage::journal::JournalConfig;
 use corelog_storage::{LogConfig, RetentionPolicy};
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::message::replica_stream::PUSHES_PER_FRAME_MAX;
@@ -26,7 +27,7 @@ use crate::disk::{LogView, SyncDelay, ViewCache, current_view, durable_promise, 
 use crate::executor::SimExecutor;
 use crate::fig8::{Act, Fig8Schedule, NodeView};
 use crate::network::{Answer, Endpoint, Envelope, Message, Network, NetworkFaults};
-use crate::node::{Node, NodeSettings, PARTITION_DIR, Stats, wall_clock};
+use crate::node::{Node, NodeSettings, PARTITION_DIR, SegmentFlush, Stats, wall_clock};
 use crate::trace::Trace;
 use crate::world::{Incarnation, Report, World};
 
@@ -212,6 +213,14 @@ impl SimConfig {
                 },
                 heartbeat_ms: (session_ms / 4).max(TICK_MS),
                 sync_ms: (1, rng.between(1, 15)),
+                // Drawn below, after everything else.
+                journal: JournalConfig::default(),
+                segment_flush: SegmentFlush {
+                    every_ms: 10,
+                    bytes: 1 << 20,
+                    age: Duration::from_secs(5),
+                    held_max: 256 << 20,
+                },
             },
             controller: ControllerSettings {
                 session_timeout: Duration::from_millis(session_ms),
@@ -259,6 +268,25 @@ impl SimConfig {
             config.node.stream.frames_in_flight_max = 64;
             config.node.stream.queued_bytes_max = usize::MAX;
         }
+        // The shard journal and its segment flusher, drawn last so that the
+        // draws before keep their values: small files and commits, so that
+        // runs roll files, reclaim them, split commits and bypass the
+        // journal with large runs; segments filled from every few
+        // milliseconds to never before a crash.
+        let commit_bytes_max = rng.between(2, 8) << 10;
+        let file_bytes = commit_bytes_max * rng.between(2, 8);
+        config.node.journal = JournalConfig {
+            file_bytes,
+            allocate_bytes: (rng.between(1, 4) << 12).min(file_bytes),
+            commit_bytes_max: commit_bytes_max as usize,
+            bypass_bytes: rng.between(4 << 10, 64 << 10) as usize,
+        };
+        config.node.segment_flush = SegmentFlush {
+            every_ms: rng.between(5, 300),
+            bytes: rng.between(1, 64) << 10,
+            age: Duration::from_millis(rng.between(20, 2_000)),
+            held_max: rng.between(16, 256) << 10,
+        };
         config
     }
 }
@@ -868,7 +896,13 @@ impl Sim {
                     removed.get_or_insert("retention");
                 }
             }
-            let view = current_view(node.disk(), dir, &limits, &mut watch.cache);
+            let view = match current_view(node.disk(), dir, &limits, &mut watch.cache) {
+                Ok(view) => view,
+                Err(error) => {
+                    self.checker.report(format!("node {id}: {error}"));
+                    continue;
+                }
+            };
             let leading = match observation.role {
                 RoleView::Leader { epoch, .. } => Some(epoch),
                 _ => None,
@@ -930,12 +964,15 @@ impl Sim {
             }
         }
         if let Some(why) = removed {
-            let disks: BTreeMap<u32, LogView> = self
+            let disks: Result<BTreeMap<u32, LogView>, String> = self
                 .nodes
                 .values()
-                .map(|node| (node.id(), durable_view(node.disk(), dir, &limits)))
+                .map(|node| Ok((node.id(), durable_view(node.disk(), dir, &limits)?)))
                 .collect();
-            self.checker.check_durability(&disks, why);
+            match disks {
+                Ok(disks) => self.checker.check_durability(&disks, why),
+                Err(error) => self.checker.report(error),
+            }
         }
         match self.checker.violation() {
             Some(violation) => Err(self.fail(violation.to_string())),

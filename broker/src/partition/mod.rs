@@ -457,6 +457,16 @@ impl<D: Disk> Partition<D> {
         self.snapshot_producers().await
     }
 
+    /// Journal mode: fills the segment with what the shard journal holds
+    /// for this log ([`PartitionLog::flush_segment`]), for a segment
+    /// flusher outside the crate (the simulator's).
+    ///
+    /// # Errors
+    /// As [`PartitionLog::flush_segment`].
+    pub async fn flush_segment(&self) -> Result<(), StorageError> {
+        self.log.flush_segment().await
+    }
+
     /// The log, for a replicated partition's reads, pushes and markers.
     pub(crate) fn log(&self) -> &PartitionLog<D> {
         &self.log

@@ -35,7 +35,7 @@ use event_listener::Event;
 mod prune;
 mod replay;
 
-pub use replay::{JournalReplay, replay_shard_journal};
+pub use replay::{JournalReplay, recover_shard_journal, replay_shard_journal};
 
 use super::appender::{Appender, FlushPlan, PendingBatch};
 use super::checkpoint::Checkpoint;

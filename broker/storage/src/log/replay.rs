@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::super::disk::Disk;
-use super::super::journal::RecoveredPartition;
+use super::super::journal::{JournalConfig, RecoveredPartition, ShardJournal};
 use super::super::{LogConfig, ShardStorage, StorageError};
 use super::PartitionLog;
 
@@ -20,6 +20,36 @@ pub struct JournalReplay {
     pub batches: u64,
     /// Directories the journal named that no longer exist (deleted topics).
     pub missing: usize,
+}
+
+/// What a shard does with its journal at start, before any partition
+/// opens: opens the journal in `dir` on `disk`
+/// ([`ShardJournal::open`]), replays what it recovered into the partition
+/// directories ([`replay_shard_journal`], with `log`), and removes the old
+/// files ([`ShardJournal::start_fresh`]). `shard` must have no journal yet:
+/// set the returned one on it before opening the partitions. The broker's
+/// start and the simulator's restarts both recover through this.
+///
+/// # Errors
+/// The first [`StorageError`] of the three steps.
+pub async fn recover_shard_journal<D: Disk>(
+    disk: &D,
+    dir: &Path,
+    config: JournalConfig,
+    log: LogConfig,
+    shard: &ShardStorage,
+) -> Result<(ShardJournal<D>, JournalReplay), StorageError> {
+    let (journal, recovered) = ShardJournal::open(
+        disk.clone(),
+        dir,
+        config,
+        shard.observer.clone(),
+        shard.clock.clone(),
+    )
+    .await?;
+    let replayed = replay_shard_journal(disk, recovered, log, shard).await?;
+    journal.start_fresh().await?;
+    Ok((journal, replayed))
 }
 
 /// Replays `recovered` (from [`super::super::journal::ShardJournal::open`])

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::super::journal::{Journal, JournalConfig, RecoveredPartition, ShardJournal};
-use super::super::log::replay_shard_journal;
+use super::super::log::{JournalReplay, recover_shard_journal, replay_shard_journal};
 use super::super::memory_disk::Fault;
 use super::super::{NoObserver, StorageError};
 use super::*;
@@ -286,6 +286,43 @@ fn a_power_loss_keeps_every_acknowledged_append_through_the_journal() {
     // Replayed once, the journal is gone: a second restart replays nothing.
     let (_, again) = block_on(shard.restart(&shard.harness.disk)).expect("second restart");
     assert!(again.is_empty());
+}
+
+/// `recover_shard_journal`, the shard start the broker and the simulator
+/// share, does the three steps of [`Shard::restart`]: replays what the
+/// journal holds into the partitions and leaves nothing to replay twice.
+#[test]
+fn recover_shard_journal_gives_back_every_acknowledged_append_once() {
+    let shard = Shard::new();
+    let logs: Vec<_> = (0..3)
+        .map(|index| block_on(shard.open_log(index)))
+        .collect();
+    for tag in 0..12 {
+        block_on(append_round(&logs, tag));
+    }
+    let expected: Vec<_> = logs.iter().map(|log| block_on(read_all(log))).collect();
+    drop(logs);
+    shard.harness.disk.crash();
+    let disk = &shard.harness.disk;
+    let recover = || {
+        block_on(recover_shard_journal(
+            disk,
+            Path::new(JOURNAL_DIR),
+            journal_config(),
+            shard.harness.config,
+            &shard.storage(disk, None),
+        ))
+        .expect("the journal recovers")
+    };
+    let (_, replayed) = recover();
+    assert_eq!(replayed.partitions, 3);
+    assert!(replayed.batches >= 3, "{replayed:?}");
+    for (index, want) in expected.iter().enumerate() {
+        let log = block_on(shard.reopen_plain(disk, index as u64));
+        assert_eq!(&block_on(read_all(&log)), want, "partition {index}");
+    }
+    let (_, again) = recover();
+    assert_eq!(again, JournalReplay::default());
 }
 
 #[test]
