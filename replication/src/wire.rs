@@ -20,6 +20,9 @@ use corelog_wire::message::replica_push::{
 use corelog_wire::message::replica_query::{
     QueryResult as WireQueryResult, ReplicaQueryRequest, ReplicaQueryResponse,
 };
+use corelog_wire::message::replica_stream::{
+    PUSHES_PER_FRAME_MAX, ReplicaStreamRequest, ReplicaStreamResponse,
+};
 use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
 use crate::error::ProtocolError;
@@ -307,6 +310,63 @@ pub fn query_refusal(code: ErrorCode, message: String) -> ReplicaQueryResponse {
         error_code: code.code(),
         error_message: Some(message),
         result: WireQueryResult::NotReplica,
+    }
+}
+
+/// A frame of a leader's replication stream, cut into its pushes: each
+/// push's request with its batches (a slice of `raw`, not a copy), in
+/// frame order. Every length is checked before any push is handed out: a
+/// frame is served whole or not at all.
+///
+/// # Errors
+/// The answer refusing the frame (`INVALID_REQUEST`): more than
+/// [`PUSHES_PER_FRAME_MAX`] pushes, or record lengths that do not add up
+/// to the frame's bytes.
+pub fn split_stream_frame(
+    request: ReplicaStreamRequest,
+    raw: &Bytes,
+) -> Result<Vec<(ReplicaPushRequest, Bytes)>, ReplicaStreamResponse> {
+    let refuse = |message: String| ReplicaStreamResponse {
+        error_code: ErrorCode::InvalidRequest.code(),
+        error_message: Some(message),
+        answers: Vec::new(),
+    };
+    if request.pushes.len() > PUSHES_PER_FRAME_MAX {
+        return Err(refuse(format!(
+            "a frame of {} pushes; at most {PUSHES_PER_FRAME_MAX} are allowed",
+            request.pushes.len()
+        )));
+    }
+    let declared = request.pushes.iter().fold(0usize, |sum, push| {
+        sum.saturating_add(push.records_len as usize)
+    });
+    if declared != raw.len() {
+        return Err(refuse(format!(
+            "the pushes declare {declared} record bytes, the frame carries {}",
+            raw.len()
+        )));
+    }
+    let mut start = 0usize;
+    Ok(request
+        .pushes
+        .into_iter()
+        .map(|push| {
+            let end = start + push.records_len as usize;
+            let records = raw.slice(start..end);
+            start = end;
+            (push, records)
+        })
+        .collect())
+}
+
+/// The answer to a frame whose pushes were answered `answers`, in frame
+/// order.
+#[must_use]
+pub fn stream_answer(answers: Vec<ReplicaPushResponse>) -> ReplicaStreamResponse {
+    ReplicaStreamResponse {
+        error_code: ErrorCode::None.code(),
+        error_message: None,
+        answers,
     }
 }
 

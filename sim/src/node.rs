@@ -26,12 +26,13 @@ use bytes::{Bytes, BytesMut};
 use corelog_broker::metadata::{ReplicationView, TopicConfig};
 use corelog_broker::partition::PartitionSpec;
 use corelog_broker::replica::stream::{
-    FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits, serve_frame,
+    FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits,
 };
 use corelog_broker::replica::{
     Acks, ReplicaError, ReplicaSpec, ReplicatedPartition, RoleChange, push_answer, resignation,
     role_change,
 };
+use corelog_broker::runtime::replicas::serve_stream_frame;
 use corelog_replication::wire::query_refusal;
 use corelog_replication::{Batch, Push, ReplicaConfig, ReplicaId, ReplicationError};
 use corelog_storage::clock::Clock;
@@ -513,7 +514,7 @@ impl Node {
                     let serve = |push, records| {
                         serve_push(world.clone(), id, replica.clone(), limits, push, records)
                     };
-                    Answer::Stream(serve_frame(request, raw, serve).await)
+                    Answer::Stream(serve_stream_frame(request, &raw, serve).await)
                 });
             }
             Message::Query { call, request } => {

@@ -23,6 +23,7 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::message::partition_report::LedPartition;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
+use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
 use event_listener::Event;
 use futures::StreamExt;
 
@@ -301,6 +302,20 @@ impl Shard {
                 Rc::new(self.metrics.clone()),
             )
         })
+    }
+
+    /// Serves a frame of a leader's replication stream: each push goes to
+    /// its replica's owning shard, all at once (so that their appends share
+    /// one group commit there), answered in frame order.
+    pub async fn replica_stream(
+        &self,
+        request: ReplicaStreamRequest,
+        raw: Bytes,
+    ) -> ReplicaStreamResponse {
+        serve_stream_frame(request, &raw, |push, records| {
+            self.replica_push(push, records)
+        })
+        .await
     }
 
     /// Routes a leader's push to the shard owning the replica.
@@ -590,5 +605,29 @@ impl Progress {
                 self.what
             );
         }
+    }
+}
+
+/// Serves a stream frame with `serve_push`: cuts it into its pushes
+/// ([`replication_wire::split_stream_frame`]: whole or not at all), starts
+/// every push at once (each partition's replica orders its own pushes) and
+/// answers them in frame order.
+pub async fn serve_stream_frame<F, Fut>(
+    request: ReplicaStreamRequest,
+    raw: &Bytes,
+    serve_push: F,
+) -> ReplicaStreamResponse
+where
+    F: Fn(ReplicaPushRequest, Bytes) -> Fut,
+    Fut: std::future::Future<Output = ReplicaPushResponse>,
+{
+    match replication_wire::split_stream_frame(request, raw) {
+        Ok(pushes) => {
+            let served = pushes
+                .into_iter()
+                .map(|(push, records)| serve_push(push, records));
+            replication_wire::stream_answer(futures::future::join_all(served).await)
+        }
+        Err(refused) => refused,
     }
 }

@@ -8,10 +8,12 @@ use corelog_wire::batch::{
     set_leader_epoch,
 };
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::ReplicaQueryRequest;
+use corelog_wire::message::replica_stream::{PUSHES_PER_FRAME_MAX, ReplicaStreamRequest};
 use corelog_wire::types::{LeaderEpoch, Offset, PartitionId};
 
-use super::{Refusal, push_refusal, query_refusal};
+use super::{Refusal, push_refusal, query_refusal, split_stream_frame, stream_answer};
 use crate::error::ProtocolError;
 use crate::ids::ReplicaId;
 use crate::message::{Push, PushAck, PushResult, Query, QueryAnswer, QueryResult};
@@ -246,4 +248,65 @@ fn answers_cross_the_wire_unchanged_and_refusals_do_not_count() {
         }
     );
     assert_eq!(query.to_wire(), request);
+}
+
+/// A stream frame of `(partition, records_len)` pushes.
+fn frame(pushes: &[(u32, u32)]) -> ReplicaStreamRequest {
+    ReplicaStreamRequest {
+        leader: 1,
+        pushes: pushes
+            .iter()
+            .map(|&(partition, records_len)| ReplicaPushRequest {
+                topic_id: 7,
+                partition,
+                epoch: 3,
+                leader: 1,
+                start: 0,
+                prev_epoch: None,
+                truncate_to: None,
+                reset_to: None,
+                hw: 0,
+                log_start: 0,
+                records_len,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_stream_frame_is_cut_into_its_pushes_in_frame_order() {
+    let raw = Bytes::from_static(b"aaabbbbc");
+    let pushes = split_stream_frame(frame(&[(0, 3), (1, 4), (2, 0), (3, 1)]), &raw).unwrap();
+    let cut: Vec<(u32, &[u8])> = pushes
+        .iter()
+        .map(|(push, records)| (push.partition, records.as_ref()))
+        .collect();
+    assert_eq!(
+        cut,
+        [(0, &b"aaa"[..]), (1, b"bbbb"), (2, b""), (3, b"c")],
+        "each push gets its own bytes, in frame order"
+    );
+    let answers: Vec<ReplicaPushResponse> = (0..4)
+        .map(|_| push_refusal(ErrorCode::None, String::new()))
+        .collect();
+    let answer = stream_answer(answers);
+    assert_eq!(answer.error_code, ErrorCode::None.code());
+    assert_eq!(answer.answers.len(), 4);
+}
+
+#[test]
+fn a_stream_frame_whose_lengths_do_not_add_up_is_refused_whole() {
+    for pushes in [&[(0, 3), (1, 4)][..], &[(0, 1)], &[(0, 100)]] {
+        let refused = split_stream_frame(frame(pushes), &Bytes::from_static(b"abcde"))
+            .expect_err("lengths that do not add up");
+        assert_eq!(
+            refused.error_code,
+            ErrorCode::InvalidRequest.code(),
+            "{pushes:?}"
+        );
+        assert!(refused.answers.is_empty());
+    }
+    let too_many = vec![(0, 0); PUSHES_PER_FRAME_MAX + 1];
+    let refused = split_stream_frame(frame(&too_many), &Bytes::new()).expect_err("too many");
+    assert_eq!(refused.error_code, ErrorCode::InvalidRequest.code());
 }

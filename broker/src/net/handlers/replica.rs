@@ -15,7 +15,6 @@ use rkyv::rancor;
 
 use crate::api::{Reply, owned, refused};
 use crate::net::request_body::RequestBody;
-use crate::replica::stream::serve_frame;
 use crate::runtime::shard::Shard;
 
 pub(super) async fn push(shard: &Rc<Shard>, body: RequestBody) -> Result<Reply, ErrorCode> {
@@ -41,10 +40,7 @@ pub(super) async fn stream(shard: &Rc<Shard>, body: RequestBody) -> Result<Reply
         (request, body.range_of(raw))
     };
     let raw: Bytes = body.split_into(&[raw]).pop().unwrap_or_default().freeze();
-    let response = serve_frame(request, raw, |push, records| {
-        shard.replica_push(push, records)
-    })
-    .await;
+    let response = shard.replica_stream(request, raw).await;
     Reply::encode(&response, Vec::new())
 }
 

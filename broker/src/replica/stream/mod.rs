@@ -29,9 +29,11 @@
 //! late one is answered with mismatches. The simulator carries frames over
 //! its faulty network with this very code.
 //!
-//! [`serve_frame`] is the follower's side: each push goes to its partition's
-//! replica, every push of the frame at once, so their appends share the
-//! follower's group commit, and the answers go back in frame order.
+//! The follower's side is the runtime's (`runtime::replicas::serve_stream_frame`,
+//! the frame cut by `corelog_replication::wire::split_stream_frame`): each
+//! push goes to its partition's replica, every push of the frame at once,
+//! so their appends share the follower's group commit, and the answers go
+//! back in frame order.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -44,7 +46,7 @@ use ahash::AHashMap;
 use bytes::Bytes;
 use corelog_replication::{Push, PushAck, ReplicaId};
 use corelog_wire::error::ErrorCode;
-use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
+use corelog_wire::message::replica_push::ReplicaPushRequest;
 use corelog_wire::message::replica_stream::{
     PUSHES_PER_FRAME_MAX, ReplicaStreamRequest, ReplicaStreamResponse,
 };
@@ -440,61 +442,6 @@ impl PushTransport for StreamPushTransport {
                 })
             })
         })
-    }
-}
-
-/// Answers a frame: hands each push (its request and its batches, cut from
-/// `raw`) to `serve_push`, all of them at once (each partition's replica
-/// orders its own pushes), and collects the answers in frame order.
-pub async fn serve_frame<F, Fut>(
-    request: ReplicaStreamRequest,
-    raw: Bytes,
-    serve_push: F,
-) -> ReplicaStreamResponse
-where
-    F: Fn(ReplicaPushRequest, Bytes) -> Fut,
-    Fut: Future<Output = ReplicaPushResponse>,
-{
-    let refuse = |message: String| ReplicaStreamResponse {
-        error_code: ErrorCode::InvalidRequest.code(),
-        error_message: Some(message),
-        answers: Vec::new(),
-    };
-    if request.pushes.len() > PUSHES_PER_FRAME_MAX {
-        return refuse(format!(
-            "a frame of {} pushes; at most {PUSHES_PER_FRAME_MAX} are allowed",
-            request.pushes.len()
-        ));
-    }
-    // Every length is checked before any push is handed over: a frame is
-    // served whole or not at all.
-    let mut ends = Vec::with_capacity(request.pushes.len());
-    let mut end = 0usize;
-    for push in &request.pushes {
-        end = end.saturating_add(push.records_len as usize);
-        ends.push(end);
-    }
-    if end != raw.len() {
-        return refuse(format!(
-            "the pushes declare {end} record bytes, the frame carries {}",
-            raw.len()
-        ));
-    }
-    let mut start = 0usize;
-    let served: Vec<Fut> = request
-        .pushes
-        .into_iter()
-        .zip(ends)
-        .map(|(push, end)| {
-            let records = raw.slice(start..end);
-            start = end;
-            serve_push(push, records)
-        })
-        .collect();
-    ReplicaStreamResponse {
-        error_code: ErrorCode::None.code(),
-        error_message: None,
-        answers: futures::future::join_all(served).await,
     }
 }
 

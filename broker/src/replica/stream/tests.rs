@@ -1,6 +1,6 @@
 //! The stream's framing, flow control, failure and backlog rules against a
 //! scripted carrier that the test answers by hand; the follower's side
-//! ([`serve_frame`]) against plain closures.
+//! (`runtime::replicas::serve_stream_frame`) against plain closures.
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
@@ -24,6 +24,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use super::*;
 use crate::executor::GlommioExecutor;
+use crate::runtime::replicas::serve_stream_frame;
 
 const LEADER: ReplicaId = ReplicaId(1);
 const TOPIC: u64 = 7;
@@ -525,7 +526,8 @@ fn a_follower_serves_the_pushes_of_a_frame_at_once_and_answers_in_frame_order() 
                 ok_answer(u64::from(push.partition) * 10 + records.len() as u64)
             }
         };
-        let response = serve_frame(request(&[(0, 3), (1, 4), (2, 0), (3, 1)]), raw, serve).await;
+        let response =
+            serve_stream_frame(request(&[(0, 3), (1, 4), (2, 0), (3, 1)]), &raw, serve).await;
         assert_eq!(response.error_code, ErrorCode::None.code());
         let ends: Vec<u64> = response
             .answers
@@ -557,7 +559,8 @@ fn a_follower_refuses_a_frame_whose_lengths_do_not_add_up() {
             async { ok_answer(0) }
         };
         for pushes in [&[(0, 3), (1, 4)][..], &[(0, 1)], &[(0, 100)]] {
-            let response = serve_frame(request(pushes), Bytes::from_static(b"abcde"), serve).await;
+            let response =
+                serve_stream_frame(request(pushes), &Bytes::from_static(b"abcde"), serve).await;
             assert_eq!(
                 response.error_code,
                 ErrorCode::InvalidRequest.code(),
@@ -566,7 +569,7 @@ fn a_follower_refuses_a_frame_whose_lengths_do_not_add_up() {
             assert!(response.answers.is_empty());
         }
         let too_many = vec![(0, 0); PUSHES_PER_FRAME_MAX + 1];
-        let response = serve_frame(request(&too_many), Bytes::new(), serve).await;
+        let response = serve_stream_frame(request(&too_many), &Bytes::new(), serve).await;
         assert_eq!(response.error_code, ErrorCode::InvalidRequest.code());
         assert_eq!(*served.borrow(), 0, "no push of a refused frame is served");
     });

@@ -13,9 +13,8 @@ use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamR
 use corelog_wire::rng::SplitMix64;
 
 use super::*;
-use crate::replica::stream::{
-    FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits, serve_frame,
-};
+use crate::replica::stream::{FrameCarrier, NoStreamObserver, ReplicationStreams, StreamLimits};
+use crate::runtime::replicas::serve_stream_frame;
 
 const TOPIC: u64 = 42;
 const PARTITIONS: u32 = 6;
@@ -87,7 +86,7 @@ impl FaultyCarrier {
     ) -> Result<ReplicaStreamResponse, String> {
         let broker = self.brokers.borrow().get(&to).cloned();
         let broker = broker.ok_or_else(|| "no such broker".to_owned())?;
-        Ok(serve_frame(request, raw, |push, records| {
+        Ok(serve_stream_frame(request, &raw, |push, records| {
             broker.serve_push(push, records)
         })
         .await)
@@ -123,7 +122,7 @@ impl FrameCarrier for FaultyCarrier {
                     glommio::timer::sleep(Duration::from_micros(late)).await;
                     let broker = brokers.borrow().get(&to).cloned();
                     if let Some(broker) = broker {
-                        serve_frame(request, raw, |push, records| {
+                        serve_stream_frame(request, &raw, |push, records| {
                             broker.serve_push(push, records)
                         })
                         .await;
