@@ -39,13 +39,12 @@ use event_listener::Event;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 
-use super::election::{
-    DueElection, ElectionBook, QUERY_TIMEOUT, QueryTarget, RoundHost, run_round,
-};
+use super::election::{DueElection, ElectionTimings, QUERY_TIMEOUT, QueryTarget, RoundHost};
 use super::in_sync::{InSyncBook, PartitionHealth};
+use super::leader_work::{LeaderHost, LeaderWork};
 use super::raft_log::RaftLogFile;
 use super::sessions::SessionBook;
-use crate::executor::wait_until;
+use crate::executor::{Executor, GlommioExecutor, wait_until};
 use crate::peer::Peers;
 
 /// Raft tick; `election_tick` 10 makes an election timeout of 1–2 s.
@@ -196,8 +195,8 @@ pub struct ControllerService {
     /// Woken after each `advance`: proposals refused mid-Ready retry then.
     advanced: Event,
     waiting: RefCell<BTreeMap<ProposalId, oneshot::Sender<ProposalOutcome>>>,
-    /// Broker sessions (leader only).
-    sessions: RefCell<SessionBook>,
+    /// Broker sessions and partition elections (leader only).
+    leader_work: LeaderWork,
     /// The partition leaders' reports of their in-sync replicas (leader
     /// only).
     in_sync: RefCell<InSyncBook>,
@@ -205,10 +204,7 @@ pub struct ControllerService {
     internal_topics: RefCell<Vec<InternalTopicSpec>>,
     /// An internal-topic creation is in flight.
     creating_internal: Cell<bool>,
-    /// Partition elections; reset in each term this node leads.
-    elections: RefCell<ElectionBook>,
     halted: RefCell<Option<String>>,
-    session_timeout: Duration,
     /// Partition replicas each shard of a broker may hold (user topics).
     partitions_per_shard_max: u32,
     /// Held from planning a topic to its commit: a second creation plans
@@ -260,15 +256,13 @@ impl ControllerService {
             applied: Event::new(),
             advanced: Event::new(),
             waiting: RefCell::new(BTreeMap::new()),
-            sessions: RefCell::new(SessionBook::new(session_timeout)),
+            leader_work: LeaderWork::new(session_timeout, ElectionTimings::default()),
             // Leaders report every second; a report a session timeout
             // older than that is from a leader that went quiet.
             in_sync: RefCell::new(InSyncBook::new(session_timeout + REPORT_FRESHNESS)),
             internal_topics: RefCell::new(Vec::new()),
             creating_internal: Cell::new(false),
-            elections: RefCell::new(ElectionBook::new()),
             halted: RefCell::new(None),
-            session_timeout,
             partitions_per_shard_max,
             creating: async_lock::Mutex::new(()),
             clock,
@@ -411,10 +405,7 @@ impl ControllerService {
         };
         let node = *node;
         self.propose(command).await?;
-        let version = self.version();
-        self.sessions
-            .borrow_mut()
-            .registered(node, version, Instant::now());
+        LeaderWork::registered(self, node, self.version());
         Ok(())
     }
 
@@ -435,30 +426,14 @@ impl ControllerService {
                 leader: self.leader(),
             });
         }
-        let heartbeat = {
-            let node_ref = self.node.borrow();
-            self.sessions.borrow_mut().heartbeat(
-                node_ref.state(),
-                node,
-                incarnation,
-                metadata_version,
-                Instant::now(),
-            )
-        }
-        .map_err(|refusal| {
-            ControllerRequestError::refused(ErrorCode::StaleBrokerIncarnation, refusal.to_string())
-        })?;
-        if let Some(command) = heartbeat.unfence {
-            let service = self.clone();
-            glommio::spawn_local(async move {
-                if let Err(error) = service.propose(command).await {
-                    tracing::debug!(%node, %error, "unfence not applied; the next heartbeat retries");
-                }
-                service.sessions.borrow_mut().settled(node);
+        LeaderWork::heartbeat(self, node, incarnation, metadata_version)
+            .map(|heartbeat| heartbeat.fenced)
+            .map_err(|refusal| {
+                ControllerRequestError::refused(
+                    ErrorCode::StaleBrokerIncarnation,
+                    refusal.to_string(),
+                )
             })
-            .detach();
-        }
-        Ok(heartbeat.fenced)
     }
 
     /// The creation of `topic` as this leader would propose it: placed
@@ -714,7 +689,7 @@ impl ControllerService {
     #[must_use]
     pub fn leader_view(&self) -> Option<LeaderView<'_>> {
         self.is_leader().then(|| LeaderView {
-            sessions: self.sessions.borrow(),
+            sessions: self.leader_work.sessions(),
             in_sync: self.in_sync.borrow(),
             now: Instant::now(),
         })
@@ -761,8 +736,7 @@ impl ControllerService {
             self.node.borrow_mut().tick();
             self.work.notify(1);
             if self.is_leader() {
-                self.watch_sessions();
-                self.run_elections();
+                LeaderWork::tick(&self);
                 self.ensure_internal_topics();
             }
         }
@@ -829,67 +803,6 @@ impl ControllerService {
         .detach();
     }
 
-    /// Leader: fences brokers whose session expired.
-    fn watch_sessions(self: &Rc<Self>) {
-        let fences = {
-            let node = self.node.borrow();
-            self.sessions
-                .borrow_mut()
-                .expired(node.state(), Instant::now())
-        };
-        for command in fences {
-            let Command::FenceBroker { node } = command else {
-                continue;
-            };
-            tracing::warn!(%node, timeout = ?self.session_timeout, "broker session expired: fencing it");
-            let service = self.clone();
-            glommio::spawn_local(async move {
-                let fenced = service.propose(command).await;
-                service.sessions.borrow_mut().settled(node);
-                match fenced {
-                    // Its leaderships move now rather than at the next tick.
-                    Ok(_) => service.run_elections(),
-                    Err(error) => {
-                        tracing::debug!(%node, %error, "fence not applied; the next tick retries");
-                    }
-                }
-            })
-            .detach();
-        }
-    }
-
-    /// Leader: starts the election rounds due now, each on its own task.
-    fn run_elections(self: &Rc<Self>) {
-        if !self.is_leader() {
-            return;
-        }
-        let planned = {
-            let node = self.node.borrow();
-            // A new leader may still be applying what its predecessor
-            // committed; deciding on that older state would only waste
-            // rounds (the epoch checks keep them harmless).
-            if node.state().version() < node.commit_index() {
-                return;
-            }
-            let mut book = self.elections.borrow_mut();
-            if book.follow_term(node.term()) {
-                tracing::debug!(
-                    term = node.term(),
-                    "controller leader: election bookkeeping reset"
-                );
-            }
-            book.plan(node.state(), Instant::now())
-        };
-        for due in planned {
-            let service = self.clone();
-            glommio::spawn_local(async move {
-                let outcome = run_round(&*service, &due).await;
-                service.elections.borrow_mut().finish(&due, outcome);
-            })
-            .detach();
-        }
-    }
-
     async fn drive(self: Rc<Self>, mut log: RaftLogFile) {
         loop {
             let listener = self.work.listen();
@@ -939,7 +852,7 @@ impl ControllerService {
                 }
             }
             if ready.role != Role::Leader {
-                self.sessions.borrow_mut().stop_leading();
+                self.leader_work.stop_leading();
                 self.in_sync.borrow_mut().clear();
             }
             // 4. Advance.
@@ -981,6 +894,20 @@ impl ControllerService {
             }
         })
         .detach();
+    }
+}
+
+impl LeaderHost for ControllerService {
+    fn with_node<R>(&self, read: impl FnOnce(&ControllerNode) -> R) -> R {
+        read(&self.node.borrow())
+    }
+
+    fn executor(&self) -> &dyn Executor {
+        &GlommioExecutor
+    }
+
+    fn leader_work(&self) -> &LeaderWork {
+        &self.leader_work
     }
 }
 

@@ -15,6 +15,10 @@
 //!   controller in `sim/`).
 //! - [`sessions`]: the leader's broker sessions, pure: whom to fence,
 //!   whom to unfence.
+//! - [`leader_work`]: when the leader consults those books (each
+//!   heartbeat, each tick) and the proposals and rounds it spawns, over a
+//!   [`leader_work::LeaderHost`]: the service here, and the simulator's
+//!   controller processes in `sim/`, which so run it as production does.
 //! - [`in_sync`]: the leader's view of in-sync replicas from the
 //!   partition leaders' reports, and the partition health it implies
 //!   (pure).
@@ -38,6 +42,7 @@ pub mod controller_service;
 pub mod credentials;
 pub mod election;
 pub mod in_sync;
+pub mod leader_work;
 pub mod membership;
 pub mod quota_entries;
 pub mod raft_log;

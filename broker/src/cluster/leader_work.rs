@@ -1,0 +1,190 @@
+//! What the controller leader does besides Raft, on any executor: it keeps
+//! the brokers' sessions (fences a broker silent past the session timeout,
+//! unfences a fenced one whose heartbeat shows it caught up) and runs the
+//! partition elections due each tick.
+//!
+//! The broker's [`super::controller_service::ControllerService`] and the
+//! simulator's controller processes both drive their leaders through
+//! [`LeaderWork`], over a [`LeaderHost`] each implements, so the simulator
+//! runs this logic exactly as production does. The books themselves are
+//! pure ([`SessionBook`], [`ElectionBook`]); this module only decides when
+//! to consult them and spawns the proposals and rounds they call for.
+
+use std::cell::{Ref, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use corelog_controller::{Command, ControllerNode, NodeId};
+
+use super::election::{ElectionBook, ElectionTimings, RoundHost, run_round};
+use super::sessions::{Heartbeat, HeartbeatRefusal, SessionBook};
+use crate::executor::{Executor, spawn};
+
+/// A controller process as its leader work sees it.
+pub trait LeaderHost: RoundHost + 'static {
+    /// Reads the controller node.
+    fn with_node<R>(&self, read: impl FnOnce(&ControllerNode) -> R) -> R;
+
+    /// Where the leader's tasks run and what time it is.
+    fn executor(&self) -> &dyn Executor;
+
+    /// This process's leader work.
+    fn leader_work(&self) -> &LeaderWork;
+}
+
+/// The leader's session and election bookkeeping.
+#[derive(Debug)]
+pub struct LeaderWork {
+    sessions: RefCell<SessionBook>,
+    elections: RefCell<ElectionBook>,
+}
+
+impl LeaderWork {
+    /// Sessions that expire after `session_timeout` of silence; elections
+    /// retried on `timings`.
+    #[must_use]
+    pub fn new(session_timeout: Duration, timings: ElectionTimings) -> LeaderWork {
+        LeaderWork {
+            sessions: RefCell::new(SessionBook::new(session_timeout)),
+            elections: RefCell::new(ElectionBook::with_timings(timings)),
+        }
+    }
+
+    /// The brokers' sessions, to read.
+    pub fn sessions(&self) -> Ref<'_, SessionBook> {
+        self.sessions.borrow()
+    }
+
+    /// A registration of `node` applied at metadata `version`: its session
+    /// starts now.
+    pub fn registered<H: LeaderHost>(host: &H, node: NodeId, version: u64) {
+        let now = host.executor().now();
+        host.leader_work()
+            .sessions
+            .borrow_mut()
+            .registered(node, version, now);
+    }
+
+    /// This process no longer leads: the next leadership starts every
+    /// session over.
+    pub fn stop_leading(&self) {
+        self.sessions.borrow_mut().stop_leading();
+    }
+
+    /// A heartbeat from `node` (process `incarnation`, at metadata
+    /// `version`) reached the leader; proposes its unfence when it caught
+    /// up.
+    ///
+    /// # Errors
+    /// [`HeartbeatRefusal`] when the broker must register again.
+    pub fn heartbeat<H: LeaderHost>(
+        host: &Rc<H>,
+        node: NodeId,
+        incarnation: u64,
+        version: u64,
+    ) -> Result<Heartbeat, HeartbeatRefusal> {
+        let now = host.executor().now();
+        let heartbeat = host.with_node(|controller| {
+            host.leader_work().sessions.borrow_mut().heartbeat(
+                controller.state(),
+                node,
+                incarnation,
+                version,
+                now,
+            )
+        })?;
+        if let Some(command) = heartbeat.unfence.clone() {
+            let task = host.clone();
+            spawn(host.executor(), async move {
+                if let Err(error) = task.propose(command).await {
+                    tracing::debug!(%node, %error, "unfence not applied; the next heartbeat retries");
+                }
+                task.leader_work().sessions.borrow_mut().settled(node);
+            });
+        }
+        Ok(heartbeat)
+    }
+
+    /// The leader's tick: fences the brokers whose session expired, then
+    /// starts the election rounds due; returns how many it started.
+    pub fn tick<H: LeaderHost>(host: &Rc<H>) -> usize {
+        if !host.with_node(ControllerNode::is_leader) {
+            return 0;
+        }
+        LeaderWork::fence_expired(host);
+        LeaderWork::run_elections(host)
+    }
+
+    fn fence_expired<H: LeaderHost>(host: &Rc<H>) {
+        let now = host.executor().now();
+        let fences = host.with_node(|controller| {
+            host.leader_work()
+                .sessions
+                .borrow_mut()
+                .expired(controller.state(), now)
+        });
+        for command in fences {
+            let Command::FenceBroker { node } = command else {
+                continue;
+            };
+            let timeout = host.leader_work().sessions().timeout();
+            tracing::warn!(%node, ?timeout, "broker session expired: fencing it");
+            let task = host.clone();
+            spawn(host.executor(), async move {
+                let fenced = task.propose(command).await;
+                task.leader_work().sessions.borrow_mut().settled(node);
+                match fenced {
+                    // Its leaderships move now rather than at the next tick.
+                    Ok(()) => {
+                        LeaderWork::run_elections(&task);
+                    }
+                    Err(error) => {
+                        tracing::debug!(%node, %error, "fence not applied; the next tick retries");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Starts the election rounds due now, each on its own task; returns
+    /// how many.
+    pub fn run_elections<H: LeaderHost>(host: &Rc<H>) -> usize {
+        let now = host.executor().now();
+        let planned = host.with_node(|controller| {
+            // A new leader may still be applying what its predecessor
+            // committed; deciding on that older state would only waste
+            // rounds (the epoch checks keep them harmless).
+            if !controller.is_leader() || controller.state().version() < controller.commit_index() {
+                return Vec::new();
+            }
+            let mut book = host.leader_work().elections.borrow_mut();
+            if book.follow_term(controller.term()) {
+                tracing::debug!(
+                    term = controller.term(),
+                    "controller leader: election bookkeeping reset"
+                );
+            }
+            book.plan(controller.state(), now)
+        });
+        let started = planned.len();
+        for due in planned {
+            tracing::debug!(
+                topic_id = due.topic_id.0,
+                partition = due.partition,
+                epoch = %due.new_epoch,
+                reason = %due.reason,
+                "election round"
+            );
+            let task = host.clone();
+            spawn(host.executor(), async move {
+                let outcome = run_round(&*task, &due).await;
+                tracing::debug!(epoch = %due.new_epoch, ?outcome, "election round finished");
+                task.leader_work()
+                    .elections
+                    .borrow_mut()
+                    .finish(&due, outcome);
+            });
+        }
+        started
+    }
+}
