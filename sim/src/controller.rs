@@ -1,98 +1,220 @@
-//! The controller, as the replicas see it, running the broker's own
-//! controller logic: the metadata is the controller crate's
-//! [`MetadataState`] (every change applied through its `apply`, with its
-//! checks), broker sessions are the broker's [`SessionBook`], elections are
-//! planned by its [`ElectionBook`] and run by its [`run_round`] (queries in
-//! parallel, `decide`, `resolve`, the moved-epoch check), over the
-//! simulated network.
+//! The controller: a Raft group of one or three controller processes, each
+//! running the production [`ControllerNode`] (tikv's raft-rs over the
+//! controller crate's log, applying commands to its [`MetadataState`]) on
+//! its own simulated disk, with its Raft messages crossing the faulty
+//! network. raft-rs is deterministic given its inputs, and the node seeds
+//! its own election jitter, so a seed still replays exactly.
 //!
-//! What is modelled rather than run: Raft. The controller is one process
-//! whose proposals apply after a random commit delay and are never lost;
-//! now and then its leadership "moves" (a new term: the election and
-//! session bookkeeping start over, and rounds in flight are abandoned, as
-//! they are on a real leader change), but the metadata itself is never
-//! lost or forked. Publication is a broadcast of the partition's record on
-//! the lossy network, periodically and after every change, standing in for
-//! the brokers' metadata long-polls.
+//! Each process is a shell like the broker's `ControllerService`: it drives
+//! the Ready loop in the crate's order (records durable, then messages,
+//! then what committed), and while it leads it runs the broker's own
+//! leader work ([`LeaderWork`]: broker sessions, fencing and unfencing,
+//! election rounds with their queries in parallel, `decide`, `resolve` and
+//! the moved-epoch check) over this module's [`LeaderHost`]. A proposal waits
+//! for the node to resolve it: applied, refused, or lost in a leader
+//! change. Brokers send their registrations, heartbeats and resignations to
+//! every controller process; only the leader acts on them (in production a
+//! follower answers `NOT_CONTROLLER` with a hint). Every process publishes
+//! its committed metadata to the brokers and clients, standing in for the
+//! metadata long-poll; they keep the highest version they have seen.
+//!
+//! Processes crash (unsynced bytes of their log are lost) and restart
+//! through the crate's recovery, and partitions cut them off from each
+//! other and from brokers. [`History`] checks Raft's promises on every
+//! Ready and after every step: one leader per term, the same command at
+//! every index on every process, nothing applied beyond the commit index,
+//! the metadata's own invariants, and no process halting.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use corelog_broker::cluster::election::{
-    AttemptOutcome, DueElection, ElectionBook, ElectionTimings, QueryTarget, RoundHost, run_round,
+use corelog_broker::cluster::election::{DueElection, ElectionTimings, QueryTarget, RoundHost};
+use corelog_broker::cluster::leader_work::{LeaderHost, LeaderWork};
+use corelog_broker::executor::Executor;
+use corelog_controller::durable::{self, HardState, RecoveredLog, SnapshotRecord};
+use corelog_controller::{
+    Command, ControllerConfig, ControllerNode, ControllerReady, LeaderEpoch, MetadataState, NodeId,
+    OutboundMessage, ProposalId, ProposalOutcome, ProposeError, Replica, Role, ShardId, TopicId,
 };
-use corelog_broker::cluster::sessions::SessionBook;
-use corelog_controller::{Command, LeaderEpoch, MetadataState, NodeId, Replica, ShardId, TopicId};
 use corelog_replication::QueryAnswer;
+use corelog_storage::memory_disk::MemoryDisk;
 use corelog_wire::rng::SplitMix64;
-use futures::future::LocalBoxFuture;
+use futures::channel::oneshot;
+use futures::future::{Either, LocalBoxFuture, select};
 
+use crate::disk::{SimDisk, SyncDelay};
+use crate::executor::Owner;
 use crate::network::{Answer, Endpoint, Message, Published};
+use crate::raft_log::RaftLog;
 use crate::world::{Report, World};
 
 /// The topic simulated.
 pub const TOPIC: TopicId = TopicId(0);
 
-/// The controller's timings, drawn per seed (scaled down from
+/// Task owners of controller processes: `(OWNER_BASE + id, incarnation)`,
+/// apart from every broker node's.
+const OWNER_BASE: u32 = 1_000;
+
+/// The controller's settings, drawn per seed (timings scaled down from
 /// production's so that a run of a few seconds sees many failovers).
 #[derive(Clone, Copy, Debug)]
 pub struct ControllerSettings {
+    /// Controller processes (Raft voters): 1 or 3.
+    pub voters: u32,
     /// A broker silent this long is fenced.
     pub session_timeout: Duration,
     /// The election bookkeeping's intervals.
     pub elections: ElectionTimings,
     /// A replica query unanswered this long counts as no answer.
     pub query_timeout: Duration,
-    /// Raft commit delay range, milliseconds.
-    pub commit_ms: (u64, u64),
-    /// The leader ticks (sessions, elections) this often.
+    /// One Raft tick; the leader's session and election work runs on it.
     pub tick_ms: u64,
-    /// Metadata is rebroadcast this often.
+    /// Raft ticks without a leader before an election (plus jitter).
+    pub election_tick: usize,
+    /// Raft ticks between the leader's heartbeats.
+    pub heartbeat_tick: usize,
+    /// Applied entries between snapshots (small: runs take, install and
+    /// compact snapshots).
+    pub snapshot_interval_entries: u64,
+    /// How long the controller log's fdatasyncs take, milliseconds.
+    pub sync_ms: (u64, u64),
+    /// A proposal not resolved in this long is given up (its caller
+    /// retries at the next tick).
+    pub proposal_timeout: Duration,
+    /// A Raft message not acknowledged in this long is reported
+    /// unreachable.
+    pub send_timeout: Duration,
+    /// Metadata is republished this often.
     pub broadcast_ms: u64,
-    /// Chance per tick that controller leadership moves, per million.
-    pub failover_per_million: u64,
 }
 
-/// The controller's state, shared with its tasks.
+/// The endpoint of controller process `id`.
+#[must_use]
+pub fn endpoint(id: u32) -> Endpoint {
+    Endpoint::Controller(id)
+}
+
+/// Raft's promises, as the processes' Readies show them, and what breaks
+/// them.
+#[derive(Debug, Default)]
+pub struct History {
+    /// The command applied at each index, and its term.
+    applied: BTreeMap<u64, (u64, Command)>,
+    /// The leader of each term.
+    leaders: BTreeMap<u64, u32>,
+    /// Violations seen, for the checker.
+    violations: Vec<String>,
+    /// Leader changes seen (statistics).
+    pub terms_led: u64,
+}
+
+impl History {
+    /// What process `id`'s Ready says: its leadership and what it applied.
+    fn observe(&mut self, id: u32, ready: &ControllerReady) {
+        if ready.role == Role::Leader {
+            match self.leaders.get(&ready.term) {
+                Some(leader) if *leader != id => self.violations.push(format!(
+                    "controller: two leaders in term {}: {leader} and {id}",
+                    ready.term
+                )),
+                Some(_) => {}
+                None => {
+                    self.leaders.insert(ready.term, id);
+                    self.terms_led += 1;
+                }
+            }
+        }
+        for committed in &ready.committed {
+            let seen = (committed.term, committed.command.clone());
+            match self.applied.get(&committed.index) {
+                Some(first) if *first != seen => self.violations.push(format!(
+                    "controller: process {id} applied {:?} (term {}) at index {}, where \
+                     another applied {:?} (term {})",
+                    committed.command, committed.term, committed.index, first.1, first.0
+                )),
+                Some(_) => {}
+                None => {
+                    self.applied.insert(committed.index, seen);
+                }
+            }
+        }
+    }
+}
+
+/// One controller process's shell around its node, shared with its tasks.
 struct Core {
+    /// This core, for the tasks it spawns.
+    me: std::rc::Weak<Core>,
     world: Rc<World>,
     settings: ControllerSettings,
-    state: RefCell<MetadataState>,
-    sessions: RefCell<SessionBook>,
-    elections: RefCell<ElectionBook>,
-    rng: RefCell<SplitMix64>,
-    /// The modelled Raft term: its tasks are owned by `(0, term)`.
-    term: std::cell::Cell<u64>,
-    /// Where the simulated time started, as an instant.
-    origin: Instant,
-    /// Who hears the metadata broadcasts.
-    listeners: Vec<Endpoint>,
+    id: u32,
+    owner: Owner,
+    node: RefCell<ControllerNode>,
+    /// Taken by the task handling Readies while it runs.
+    log: RefCell<Option<RaftLog>>,
+    /// A task is handling Readies.
+    driving: Cell<bool>,
+    /// Proposals of this process waiting for their outcome.
+    waiting: RefCell<BTreeMap<ProposalId, oneshot::Sender<ProposalOutcome>>>,
+    /// The broker's leader work: sessions and elections.
+    leader_work: LeaderWork,
+    /// The simulated executor, as the broker's code sees it.
+    executor: Rc<dyn Executor>,
+    history: Rc<RefCell<History>>,
+    rounds: Rc<Cell<u64>>,
+    /// Who hears the metadata publications.
+    listeners: Rc<Vec<Endpoint>>,
 }
 
-/// The controller.
+/// A controller process: up (its core), opening, or down until a time.
+struct Process {
+    id: u32,
+    disk: MemoryDisk,
+    delay: Rc<SyncDelay>,
+    incarnation: u64,
+    /// Set by the opening task once the log is recovered.
+    core: Rc<RefCell<Option<Rc<Core>>>>,
+    down_until_ms: Option<u64>,
+}
+
+/// The controller group.
 pub struct Controller {
-    core: Rc<Core>,
+    world: Rc<World>,
+    settings: ControllerSettings,
+    processes: BTreeMap<u32, Process>,
+    /// The log every process starts from (the bootstrap snapshot).
+    initial_log: Rc<Vec<u8>>,
+    peers: Vec<NodeId>,
+    seed: u64,
+    history: Rc<RefCell<History>>,
+    rounds: Rc<Cell<u64>>,
+    listeners: Rc<Vec<Endpoint>>,
     last_tick_ms: u64,
     last_broadcast_ms: u64,
-    /// Election rounds started (statistics).
-    pub rounds: u64,
+    /// The metadata version whose invariants were last checked, per process.
+    checked_versions: RefCell<BTreeMap<u32, u64>>,
+    /// Restarts of crashed processes (statistics).
+    pub restarts: u64,
 }
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Controller")
             .field("published", &self.published())
-            .field("term", &self.core.term.get())
+            .field("leader", &self.leader())
             .finish_non_exhaustive()
     }
 }
 
 impl Controller {
-    /// A controller whose metadata holds the brokers `nodes` (registered
-    /// at incarnation 1, unfenced) and one topic with one partition
-    /// replicated on all of them, preferred leader first, led by it at
-    /// epoch 0 as a newly created topic is.
+    /// A controller group whose metadata holds the brokers `nodes`
+    /// (registered at incarnation 1, unfenced) and one topic with one
+    /// partition replicated on all of them, preferred leader first, led by
+    /// it at epoch 0 as a newly created topic is. The setup is applied
+    /// through the state machine and given to every process as the
+    /// snapshot its log starts from, as if the cluster had run before.
     ///
     /// # Panics
     /// If the state machine refuses the setup (a simulator bug).
@@ -102,208 +224,365 @@ impl Controller {
         settings: ControllerSettings,
         nodes: &[u32],
         clients: &[u32],
-        rng: SplitMix64,
+        mut rng: SplitMix64,
     ) -> Controller {
-        let mut state = MetadataState::default();
-        let mut apply = |command: Command| {
-            let index = state.version() + 1;
-            if let Err(error) = state.apply(index, &command) {
-                panic!("setup command {command:?} refused: {error}");
-            }
-        };
-        for node in nodes {
-            let node = NodeId(u64::from(*node));
-            apply(Command::RegisterBroker {
-                node,
-                host: "sim".to_owned(),
-                port: 1,
-                rack: None,
-                shard_count: 1,
-                incarnation: 1,
-            });
-            apply(Command::UnfenceBroker {
-                node,
-                incarnation: 1,
-            });
-        }
-        apply(Command::CreateTopic {
-            name: "events".to_owned(),
-            internal: false,
-            // The nodes use segments and retention far below the smallest
-            // a topic may set (a run holds kilobytes): the controller keeps
-            // the defaults, which nothing here reads.
-            config: std::collections::BTreeMap::new(),
-            assignments: vec![
-                nodes
-                    .iter()
-                    .map(|node| Replica {
-                        node: NodeId(u64::from(*node)),
-                        shard: ShardId(0),
-                    })
-                    .collect(),
-            ],
-            created_at_ms: 0,
-            owner: None,
+        let state = initial_state(nodes);
+        let peers: Vec<NodeId> = (1..=settings.voters)
+            .map(|id| NodeId(u64::from(id)))
+            .collect();
+        let index = state.version();
+        let initial_log = durable::encode_log(&RecoveredLog {
+            snapshot: Some(SnapshotRecord {
+                index,
+                term: 1,
+                voters: peers.clone(),
+                resets_log: false,
+                state: state.encode().into(),
+            }),
+            entries: Vec::new(),
+            hard_state: HardState {
+                term: 1,
+                vote: 0,
+                commit: index,
+            },
         });
-        let listeners = nodes
+        let listeners: Vec<Endpoint> = nodes
             .iter()
             .map(|node| Endpoint::Node(*node))
             .chain(clients.iter().map(|client| Endpoint::Client(*client)))
             .collect();
-        let origin = world.executor.instant();
-        let core = Rc::new(Core {
+        world.set_controllers((1..=settings.voters).map(endpoint).collect());
+        let processes = (1..=settings.voters)
+            .map(|id| {
+                let process = Process {
+                    id,
+                    // Appends are small and unaligned, as through the
+                    // broker's page-cache file.
+                    disk: MemoryDisk::new(1, 1 << 40),
+                    delay: SyncDelay::new(world.executor.clone(), rng.fork(), settings.sync_ms),
+                    incarnation: 0,
+                    core: Rc::new(RefCell::new(None)),
+                    down_until_ms: Some(0),
+                };
+                (id, process)
+            })
+            .collect();
+        Controller {
             world,
             settings,
-            state: RefCell::new(state),
-            sessions: RefCell::new(SessionBook::new(settings.session_timeout)),
-            elections: RefCell::new(ElectionBook::with_timings(settings.elections)),
-            rng: RefCell::new(rng),
-            term: std::cell::Cell::new(1),
-            origin,
-            listeners,
-        });
-        Controller {
-            core,
+            processes,
+            initial_log: Rc::new(initial_log),
+            peers,
+            seed: rng.next_u64(),
+            history: Rc::new(RefCell::new(History::default())),
+            rounds: Rc::new(Cell::new(0)),
+            listeners: Rc::new(listeners),
             last_tick_ms: 0,
             last_broadcast_ms: 0,
-            rounds: 0,
+            checked_versions: RefCell::new(BTreeMap::new()),
+            restarts: 0,
         }
     }
 
-    /// The partition's leadership as published now.
+    /// The controller processes' ids.
     #[must_use]
-    pub fn published(&self) -> Published {
-        self.core.published()
+    pub fn ids(&self) -> Vec<u32> {
+        self.processes.keys().copied().collect()
     }
 
-    /// A message arrives.
-    pub fn receive(&mut self, from: Endpoint, message: Message) {
-        let core = &self.core;
-        match message {
-            Message::Register { node, incarnation } => {
-                let command = Command::RegisterBroker {
-                    node: NodeId(u64::from(node)),
-                    host: "sim".to_owned(),
-                    port: 1,
-                    rack: None,
-                    shard_count: 1,
-                    incarnation,
-                };
-                let task = core.clone();
-                core.spawn(async move {
-                    match task.propose_and_apply(command).await {
-                        Ok(()) => {
-                            let version = task.state.borrow().version();
-                            task.sessions.borrow_mut().registered(
-                                NodeId(u64::from(node)),
-                                version,
-                                task.instant(),
-                            );
-                            task.world.send(
-                                Endpoint::Controller,
-                                from,
-                                Message::Registered { incarnation },
-                            );
-                        }
-                        Err(error) => task
-                            .world
-                            .log(|| format!("controller: registration of {node} refused: {error}")),
-                    }
-                });
-            }
-            Message::Heartbeat {
-                node,
-                incarnation,
-                metadata_version,
-            } => {
-                let node_id = NodeId(u64::from(node));
-                let heartbeat = core.sessions.borrow_mut().heartbeat(
-                    &core.state.borrow(),
-                    node_id,
-                    incarnation,
-                    metadata_version,
-                    core.instant(),
-                );
-                match heartbeat {
-                    Ok(heartbeat) => {
-                        if let Some(command) = heartbeat.unfence {
-                            let task = core.clone();
-                            core.spawn(async move {
-                                if let Err(error) = task.propose_and_apply(command).await {
-                                    task.world.log(|| {
-                                        format!("controller: unfence of {node} refused: {error}")
-                                    });
-                                }
-                                task.sessions.borrow_mut().settled(node_id);
-                            });
-                        }
-                    }
-                    Err(_) => core.world.send(
-                        Endpoint::Controller,
-                        from,
-                        Message::RegisterAgain { incarnation },
-                    ),
-                }
-            }
-            Message::Resign { node, epoch } => {
-                let command = Command::ResignLeader {
-                    topic_id: TOPIC,
-                    partition: 0,
-                    leader: NodeId(u64::from(node)),
-                    epoch,
-                };
-                let task = core.clone();
-                core.spawn(async move {
-                    if let Err(error) = task.propose_and_apply(command).await {
-                        task.world
-                            .log(|| format!("controller: resignation of {node} refused: {error}"));
-                    }
-                });
-            }
-            Message::Answer { call, answer } => core.world.answer(call, answer),
-            other => core
+    /// Election rounds started (statistics).
+    #[must_use]
+    pub fn rounds(&self) -> u64 {
+        self.rounds.get()
+    }
+
+    /// Terms that had a leader (statistics).
+    #[must_use]
+    pub fn terms_led(&self) -> u64 {
+        self.history.borrow().terms_led
+    }
+
+    fn core(&self, id: u32) -> Option<Rc<Core>> {
+        self.processes.get(&id)?.core.borrow().clone()
+    }
+
+    fn cores(&self) -> Vec<Rc<Core>> {
+        self.processes
+            .values()
+            .filter_map(|process| process.core.borrow().clone())
+            .collect()
+    }
+
+    /// The controller leader now, if one is up.
+    #[must_use]
+    pub fn leader(&self) -> Option<u32> {
+        self.cores()
+            .into_iter()
+            .find(|core| core.node.borrow().is_leader())
+            .map(|core| core.id)
+    }
+
+    /// The partition's leadership as the most advanced process publishes it.
+    #[must_use]
+    pub fn published(&self) -> Option<Published> {
+        self.cores()
+            .iter()
+            .map(|core| core.published())
+            .max_by_key(|published| published.version)
+    }
+
+    /// Whether process `id` is down (crashed, not yet restarted).
+    #[must_use]
+    pub fn is_down(&self, id: u32) -> bool {
+        self.processes
+            .get(&id)
+            .is_none_or(|process| process.down_until_ms.is_some())
+    }
+
+    /// A message arrives at process `to`.
+    pub fn receive(&mut self, to: u32, from: Endpoint, message: Message) {
+        if let Message::Answer { call, answer } = message {
+            // Calls are the world's: a crashed caller's are gone already.
+            self.world.answer(call, answer);
+            return;
+        }
+        match self.core(to) {
+            Some(core) => core.receive(from, message),
+            None => self
                 .world
-                .log(|| format!("controller: ignores {other:?} from {from:?}")),
+                .log(|| format!("controller {to}: down, drops {message:?} from {from:?}")),
         }
     }
 
-    /// Timers: on each leader tick, maybe a modelled leadership move, then
-    /// fences of expired sessions and the election rounds due; and the
-    /// periodic metadata broadcast.
-    pub fn tick(&mut self, faults: bool) {
-        let core = self.core.clone();
-        let now_ms = core.world.now_ms();
-        if now_ms >= self.last_tick_ms + core.settings.tick_ms {
+    /// Timers: restarts due, then on each Raft tick every process ticks
+    /// (and the leader runs its session and election work); the periodic
+    /// metadata publication.
+    pub fn tick(&mut self) {
+        let now_ms = self.world.now_ms();
+        let due: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|process| process.down_until_ms.is_some_and(|at| at <= now_ms))
+            .map(|process| process.id)
+            .collect();
+        for id in due {
+            self.start(id);
+        }
+        if now_ms >= self.last_tick_ms + self.settings.tick_ms {
             self.last_tick_ms = now_ms;
-            if faults
-                && core
-                    .rng
-                    .borrow_mut()
-                    .chance_per_million(core.settings.failover_per_million)
-            {
-                core.fail_over();
+            for core in self.cores() {
+                core.tick();
             }
-            core.fence_expired();
-            self.rounds += core.run_elections();
         }
-        if now_ms >= self.last_broadcast_ms + core.settings.broadcast_ms {
+        if now_ms >= self.last_broadcast_ms + self.settings.broadcast_ms {
             self.last_broadcast_ms = now_ms;
-            core.broadcast();
+            for core in self.cores() {
+                core.broadcast();
+            }
         }
+    }
+
+    /// Power loss at process `id`: its tasks stop, its disk keeps only
+    /// synced bytes; it restarts at `restart_at_ms`.
+    pub fn crash(&mut self, id: u32, restart_at_ms: u64) {
+        let Some(process) = self.processes.get_mut(&id) else {
+            return;
+        };
+        if process.down_until_ms.is_some() {
+            return;
+        }
+        self.world
+            .executor
+            .cancel((OWNER_BASE + id, process.incarnation));
+        process.core.borrow_mut().take();
+        process.disk.crash();
+        process.down_until_ms = Some(restart_at_ms);
+        self.world
+            .log(|| format!("controller {id}: crash, restarting at {restart_at_ms}"));
+    }
+
+    /// Restarts every process that is down (the heal).
+    pub fn restart_all(&mut self) {
+        let down: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|process| process.down_until_ms.is_some())
+            .map(|process| process.id)
+            .collect();
+        for id in down {
+            self.start(id);
+        }
+    }
+
+    /// Starts process `id` on its disk as it is: recovers the log, then
+    /// opens the node from it.
+    fn start(&mut self, id: u32) {
+        let Some(process) = self.processes.get_mut(&id) else {
+            return;
+        };
+        if process.incarnation > 0 {
+            self.restarts += 1;
+        }
+        process.incarnation += 1;
+        process.down_until_ms = None;
+        let owner = (OWNER_BASE + id, process.incarnation);
+        let disk = SimDisk::new(process.disk.clone(), process.delay.clone());
+        let slot = process.core.clone();
+        let initial = self.initial_log.clone();
+        let world = self.world.clone();
+        let settings = self.settings;
+        let mut config =
+            ControllerConfig::new(NodeId(u64::from(id)), self.peers.clone(), self.seed);
+        // Each incarnation jitters its elections differently.
+        config.seed ^= process.incarnation.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        config.election_tick = settings.election_tick;
+        config.heartbeat_tick = settings.heartbeat_tick;
+        config.snapshot_interval_entries = settings.snapshot_interval_entries;
+        let history = self.history.clone();
+        let rounds = self.rounds.clone();
+        let listeners = self.listeners.clone();
+        self.world.executor.spawn(owner, async move {
+            let opened = RaftLog::open(disk, &initial)
+                .await
+                .and_then(|(log, recovered)| {
+                    ControllerNode::new(config, recovered)
+                        .map(|node| (log, node))
+                        .map_err(|error| error.to_string())
+                });
+            let (log, node) = match opened {
+                Ok(opened) => opened,
+                Err(error) => {
+                    world.report(Report::Violation(format!(
+                        "controller {id}: does not restart: {error}"
+                    )));
+                    return;
+                }
+            };
+            world.log(|| format!("controller {id}: up at version {}", node.state().version()));
+            let executor = world.executor.for_owner(owner);
+            let core = Rc::new_cyclic(|me| Core {
+                me: me.clone(),
+                world,
+                settings,
+                id,
+                owner,
+                node: RefCell::new(node),
+                log: RefCell::new(Some(log)),
+                driving: Cell::new(false),
+                waiting: RefCell::new(BTreeMap::new()),
+                leader_work: LeaderWork::new(settings.session_timeout, settings.elections),
+                executor,
+                history,
+                rounds,
+                listeners,
+            });
+            *slot.borrow_mut() = Some(core.clone());
+            // The restarted node replays what its log committed.
+            core.kick();
+        });
+    }
+
+    /// Raft's promises after a step, on every process that is up: nothing
+    /// applied beyond the commit index, the metadata's invariants, no halt;
+    /// plus what the Readies showed ([`History`]).
+    ///
+    /// # Errors
+    /// The first violation.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(violation) = self.history.borrow_mut().violations.drain(..).next() {
+            return Err(violation);
+        }
+        for core in self.cores() {
+            let node = core.node.borrow();
+            let id = core.id;
+            if let Some(error) = node.halted() {
+                return Err(format!("controller {id}: halted: {error}"));
+            }
+            let (applied, committed) = (node.state().version(), node.commit_index());
+            if applied > committed {
+                return Err(format!(
+                    "controller {id}: applied up to index {applied}, beyond its commit index \
+                     {committed}"
+                ));
+            }
+            let checked = self.checked_versions.borrow_mut().insert(id, applied);
+            if checked != Some(applied)
+                && let Err(error) = node.state().check_invariants()
+            {
+                return Err(format!("controller {id}: metadata broken: {error}"));
+            }
+        }
+        Ok(())
     }
 }
 
+/// The metadata the run starts from: `nodes` registered and unfenced, and
+/// the topic on all of them.
+fn initial_state(nodes: &[u32]) -> MetadataState {
+    let mut state = MetadataState::default();
+    let mut apply = |command: Command| {
+        let index = state.version() + 1;
+        if let Err(error) = state.apply(index, &command) {
+            panic!("setup command {command:?} refused: {error}");
+        }
+    };
+    for node in nodes {
+        let node = NodeId(u64::from(*node));
+        apply(Command::RegisterBroker {
+            node,
+            host: "sim".to_owned(),
+            port: 1,
+            rack: None,
+            shard_count: 1,
+            incarnation: 1,
+        });
+        apply(Command::UnfenceBroker {
+            node,
+            incarnation: 1,
+        });
+    }
+    apply(Command::CreateTopic {
+        name: "events".to_owned(),
+        internal: false,
+        // The nodes use segments and retention far below the smallest a
+        // topic may set (a run holds kilobytes): the controller keeps the
+        // defaults, which nothing here reads.
+        config: BTreeMap::new(),
+        assignments: vec![
+            nodes
+                .iter()
+                .map(|node| Replica {
+                    node: NodeId(u64::from(*node)),
+                    shard: ShardId(0),
+                })
+                .collect(),
+        ],
+        created_at_ms: 0,
+        owner: None,
+    });
+    state
+}
+
 impl Core {
-    fn instant(&self) -> Instant {
-        self.origin + Duration::from_millis(self.world.now_ms())
+    fn endpoint(&self) -> Endpoint {
+        endpoint(self.id)
+    }
+
+    fn shared(&self) -> Option<Rc<Core>> {
+        self.me.upgrade()
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
-        self.world.executor.spawn((0, self.term.get()), task);
+        self.world.executor.spawn(self.owner, task);
+    }
+
+    fn is_leader(&self) -> bool {
+        self.node.borrow().is_leader()
     }
 
     fn published(&self) -> Published {
-        let state = self.state.borrow();
+        let node = self.node.borrow();
+        let state = node.state();
         let record = state.partition(TOPIC, 0);
         Published {
             version: state.version(),
@@ -325,108 +604,260 @@ impl Core {
 
     fn broadcast(&self) {
         let published = self.published();
-        for to in &self.listeners {
+        for to in self.listeners.iter() {
+            self.world
+                .send(self.endpoint(), *to, Message::Metadata(published.clone()));
+        }
+    }
+
+    /// A message for this process.
+    fn receive(self: &Rc<Self>, from: Endpoint, message: Message) {
+        match message {
+            Message::Raft { call, bytes } => {
+                let stepped = self.node.borrow_mut().step(&bytes);
+                if let Err(error) = &stepped {
+                    self.world
+                        .log(|| format!("controller {}: raft message refused: {error}", self.id));
+                }
+                self.kick();
+                self.world.send(
+                    self.endpoint(),
+                    from,
+                    Message::Answer {
+                        call,
+                        answer: Answer::Raft {
+                            accepted: stepped.is_ok(),
+                        },
+                    },
+                );
+            }
+            _ if !self.is_leader() => {}
+            Message::Register { node, incarnation } => self.register(from, node, incarnation),
+            Message::Heartbeat {
+                node,
+                incarnation,
+                metadata_version,
+            } => self.heartbeat(from, node, incarnation, metadata_version),
+            Message::Resign { node, epoch } => {
+                let command = Command::ResignLeader {
+                    topic_id: TOPIC,
+                    partition: 0,
+                    leader: NodeId(u64::from(node)),
+                    epoch,
+                };
+                let task = self.clone();
+                self.spawn(async move {
+                    if let Err(error) = task.propose_and_wait(command).await {
+                        task.world
+                            .log(|| format!("controller: resignation of {node} refused: {error}"));
+                    }
+                });
+            }
+            other => self
+                .world
+                .log(|| format!("controller {}: ignores {other:?} from {from:?}", self.id)),
+        }
+    }
+
+    fn register(self: &Rc<Self>, from: Endpoint, node: u32, incarnation: u64) {
+        let command = Command::RegisterBroker {
+            node: NodeId(u64::from(node)),
+            host: "sim".to_owned(),
+            port: 1,
+            rack: None,
+            shard_count: 1,
+            incarnation,
+        };
+        let task = self.clone();
+        self.spawn(async move {
+            match task.propose_and_wait(command).await {
+                Ok(()) => {
+                    let version = task.node.borrow().state().version();
+                    LeaderWork::registered(&*task, NodeId(u64::from(node)), version);
+                    task.world
+                        .send(task.endpoint(), from, Message::Registered { incarnation });
+                }
+                Err(error) => task
+                    .world
+                    .log(|| format!("controller: registration of {node} refused: {error}")),
+            }
+        });
+    }
+
+    fn heartbeat(self: &Rc<Self>, from: Endpoint, node: u32, incarnation: u64, version: u64) {
+        let node_id = NodeId(u64::from(node));
+        if let Err(refusal) = LeaderWork::heartbeat(self, node_id, incarnation, version) {
+            self.world
+                .log(|| format!("controller {}: heartbeat refused: {refusal}", self.id));
             self.world.send(
-                Endpoint::Controller,
-                *to,
-                Message::Metadata(published.clone()),
+                self.endpoint(),
+                from,
+                Message::RegisterAgain { incarnation },
             );
         }
     }
 
-    /// Proposes `command`: it applies after the commit delay, through the
-    /// state machine's checks, and the new metadata is broadcast.
-    async fn propose_and_apply(&self, command: Command) -> Result<(), String> {
-        let (low, high) = self.settings.commit_ms;
-        let delay = self.rng.borrow_mut().between(low, high);
-        self.world
-            .executor
-            .sleep(Duration::from_millis(delay))
-            .await;
-        let applied = {
-            let mut state = self.state.borrow_mut();
-            let index = state.version() + 1;
-            let applied = state.apply(index, &command);
-            if let Err(error) = state.check_invariants() {
-                self.world.report(Report::Violation(format!(
-                    "controller metadata broken after {command:?}: {error}"
+    /// One Raft tick; the leader's session and election work.
+    fn tick(self: &Rc<Self>) {
+        self.node.borrow_mut().tick();
+        self.kick();
+        let started = LeaderWork::tick(self);
+        self.rounds.set(self.rounds.get() + started as u64);
+    }
+
+    /// Makes sure a task handles the node's Readies.
+    fn kick(&self) {
+        let Some(core) = self.shared() else {
+            return;
+        };
+        if self.driving.replace(true) {
+            return;
+        }
+        self.spawn(async move {
+            let log = core.log.borrow_mut().take();
+            let Some(mut log) = log else {
+                return;
+            };
+            let handled = core.handle_readies(&mut log).await;
+            *core.log.borrow_mut() = Some(log);
+            core.driving.set(false);
+            if let Err(error) = handled {
+                core.world.report(Report::Violation(format!(
+                    "controller {}: stopped: {error}",
+                    core.id
                 )));
             }
-            applied
-        };
-        match applied {
-            Ok(outcome) => {
-                self.world
-                    .log(|| format!("controller: applied {command:?}: {outcome:?}"));
+        });
+    }
+
+    /// The Ready loop, in the order the controller crate prescribes:
+    /// records durable, then messages, then what committed, then advance.
+    async fn handle_readies(self: &Rc<Self>, log: &mut RaftLog) -> Result<(), String> {
+        loop {
+            let ready = self.node.borrow_mut().ready();
+            let ready = match ready {
+                Ok(Some(ready)) => ready,
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(error.to_string()),
+            };
+            self.history.borrow_mut().observe(self.id, &ready);
+            let records = ready.log_records();
+            if !records.is_empty() {
+                log.append(&records).await?;
+            }
+            if ready.compacts_log() {
+                let compacted = self.node.borrow().compacted_log();
+                log.rewrite(&compacted).await?;
+            }
+            for message in ready.messages {
+                self.send(message);
+            }
+            for resolved in ready.resolved {
+                if let Some(waiter) = self.waiting.borrow_mut().remove(&resolved.id) {
+                    let _answered = waiter.send(resolved.outcome);
+                }
+            }
+            if ready.role != Role::Leader {
+                self.leader_work.stop_leading();
+            }
+            let moved = !ready.committed.is_empty() || ready.snapshot.is_some();
+            self.node.borrow_mut().advance();
+            if let Some(error) = self.node.borrow().halted() {
+                return Err(error.to_string());
+            }
+            if moved {
                 self.broadcast();
+            }
+        }
+    }
+
+    /// Sends a Raft message as a call: no answer in time is reported
+    /// unreachable, and a snapshot's delivery is always reported.
+    fn send(self: &Rc<Self>, message: OutboundMessage) {
+        let Ok(to) = u32::try_from(message.to.0) else {
+            return;
+        };
+        let core = self.clone();
+        self.spawn(async move {
+            let bytes = message.bytes;
+            let answer = core
+                .world
+                .call(
+                    core.endpoint(),
+                    endpoint(to),
+                    |call| Message::Raft { call, bytes },
+                    core.settings.send_timeout,
+                )
+                .await;
+            let delivered = matches!(answer, Some(Answer::Raft { accepted: true }));
+            if delivered && !message.carries_snapshot {
+                return;
+            }
+            {
+                let mut node = core.node.borrow_mut();
+                if !delivered {
+                    node.report_unreachable(message.to);
+                }
+                if message.carries_snapshot {
+                    node.report_snapshot(message.to, delivered);
+                }
+            }
+            core.kick();
+        });
+    }
+
+    /// Proposes `command` and waits until the node resolves it.
+    async fn propose_and_wait(&self, command: Command) -> Result<(), String> {
+        let deadline = self.world.now_ms() + self.settings.proposal_timeout.as_millis() as u64;
+        let id = loop {
+            let proposed = self.node.borrow_mut().propose(&command);
+            match proposed {
+                Ok(id) => break id,
+                Err(ProposeError::ReadyInProgress) if self.world.now_ms() < deadline => {
+                    self.world
+                        .executor
+                        .sleep(Duration::from_millis(self.settings.tick_ms))
+                        .await;
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        };
+        let (sender, receiver) = oneshot::channel();
+        self.waiting.borrow_mut().insert(id, sender);
+        self.kick();
+        let timeout = self.world.executor.sleep(self.settings.proposal_timeout);
+        let outcome = match select(receiver, Box::pin(timeout)).await {
+            Either::Left((Ok(outcome), _)) => outcome,
+            Either::Left((Err(_), _)) | Either::Right(_) => {
+                self.waiting.borrow_mut().remove(&id);
+                ProposalOutcome::Unknown
+            }
+        };
+        match outcome {
+            ProposalOutcome::Applied(outcome) => {
+                self.world
+                    .log(|| format!("controller {}: applied {command:?}: {outcome:?}", self.id));
                 Ok(())
             }
-            Err(error) => Err(error.to_string()),
+            ProposalOutcome::Refused(error) => Err(error.to_string()),
+            ProposalOutcome::Lost | ProposalOutcome::Unknown => {
+                Err("lost in a leader change".to_owned())
+            }
         }
     }
+}
 
-    /// A new controller leader: the bookkeeping starts over and the old
-    /// leader's tasks stop.
-    fn fail_over(&self) {
-        let old = self.term.get();
-        self.world.executor.cancel((0, old));
-        self.term.set(old + 1);
-        self.sessions.borrow_mut().stop_leading();
-        self.world
-            .log(|| format!("controller: leadership moves (term {})", old + 1));
+impl LeaderHost for Core {
+    fn with_node<R>(&self, read: impl FnOnce(&ControllerNode) -> R) -> R {
+        read(&self.node.borrow())
     }
 
-    fn fence_expired(self: &Rc<Self>) {
-        let fences = self
-            .sessions
-            .borrow_mut()
-            .expired(&self.state.borrow(), self.instant());
-        for command in fences {
-            let Command::FenceBroker { node } = command else {
-                continue;
-            };
-            self.world
-                .log(|| format!("controller: session of {node} expired: fencing it"));
-            let task = self.clone();
-            self.spawn(async move {
-                let fenced = task.propose_and_apply(command).await;
-                task.sessions.borrow_mut().settled(node);
-                if fenced.is_ok() {
-                    task.run_elections();
-                }
-            });
-        }
+    fn executor(&self) -> &dyn Executor {
+        &*self.executor
     }
 
-    /// Starts the rounds due; returns how many.
-    fn run_elections(self: &Rc<Self>) -> u64 {
-        let planned = {
-            let mut book = self.elections.borrow_mut();
-            book.follow_term(self.term.get());
-            book.plan(&self.state.borrow(), self.instant())
-        };
-        let started = planned.len() as u64;
-        for due in planned {
-            self.world.log(|| {
-                format!(
-                    "controller: election round for epoch {} ({}), querying {:?}",
-                    due.new_epoch,
-                    due.reason,
-                    due.targets.iter().map(|t| t.replica.0).collect::<Vec<_>>()
-                )
-            });
-            let task = self.clone();
-            self.spawn(async move {
-                let outcome = run_round(&*task, &due).await;
-                task.world
-                    .log(|| format!("controller: round for epoch {}: {outcome:?}", due.new_epoch));
-                task.elections.borrow_mut().finish(&due, outcome);
-                if matches!(outcome, AttemptOutcome::Unpublished { .. }) {
-                    // Retried at the bookkeeping's interval, from the next tick.
-                }
-            });
-        }
-        started
+    fn leader_work(&self) -> &LeaderWork {
+        &self.leader_work
     }
 }
 
@@ -441,7 +872,7 @@ impl RoundHost for Core {
             let answer = self
                 .world
                 .call(
-                    Endpoint::Controller,
+                    self.endpoint(),
                     Endpoint::Node(target.replica.0),
                     |call| Message::Query { call, request },
                     self.settings.query_timeout,
@@ -461,13 +892,17 @@ impl RoundHost for Core {
     }
 
     fn current_epoch(&self, due: &DueElection) -> Option<LeaderEpoch> {
-        self.state
+        if !self.is_leader() {
+            return None;
+        }
+        self.node
             .borrow()
+            .state()
             .partition(due.topic_id, due.partition)
             .map(|record| record.leader_epoch)
     }
 
     fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>> {
-        Box::pin(self.propose_and_apply(command))
+        Box::pin(self.propose_and_wait(command))
     }
 }

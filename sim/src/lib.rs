@@ -7,8 +7,10 @@
 //! [`corelog_replication::Replica`] state machine and the broker's storage
 //! engine, its appends made durable by the broker's shard journal) on a
 //! [`corelog_storage::memory_disk::MemoryDisk`], plus
-//! a controller running the broker's session, election and metadata code,
-//! and producers, all over a simulated network. The replica shell's
+//! a controller group of one or three processes running the production
+//! controller node (Raft, the metadata state machine, its log file) and the
+//! broker's session and election code, and producers, all over a simulated
+//! network. The replica shell's
 //! runtime seam ([`corelog_broker::executor::Executor`]: spawn, sleep, now)
 //! is implemented by [`executor::SimExecutor`], a single-threaded executor
 //! on simulated time. Everything in a run is a function of one `u64` seed:
@@ -29,10 +31,11 @@
 //! sim -- --exact replay --nocapture`). `make sim SEEDS=N` runs `N` seeds
 //! starting at `SIM_FIRST_SEED` (default 0), split over every core.
 //! `cargo test -p corelog-sim --release` (what `make test` runs) runs
-//! seeds 0..2000, about a minute on two cores. `scripts/sim-mutations.sh`
-//! plants four known replication bugs and a shard journal that
-//! acknowledges before its fdatasync, and reports which the seeds catch
-//! (the fig. 8 marker rule through [`fig8`]'s schedule).
+//! seeds 0..2000 on two cores. `scripts/sim-mutations.sh` plants four
+//! known replication bugs, a shard journal that acknowledges before its
+//! fdatasync and a controller that applies an entry before it commits,
+//! and reports which the seeds catch (the fig. 8 marker rule through
+//! [`fig8`]'s schedule).
 //!
 //! # What runs, and what is modelled
 //!
@@ -45,26 +48,31 @@
 //! [`corelog_storage::log::recover_shard_journal`], the broker's
 //! own shard start, which replays it into the segments), the
 //! push and query wire conversions, the leadership-following rule
-//! ([`corelog_broker::replica::role_change`]), broker sessions
-//! ([`corelog_broker::cluster::sessions::SessionBook`]), the election
-//! planner and rounds ([`corelog_broker::cluster::election`]) and the
-//! controller's metadata state machine ([`corelog_controller::MetadataState`]).
+//! ([`corelog_broker::replica::role_change`]), the controller leader's
+//! work ([`corelog_broker::cluster::leader_work::LeaderWork`]: broker
+//! sessions, fencing, the election planner and rounds of
+//! [`corelog_broker::cluster::election`]) and the controller node ([`corelog_controller::ControllerNode`]: tikv's raft-rs,
+//! the metadata state machine, the log file's format and recovery), one
+//! per controller process, each on its own simulated disk.
 //!
-//! Modelled ([`controller`]): Raft. The controller is one process whose
-//! proposals apply after a random commit delay and are never lost; its
-//! leadership moves now and then (a new term: session and election state
-//! start over, rounds in flight are abandoned). Metadata reaches brokers
-//! as a lossy broadcast standing in for the metadata long-poll. Not
-//! simulated: disk I/O errors and a full disk (the real-time nemesis rig
-//! covers those), more than one partition, the TCP framing.
+//! Shells, as thin as the broker's: the controller process's Ready loop
+//! and log file ([`controller`], [`raft_log`]) follow the broker's
+//! `ControllerService` and `RaftLogFile` step for step; brokers send their
+//! sessions to every controller process (only the leader acts, where in
+//! production followers answer `NOT_CONTROLLER`), and metadata reaches
+//! brokers as a lossy broadcast from every process standing in for the
+//! metadata long-poll. Not simulated: disk I/O errors and a full disk (the
+//! real-time nemesis rig covers those), more than one partition, the TCP
+//! framing.
 //!
 //! # Fault model
 //!
 //! - Network ([`network`]): per-message delay (1 ms up to a per-seed
 //!   maximum), loss, duplication, rare long delays (strong reordering);
-//!   partitions that form and heal on a random schedule: a node isolated,
-//!   the endpoints split in two, a one-way link failure, a node cut from
-//!   the controller. Clients and the controller are endpoints too.
+//!   partitions that form and heal on a random schedule: a node or a
+//!   controller process isolated, the endpoints split in two, a one-way
+//!   link failure, a node cut from every controller process. Clients and
+//!   controller processes are endpoints too.
 //! - Disks ([`disk`]): writes are unsynced until an fsync that completes
 //!   after a random delay (group commit); a crash keeps only synced bytes
 //!   (every file, the journal's included, cut to its synced length); the
@@ -74,9 +82,11 @@
 //!   thresholds are drawn per seed, small, so that runs roll, reclaim and
 //!   bypass the journal. Retention deletes committed, durable prefixes, so followers
 //!   below a leader's log start are reset.
-//! - Controller ([`controller`]): its traffic crosses the faulty network;
-//!   session-timeout fencing, election rounds with timeouts and retries,
-//!   moves to the preferred replica, leadership failovers.
+//! - Controller ([`controller`]): its Raft messages and its traffic with
+//!   brokers cross the faulty network; its processes crash (their log
+//!   keeps only synced bytes) and restart through the log's recovery, and
+//!   partitions isolate them; session-timeout fencing, election rounds
+//!   with timeouts and retries, moves to the preferred replica.
 //! - Clients ([`client`]): produce with `acks=quorum` to the believed
 //!   leader, several in flight, time out and move on.
 //! - Targeted ([`fig8`]): one seed in eight replaces random crashes and
@@ -95,7 +105,10 @@
 //! See [`checker`], checked after every task poll, message delivery and
 //! timer: acknowledged records never lost or changed; high watermarks
 //! never move back; agreement below high watermarks; one leader per epoch;
-//! a fenced leader commits nothing it wrote after the fencing. The
+//! a fenced leader commits nothing it wrote after the fencing; for the
+//! controller ([`controller::History`]), one Raft leader per term, the
+//! same command at every index on every process, nothing applied beyond
+//! the commit index, the metadata's invariants, no process halting. The
 //! durable files (log segments continued by the shard journal's synced
 //! frames, and replica metadata) are parsed and checked again after every
 //! crash, truncation, reset and retention step. The state machine's and the shell's own assertions
@@ -109,6 +122,7 @@ pub mod executor;
 pub mod fig8;
 pub mod network;
 pub mod node;
+pub mod raft_log;
 pub mod run;
 pub mod trace;
 pub mod world;
@@ -184,6 +198,9 @@ impl Totals {
         sum.journal_replayed_batches += add.journal_replayed_batches;
         sum.segment_flushes += add.segment_flushes;
         sum.journal_files_reclaimed += add.journal_files_reclaimed;
+        sum.controller_crashes += add.controller_crashes;
+        sum.controller_restarts += add.controller_restarts;
+        sum.controller_terms += add.controller_terms;
     }
 }
 

@@ -22,9 +22,8 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 pub enum Endpoint {
     /// A broker holding one replica, by node id.
     Node(u32),
-    /// The controller (one process: its Raft group is modelled as never
-    /// losing its state).
-    Controller,
+    /// A controller process (a Raft voter), by its id.
+    Controller(u32),
     /// A producer.
     Client(u32),
 }
@@ -68,6 +67,14 @@ pub enum Message {
         call: u64,
         /// The answer.
         answer: Answer,
+    },
+    /// Controller to controller: a Raft message, for the recipient's
+    /// `ControllerNode::step`.
+    Raft {
+        /// The call, for the answer.
+        call: u64,
+        /// The message's bytes, as the sender's node encoded them.
+        bytes: Vec<u8>,
     },
     /// Controller to everyone: the partition's leadership.
     Metadata(Published),
@@ -139,6 +146,11 @@ pub enum Answer {
     Stream(ReplicaStreamResponse),
     /// To a query.
     Query(ReplicaQueryResponse),
+    /// To a Raft message: whether the recipient's node took it.
+    Raft {
+        /// The node stepped it without error.
+        accepted: bool,
+    },
 }
 
 /// A message in flight.

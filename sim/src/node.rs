@@ -149,6 +149,12 @@ pub struct Stats {
     pub segment_flushes: u64,
     /// Journal files removed once everything in them was released.
     pub journal_files_reclaimed: u64,
+    /// Controller process crashes injected.
+    pub controller_crashes: u64,
+    /// Controller processes restarted.
+    pub controller_restarts: u64,
+    /// Raft terms in which a controller process led.
+    pub controller_terms: u64,
 }
 
 /// A push, for the trace.
@@ -246,7 +252,9 @@ impl FrameCarrier for SimFrameCarrier {
                     self.stats.borrow_mut().mismatches += mismatches as u64;
                     Ok(response)
                 }
-                Some(Answer::Query(_)) => Err("a query answer to a stream frame".to_owned()),
+                Some(Answer::Query(_) | Answer::Raft { .. }) => {
+                    Err("another call's kind of answer to a stream frame".to_owned())
+                }
                 None => Err("no answer in time".to_owned()),
             }
         })
@@ -567,7 +575,7 @@ impl Node {
                 None => {
                     let message = "the replica is not open yet; retry".to_owned();
                     match from {
-                        Endpoint::Controller => {
+                        Endpoint::Controller(_) => {
                             Answer::Query(query_refusal(ErrorCode::LeaderNotAvailable, message))
                         }
                         _ => Answer::Stream(ReplicaStreamResponse {
@@ -673,8 +681,7 @@ impl Node {
                     incarnation: self.incarnation,
                 }
             };
-            self.world
-                .send(self.endpoint(), Endpoint::Controller, message);
+            self.world.send_to_controllers(self.endpoint(), &message);
         }
         let flush = self.settings.segment_flush;
         if now >= process.last_segment_flush_ms.get() + flush.every_ms
@@ -806,10 +813,9 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
                 world.log(|| format!("{id}: {change:?} refused: {error}"));
                 if let Some(epoch) = resignation(&change, &error) {
                     stats.borrow_mut().resignations += 1;
-                    world.send(
+                    world.send_to_controllers(
                         Endpoint::Node(id),
-                        Endpoint::Controller,
-                        Message::Resign { node: id, epoch },
+                        &Message::Resign { node: id, epoch },
                     );
                 }
             }

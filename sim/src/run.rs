@@ -96,6 +96,8 @@ pub struct SimConfig {
     pub node: NodeSettings,
     /// The controller.
     pub controller: ControllerSettings,
+    /// Crash chance per controller process per tick, per million.
+    pub controller_crash_per_million: u64,
     /// Whether the faults follow the [`Fig8Schedule`] (on three nodes, with
     /// tiny pushes) instead of random crashes and partitions.
     pub fig8_schedule: bool,
@@ -230,11 +232,18 @@ impl SimConfig {
                     preferred_retry_interval: Duration::from_millis(rng.between(300, 1_500)),
                 },
                 query_timeout: Duration::from_millis(rng.between(40, 150)),
-                commit_ms: (1, rng.between(1, 10)),
+                voters: if rng.below(4) == 0 { 1 } else { 3 },
                 tick_ms: 10,
+                // Elections after 100 to 200 ms without a leader.
+                election_tick: 10,
+                heartbeat_tick: 2,
+                snapshot_interval_entries: rng.between(4, 64),
+                sync_ms: (1, rng.between(1, 10)),
+                proposal_timeout: Duration::from_millis(500),
+                send_timeout: Duration::from_millis(rng.between(20, 100)),
                 broadcast_ms: 50,
-                failover_per_million: rng.below(4_000),
             },
+            controller_crash_per_million: rng.below(4_000),
             // Drawn last, so that the draws before it keep their values.
             first_ack_crash_per_million: if churn {
                 rng.between(200_000, 800_000)
@@ -257,6 +266,7 @@ impl SimConfig {
             config.leader_crash_per_million = 0;
             config.fresh_leader_crash_per_million = 0;
             config.first_ack_crash_per_million = 0;
+            config.controller_crash_per_million = 0;
             config.partition_per_million = 0;
             config.node.replica.max_push_bytes = rng.between(60, 200);
             // A frame per push, pipelined as deep as pushes alone were: the
@@ -573,7 +583,7 @@ impl Sim {
                     node.receive(from, message);
                 }
             }
-            Endpoint::Controller => self.controller.receive(from, message),
+            Endpoint::Controller(id) => self.controller.receive(id, from, message),
             Endpoint::Client(id) => {
                 if let Some(client) = self.clients.get_mut(&id) {
                     client.receive(message);
@@ -596,7 +606,7 @@ impl Sim {
                 .chance_per_million(self.config.maintain_per_million);
             node.tick(maintain);
         }
-        self.controller.tick(!healed);
+        self.controller.tick();
         let timestamp = wall_clock(self.world.now_ms());
         for client in self.clients.values_mut() {
             client.tick(&self.world, &mut self.rng, timestamp);
@@ -761,6 +771,18 @@ impl Sim {
                 self.crash(id, Restart::AfterDownTime);
             }
         }
+        for id in self.controller.ids() {
+            if !self.controller.is_down(id)
+                && self
+                    .rng
+                    .chance_per_million(self.config.controller_crash_per_million)
+            {
+                let (low, high) = self.config.restart_ms;
+                let restart_at = now_ms + self.rng.between(low, high);
+                self.stats.borrow_mut().controller_crashes += 1;
+                self.controller.crash(id, restart_at);
+            }
+        }
         if self
             .rng
             .chance_per_million(self.config.partition_per_million)
@@ -769,19 +791,26 @@ impl Sim {
         }
     }
 
-    /// A random partition: a node isolated, the cluster split in two, a
-    /// one-way link failure, or a node cut from the controller.
+    /// A random partition: a node or a controller process isolated, the
+    /// cluster split in two, a one-way link failure, or a node cut from
+    /// every controller process.
     fn form_partition(&mut self) {
         let nodes: Vec<Endpoint> = self.nodes.keys().map(|id| Endpoint::Node(*id)).collect();
-        let mut everyone = nodes.clone();
-        everyone.push(Endpoint::Controller);
+        let controllers: Vec<Endpoint> = self
+            .controller
+            .ids()
+            .into_iter()
+            .map(Endpoint::Controller)
+            .collect();
+        let servers: Vec<Endpoint> = nodes.iter().chain(&controllers).copied().collect();
+        let mut everyone = servers.clone();
         everyone.extend(self.clients.keys().map(|id| Endpoint::Client(*id)));
         let pick = |rng: &mut SplitMix64, from: &[Endpoint]| from[rng.index(from.len())];
         let mut links = BTreeSet::new();
         let kind = self.rng.below(4);
         match kind {
             0 => {
-                let isolated = pick(&mut self.rng, &nodes);
+                let isolated = pick(&mut self.rng, &servers);
                 for other in &everyone {
                     if *other != isolated {
                         links.insert((isolated, *other));
@@ -812,8 +841,10 @@ impl Sim {
             }
             _ => {
                 let node = pick(&mut self.rng, &nodes);
-                links.insert((node, Endpoint::Controller));
-                links.insert((Endpoint::Controller, node));
+                for controller in &controllers {
+                    links.insert((node, *controller));
+                    links.insert((*controller, node));
+                }
             }
         }
         let (low, high) = self.config.partition_ms;
@@ -837,6 +868,7 @@ impl Sim {
         for node in self.nodes.values_mut() {
             node.restart();
         }
+        self.controller.restart_all();
     }
 
     /// Checks every invariant the last step may have touched.
@@ -942,6 +974,9 @@ impl Sim {
                 Some(node.replica()?.appended_end())
             });
         }
+        if let Err(violation) = self.controller.check() {
+            self.checker.report(violation);
+        }
         let reports = std::mem::take(&mut *self.world.reports.borrow_mut());
         for report in reports {
             match report {
@@ -985,7 +1020,12 @@ impl Sim {
     fn check_progress(&mut self) -> Result<(), Failure> {
         self.outcome.acknowledged = self.checker.ack_count;
         self.outcome.committed = self.checker.committed_count();
-        self.outcome.rounds = self.controller.rounds;
+        self.outcome.rounds = self.controller.rounds();
+        {
+            let mut stats = self.stats.borrow_mut();
+            stats.controller_terms = self.controller.terms_led();
+            stats.controller_restarts = self.controller.restarts;
+        }
         self.outcome.stats = *self.stats.borrow();
         let progress: u64 = self
             .clients

@@ -49,6 +49,8 @@ pub struct World {
     pub trace: RefCell<Trace>,
     /// Reports for the checker.
     pub reports: RefCell<Vec<Report>>,
+    /// The controller processes, which brokers send their sessions to.
+    controllers: RefCell<Vec<Endpoint>>,
     next_call: Cell<u64>,
     waiting: RefCell<BTreeMap<u64, oneshot::Sender<Answer>>>,
 }
@@ -71,6 +73,7 @@ impl World {
             network: RefCell::new(network),
             trace: RefCell::new(trace),
             reports: RefCell::new(Vec::new()),
+            controllers: RefCell::new(Vec::new()),
             next_call: Cell::new(0),
             waiting: RefCell::new(BTreeMap::new()),
         }
@@ -92,6 +95,20 @@ impl World {
     /// Prints a trace line, if tracing.
     pub fn log(&self, line: impl FnOnce() -> String) {
         self.trace.borrow_mut().log(self.now_ms(), line);
+    }
+
+    /// Names the controller processes.
+    pub fn set_controllers(&self, controllers: Vec<Endpoint>) {
+        *self.controllers.borrow_mut() = controllers;
+    }
+
+    /// Sends `message` to every controller process (only the leader acts
+    /// on it).
+    pub fn send_to_controllers(&self, from: Endpoint, message: &Message) {
+        let controllers = self.controllers.borrow().clone();
+        for to in controllers {
+            self.send(from, to, message.clone());
+        }
     }
 
     /// Leaves a report for the checker.
