@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementError,
-    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Role, place_within,
+    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Resolved, place_within,
 };
 use corelog_replication::QueryAnswer;
 use corelog_storage::clock::Clock;
@@ -43,6 +43,7 @@ use super::election::{DueElection, ElectionTimings, QUERY_TIMEOUT, QueryTarget, 
 use super::in_sync::{InSyncBook, PartitionHealth};
 use super::leader_work::{LeaderHost, LeaderWork};
 use super::raft_log::RaftLogFile;
+use super::ready_loop::{ReadyHost, handle_readies};
 use super::sessions::SessionBook;
 use crate::executor::{Executor, GlommioExecutor, wait_until};
 use crate::peer::Peers;
@@ -806,7 +807,7 @@ impl ControllerService {
     async fn drive(self: Rc<Self>, mut log: RaftLogFile) {
         loop {
             let listener = self.work.listen();
-            if let Err(error) = self.handle_readies(&mut log).await {
+            if let Err(error) = handle_readies(&self, &mut log).await {
                 tracing::error!(%error, "controller stopped: this node no longer takes part in the controller quorum; restart it after fixing the cause");
                 *self.halted.borrow_mut() = Some(error);
                 self.applied.notify(usize::MAX);
@@ -816,54 +817,6 @@ impl ControllerService {
                 return;
             }
             listener.await;
-        }
-    }
-
-    async fn handle_readies(self: &Rc<Self>, log: &mut RaftLogFile) -> Result<(), String> {
-        loop {
-            let ready = self.node.borrow_mut().ready();
-            let ready = match ready {
-                Ok(Some(ready)) => ready,
-                Ok(None) => return Ok(()),
-                Err(error) => return Err(error.to_string()),
-            };
-            // 1. Durable before anything is sent.
-            let records = ready.log_records();
-            if !records.is_empty() {
-                log.append(&records, true)
-                    .await
-                    .map_err(|error| error.to_string())?;
-            }
-            if ready.compacts_log() {
-                let compacted = self.node.borrow().compacted_log();
-                log.rewrite(&compacted)
-                    .await
-                    .map_err(|error| error.to_string())?;
-            }
-            // 2. Messages.
-            for message in ready.messages {
-                self.send(message);
-            }
-            // 3. What committed.
-            let version_moved = !ready.committed.is_empty() || ready.snapshot.is_some();
-            for resolved in ready.resolved {
-                if let Some(waiter) = self.waiting.borrow_mut().remove(&resolved.id) {
-                    let _answered = waiter.send(resolved.outcome);
-                }
-            }
-            if ready.role != Role::Leader {
-                self.leader_work.stop_leading();
-                self.in_sync.borrow_mut().clear();
-            }
-            // 4. Advance.
-            self.node.borrow_mut().advance();
-            self.advanced.notify(usize::MAX);
-            if let Some(error) = self.node.borrow().halted() {
-                return Err(error.to_string());
-            }
-            if version_moved {
-                self.applied.notify(usize::MAX);
-            }
         }
     }
 
@@ -894,6 +847,36 @@ impl ControllerService {
             }
         })
         .detach();
+    }
+}
+
+/// The Ready loop's shell: sends over the inter-broker RPC, answers the
+/// waiting proposals, wakes the waiters of `advanced` and `applied`.
+impl ReadyHost for Rc<ControllerService> {
+    fn node(&self) -> &RefCell<ControllerNode> {
+        &self.node
+    }
+
+    fn send(&self, message: OutboundMessage) {
+        ControllerService::send(self, message);
+    }
+
+    fn resolve(&self, resolved: Resolved) {
+        if let Some(waiter) = self.waiting.borrow_mut().remove(&resolved.id) {
+            let _answered = waiter.send(resolved.outcome);
+        }
+    }
+
+    fn not_leading(&self) {
+        self.leader_work.stop_leading();
+        self.in_sync.borrow_mut().clear();
+    }
+
+    fn advanced(&self, applied_moved: bool) {
+        self.advanced.notify(usize::MAX);
+        if applied_moved {
+            self.applied.notify(usize::MAX);
+        }
     }
 }
 

@@ -4,6 +4,10 @@
 //!
 //! - [`raft_log`]: the controller's Raft log file (bytes only; the format
 //!   and recovery are `corelog-controller`'s).
+//! - [`ready_loop`]: the controller node's Ready loop (records durable,
+//!   then messages, then what committed, then `advance`), over a log file
+//!   and a shell: the service here, or the simulator's controller
+//!   processes.
 //! - [`controller_service`]: the controller role on shard 0 of a voter:
 //!   drives the Raft node, persists before sending, answers registrations,
 //!   heartbeats, metadata long-polls and operations, fences brokers whose
@@ -46,6 +50,7 @@ pub mod leader_work;
 pub mod membership;
 pub mod quota_entries;
 pub mod raft_log;
+pub mod ready_loop;
 pub mod sessions;
 
 use std::rc::Rc;

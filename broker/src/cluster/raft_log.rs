@@ -22,6 +22,8 @@ use glommio::io::{BufferedFile, OpenOptions};
 use corelog_storage::disk::{Disk, read_whole_file, write_file_atomically};
 use corelog_storage::glommio_disk::GlommioDisk;
 
+use super::ready_loop::ControllerLog;
+
 /// Bound on the file read at start-up: snapshots keep the log to about a
 /// thousand entries beside one metadata snapshot, far below this.
 const LOG_BYTES_MAX: u64 = 1 << 30;
@@ -289,6 +291,20 @@ impl RaftLogFile {
             operation,
             source,
         }
+    }
+}
+
+impl ControllerLog for RaftLogFile {
+    async fn persist(&mut self, records: &[u8]) -> Result<(), String> {
+        self.append(records, true)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
+    async fn replace(&mut self, contents: &[u8]) -> Result<(), String> {
+        self.rewrite(contents)
+            .await
+            .map_err(|error| error.to_string())
     }
 }
 
