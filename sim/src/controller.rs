@@ -32,11 +32,13 @@ use std::time::Duration;
 
 use corelog_broker::cluster::election::{DueElection, ElectionTimings, QueryTarget, RoundHost};
 use corelog_broker::cluster::leader_work::{LeaderHost, LeaderWork};
+use corelog_broker::cluster::ready_loop::{ReadyHost, handle_readies};
 use corelog_broker::executor::Executor;
 use corelog_controller::durable::{self, HardState, RecoveredLog, SnapshotRecord};
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, ControllerReady, LeaderEpoch, MetadataState, NodeId,
-    OutboundMessage, ProposalId, ProposalOutcome, ProposeError, Replica, Role, ShardId, TopicId,
+    OutboundMessage, ProposalId, ProposalOutcome, ProposeError, Replica, Resolved, Role, ShardId,
+    TopicId,
 };
 use corelog_replication::QueryAnswer;
 use corelog_storage::memory_disk::MemoryDisk;
@@ -718,7 +720,7 @@ impl Core {
             let Some(mut log) = log else {
                 return;
             };
-            let handled = core.handle_readies(&mut log).await;
+            let handled = handle_readies(&*core, &mut log).await;
             *core.log.borrow_mut() = Some(log);
             core.driving.set(false);
             if let Err(error) = handled {
@@ -730,54 +732,15 @@ impl Core {
         });
     }
 
-    /// The Ready loop, in the order the controller crate prescribes:
-    /// records durable, then messages, then what committed, then advance.
-    async fn handle_readies(self: &Rc<Self>, log: &mut RaftLog) -> Result<(), String> {
-        loop {
-            let ready = self.node.borrow_mut().ready();
-            let ready = match ready {
-                Ok(Some(ready)) => ready,
-                Ok(None) => return Ok(()),
-                Err(error) => return Err(error.to_string()),
-            };
-            self.history.borrow_mut().observe(self.id, &ready);
-            let records = ready.log_records();
-            if !records.is_empty() {
-                log.append(&records).await?;
-            }
-            if ready.compacts_log() {
-                let compacted = self.node.borrow().compacted_log();
-                log.rewrite(&compacted).await?;
-            }
-            for message in ready.messages {
-                self.send(message);
-            }
-            for resolved in ready.resolved {
-                if let Some(waiter) = self.waiting.borrow_mut().remove(&resolved.id) {
-                    let _answered = waiter.send(resolved.outcome);
-                }
-            }
-            if ready.role != Role::Leader {
-                self.leader_work.stop_leading();
-            }
-            let moved = !ready.committed.is_empty() || ready.snapshot.is_some();
-            self.node.borrow_mut().advance();
-            if let Some(error) = self.node.borrow().halted() {
-                return Err(error.to_string());
-            }
-            if moved {
-                self.broadcast();
-            }
-        }
-    }
-
     /// Sends a Raft message as a call: no answer in time is reported
     /// unreachable, and a snapshot's delivery is always reported.
-    fn send(self: &Rc<Self>, message: OutboundMessage) {
+    fn send_raft(&self, message: OutboundMessage) {
         let Ok(to) = u32::try_from(message.to.0) else {
             return;
         };
-        let core = self.clone();
+        let Some(core) = self.shared() else {
+            return;
+        };
         self.spawn(async move {
             let bytes = message.bytes;
             let answer = core
@@ -843,6 +806,39 @@ impl Core {
             ProposalOutcome::Lost | ProposalOutcome::Unknown => {
                 Err("lost in a leader change".to_owned())
             }
+        }
+    }
+}
+
+/// The Ready loop's shell: Raft messages as calls over the simulated
+/// network, proposals answered, metadata published when it moved; every
+/// Ready shown to the [`History`] first.
+impl ReadyHost for Core {
+    fn node(&self) -> &RefCell<ControllerNode> {
+        &self.node
+    }
+
+    fn observe(&self, ready: &ControllerReady) {
+        self.history.borrow_mut().observe(self.id, ready);
+    }
+
+    fn send(&self, message: OutboundMessage) {
+        self.send_raft(message);
+    }
+
+    fn resolve(&self, resolved: Resolved) {
+        if let Some(waiter) = self.waiting.borrow_mut().remove(&resolved.id) {
+            let _answered = waiter.send(resolved.outcome);
+        }
+    }
+
+    fn not_leading(&self) {
+        self.leader_work.stop_leading();
+    }
+
+    fn advanced(&self, applied_moved: bool) {
+        if applied_moved {
+            self.broadcast();
         }
     }
 }

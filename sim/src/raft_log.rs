@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use corelog_broker::cluster::ready_loop::ControllerLog;
 use corelog_controller::durable::{self, Header, RecoveredLog, SyncedLength};
 use corelog_storage::disk::{Disk, DiskFile, read_whole_file, write_file_atomically};
 
@@ -147,5 +148,15 @@ impl RaftLog {
         self.recorded = durable::synced_length(contents)
             .ok_or_else(|| "a compacted controller log records no synced length".to_owned())?;
         Ok(())
+    }
+}
+
+impl ControllerLog for RaftLog {
+    async fn persist(&mut self, records: &[u8]) -> Result<(), String> {
+        self.append(records).await
+    }
+
+    async fn replace(&mut self, contents: &[u8]) -> Result<(), String> {
+        self.rewrite(contents).await
     }
 }
