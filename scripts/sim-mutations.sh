@@ -41,9 +41,17 @@ for entry in "${mutants[@]}"; do
     replacement=${replacement//'<NL>'/$'\n'} && replacement=${replacement//'<BAR>'/'|'}
     rm -rf "$copy" && mkdir -p "$copy"
     tar -C "$root" --exclude=./target --exclude=./.git -cf - . | tar -C "$copy" -xf -
-    # Restored files keep their old mtimes: touch the previous mutant's file
-    # and this one's, so that cargo rebuilds their crates rather than reuse
-    # the previous mutant.
+    # Restored files keep their old mtimes, older than the build of the
+    # mutant before: touch this mutant's file and the previous one's, so
+    # that cargo rebuilds their crates rather than reuse a mutant. The
+    # first mutant of a run touches every mutant's file, as the last run
+    # may have left any of them built mutated.
+    if [ -z "$previous" ]; then
+        for other in "${mutants[@]}"; do
+            IFS='|' read -r _ other_file _ <<<"$other"
+            touch "$copy/$other_file"
+        done
+    fi
     touch "$copy/$file" ${previous:+"$copy/$previous"}
     previous=$file
     # Exactly one occurrence, or the mutant silently stopped applying.
