@@ -332,6 +332,11 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     let topic_deletions = Arc::new(TopicDeletions::default());
     let (started, start_reports) = mpsc::channel::<Result<u16, RunError>>();
     let (listening, listen_reports) = mpsc::channel::<Result<u16, RunError>>();
+    // Closed (dropped) once the identity is recorded: no shard accepts a
+    // connection before, so a directory that ever answered a client has
+    // an identity, and a later loss of its controller log is noticed
+    // (`data_dir::check_controller_log`).
+    let (serving_gate, identity_recorded) = flume::bounded::<()>(0);
     let mut executors = Vec::with_capacity(usize::from(shard_count));
     for (id, inbox) in (0..shard_count).zip(inboxes) {
         let placement = if config.pin {
@@ -350,6 +355,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
         let topic_deletions = topic_deletions.clone();
         let tls = tls.clone();
         let producer_ids = producer_ids.clone();
+        let identity_recorded = identity_recorded.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
@@ -371,6 +377,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
                         listening,
                         tls,
                         producer_ids,
+                        identity_recorded,
                     },
                 )
                 .await
@@ -390,6 +397,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
     }
     drop(started);
     drop(listening);
+    drop(identity_recorded);
     let mut failure = first_failure(&start_reports, shard_count);
     if failure.is_none()
         && let Decision::Record(identity) = &identity
@@ -401,6 +409,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, RunError> {
             .map(RunError::Identity);
     }
     if failure.is_none() {
+        drop(serving_gate);
         // A single node listens once it serves: after its partitions
         // opened and lead, which the shards log as they go.
         failure = first_failure(&listen_reports, shard_count);
@@ -547,6 +556,9 @@ struct ShardShared {
     tls: Option<Arc<BrokerTls>>,
     /// The key binding idempotent producer ids to principals.
     producer_ids: ProducerIdKey,
+    /// Disconnects once the data directory's identity is recorded: the
+    /// shard accepts connections only after.
+    identity_recorded: flume::Receiver<()>,
 }
 
 /// Brings one shard up: disk, storage resources, listeners, the cluster
@@ -645,6 +657,9 @@ async fn start_shard(
     let front = Front::new(shard.clone(), listeners.edge, listeners.shard_ports);
     glommio::spawn_local(async move {
         front.shard.wait_ready().await;
+        // Nothing is ever sent: the sender's drop is the signal, and a
+        // start that fails stops the shard before it.
+        let _recorded = listeners.identity_recorded.recv_async().await;
         let report = ports
             .into_iter()
             .map(|port| {

@@ -304,6 +304,12 @@ impl Broker {
             if let Ok(mut client) = Client::connect(self.addr)
                 && client.handshake_answered()
             {
+                // Else a lost controller log would go unnoticed at the
+                // next start (`corelog_broker::data_dir::check_controller_log`).
+                assert!(
+                    corelog_broker::identity::is_recorded(&self.data_dir),
+                    "corelogd answered a client before recording its data directory's identity"
+                );
                 return Some(Ok(()));
             }
             std::thread::sleep(Duration::from_millis(20));
