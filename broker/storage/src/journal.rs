@@ -630,7 +630,7 @@ impl<D: Disk> ShardJournal<D> {
 
     async fn commit_ticket(&self, ticket: Ticket) -> Result<(), StorageError> {
         loop {
-            let listener = {
+            let wait = {
                 let mut state = self.state.borrow_mut();
                 if ticket.0 < state.committed {
                     return Ok(());
@@ -642,7 +642,7 @@ impl<D: Disk> ShardJournal<D> {
                     });
                 }
                 if state.committing {
-                    Some(self.committed.listen())
+                    true
                 } else {
                     state.committing = true;
                     let mut taken = Vec::new();
@@ -657,34 +657,39 @@ impl<D: Disk> ShardJournal<D> {
                     }
                     assert!(!taken.is_empty(), "an uncommitted ticket is queued");
                     state.in_flight = Some(taken);
-                    None
+                    false
                 }
             };
-            match listener {
-                Some(listener) => listener.await,
-                None => {
-                    let guard = CommitGuard { journal: self };
-                    let result = self.write_frame().await;
-                    if let Err(error) = result.as_ref()
-                        && error.is_out_of_descriptors()
-                    {
-                        // The next file could not be opened: nothing was
-                        // written. The guard puts the entries back at the
-                        // head of the queue, in order, for the next commit;
-                        // this waiter is told, and its log is not fenced.
-                        drop(guard);
-                        return result;
-                    }
-                    if let Err(error) = result {
-                        let mut state = self.state.borrow_mut();
-                        tracing::error!(dir = %self.dir.display(), %error, "shard journal commit failed");
-                        state.failed = Some((error.to_string(), error.is_no_space()));
-                        // Nobody will write these: their logs fence.
-                        state.in_flight = None;
-                        state.queue.clear();
-                    }
+            if wait {
+                // In this future, not on the heap: one per waiting append.
+                // Listening after the borrow is released misses nothing:
+                // no other task runs before the await.
+                event_listener::listener!(self.committed => listener);
+                listener.await;
+            } else {
+                let guard = CommitGuard { journal: self };
+                // Boxed: one writer per frame, while every waiting
+                // append holds this future (see `Journal::commit`).
+                let result = Box::pin(self.write_frame()).await;
+                if let Err(error) = result.as_ref()
+                    && error.is_out_of_descriptors()
+                {
+                    // The next file could not be opened: nothing was
+                    // written. The guard puts the entries back at the
+                    // head of the queue, in order, for the next commit;
+                    // this waiter is told, and its log is not fenced.
                     drop(guard);
+                    return result;
                 }
+                if let Err(error) = result {
+                    let mut state = self.state.borrow_mut();
+                    tracing::error!(dir = %self.dir.display(), %error, "shard journal commit failed");
+                    state.failed = Some((error.to_string(), error.is_no_space()));
+                    // Nobody will write these: their logs fence.
+                    state.in_flight = None;
+                    state.queue.clear();
+                }
+                drop(guard);
             }
         }
     }

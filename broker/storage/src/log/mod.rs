@@ -604,9 +604,18 @@ impl<D: Disk> PartitionLog<D> {
     /// # Errors
     /// [`StorageError::Fenced`] if the log failed before `target` became durable.
     pub async fn wait_durable(&self, target: Offset) -> Result<(), StorageError> {
-        if let Some(journal) = &self.journal {
-            return self.wait_journaled(journal.as_ref(), target).await;
+        match &self.journal {
+            Some(journal) => self.wait_journaled(journal.as_ref(), target).await,
+            // Boxed: every produce waits in this future, and the flush's
+            // own state would make each one larger than the journal's
+            // path needs (a boxed future per fdatasync costs nothing).
+            None => Box::pin(self.wait_flushed(target)).await,
         }
+    }
+
+    /// [`PartitionLog::wait_durable`] without a journal: flushes rounds of
+    /// the segment while no other append does.
+    async fn wait_flushed(&self, target: Offset) -> Result<(), StorageError> {
         loop {
             let listener = {
                 let mut state = self.state.borrow_mut();
@@ -703,7 +712,9 @@ impl<D: Disk> PartitionLog<D> {
                 Step::Wait(listener) => listener.await,
                 Step::Bypass(end) => {
                     let guard = FlushGuard { log: self };
-                    let result = self.bypass_journal(end).await;
+                    // Boxed: rare, and its state would otherwise enlarge
+                    // every waiting append's future.
+                    let result = Box::pin(self.bypass_journal(end)).await;
                     drop(guard);
                     match result {
                         Err(error) if error.is_out_of_descriptors() => return Err(error),
