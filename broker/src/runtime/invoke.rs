@@ -20,18 +20,18 @@ use std::rc::Rc;
 
 use corelog_wire::error::ErrorCode;
 use futures::channel::oneshot;
-use futures::future::LocalBoxFuture;
 
 use super::shard::Shard;
 use crate::metadata::ShardId;
 use crate::partition::PartitionError;
 
-/// Work sent to a shard: run there, on its executor.
-pub type Task = Box<dyn FnOnce(Rc<Shard>) -> LocalBoxFuture<'static, ()> + Send>;
+/// Work sent to a shard: called there, it spawns the work on the shard's
+/// executor (the work's future is built and allocated once, by the spawn).
+pub type Task = Box<dyn FnOnce(Rc<Shard>) + Send>;
 
 /// What a shard's mailbox carries.
 pub enum Letter {
-    /// Run this task (spawned, so that a slow one does not hold the next).
+    /// Start this task (spawned, so that a slow one does not hold the next).
     Run(Task),
     /// Finish in-flight work, close every partition, stop reading the mailbox.
     Stop,
@@ -206,10 +206,11 @@ where
 {
     let (reply, answer) = oneshot::channel();
     let task: Task = Box::new(move |shard| {
-        Box::pin(async move {
+        glommio::spawn_local(async move {
             // The asker may have given up (its client left): nothing to do.
             let _answered = reply.send(work(shard).await);
         })
+        .detach();
     });
     (task, answer)
 }

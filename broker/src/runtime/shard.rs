@@ -262,11 +262,9 @@ impl Shard {
     pub async fn run_inbox(self: Rc<Self>) {
         while let Ok(letter) = self.inbox.recv_async().await {
             match letter {
-                Letter::Run(task) => {
-                    // Spawned in arrival order, so work for one partition
-                    // starts in order.
-                    glommio::spawn_local(task(self.clone())).detach();
-                }
+                // Spawned in arrival order, so work for one partition
+                // starts in order.
+                Letter::Run(start) => start(self.clone()),
                 Letter::Stop => {
                     self.shutdown().await;
                     return;
