@@ -89,7 +89,8 @@ fn append_to(log: &Path) -> std::fs::File {
         .unwrap_or_else(|error| panic!("broker log {}: {error}", log.display()))
 }
 
-/// A free loopback port (bound then released; fine for tests).
+/// A free loopback port, given to no other caller in this process (see
+/// [`free_port_on`]).
 pub fn free_port() -> u16 {
     free_port_on(IpAddr::from([127, 0, 0, 1]))
 }

@@ -608,7 +608,8 @@ impl<D: Disk> PartitionLog<D> {
             Some(journal) => self.wait_journaled(journal.as_ref(), target).await,
             // Boxed: every produce waits in this future, and the flush's
             // own state would make each one larger than the journal's
-            // path needs (a boxed future per fdatasync costs nothing).
+            // path needs (one box per waiting append in this mode, beside
+            // the fdatasync it waits for).
             None => Box::pin(self.wait_flushed(target)).await,
         }
     }
