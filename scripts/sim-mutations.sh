@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulator's mutation check: plant each of six known bugs (four in
+# The simulator's mutation check: plant each of eight known bugs (six in
 # replication, one in the shard journal, one in the controller) in a copy of
 # the tree and make sure the seeds catch it. A mutant the seeds do not catch means the simulator
 # lost its power to find that class of bug.
@@ -29,6 +29,8 @@ mutants=(
     "push accepted below the fence|replication/src/replica/follower.rs|if push.epoch < self.meta.fenced_epoch {|if push.epoch < self.meta.fenced_epoch && false {"
     "fig. 8 marker rule dropped|replication/src/replica/leader.rs|if candidate > leader.epoch_start && candidate > self.high_watermark {|if candidate > self.high_watermark {"
     "journal acknowledges before its fdatasync|broker/storage/src/journal.rs|file.sync_data()<NL>            .await<NL>            .map_err(<BAR>error<BAR> StorageError::io(&path, error))?;<NL><NL>        let mut state = self.state.borrow_mut();|drop(file.sync_data());<NL><NL>        let mut state = self.state.borrow_mut();"
+    "a late follower is taken for an unreachable one|replication/src/replica/leader.rs|.is_some_and(<BAR>failed<BAR> failed >= since_ms)|.is_none_or(<BAR>_<BAR> true)"
+    "a push still on its way is resent|replication/src/replica/leader.rs|                && progress.outstanding == 0<NL>|"
     "controller applies an uncommitted entry|controller/src/node.rs|let committed = ready.take_committed_entries();|let mut committed = ready.take_committed_entries(); committed.extend(ready.entries().iter().cloned());"
 )
 

@@ -33,6 +33,15 @@
 //!   high watermark is the largest offset durable on a majority, but only
 //!   once that includes its marker (an older epoch's records never commit by
 //!   counting alone, Raft fig. 8). It never moves back.
+//! - **Slow is not gone**: a push reported sent ([`Replica::on_push_sent`])
+//!   is waited for until it is answered ([`Replica::on_push_ack`]) or its
+//!   transport gives it up ([`Replica::on_push_failed`]); only then, with
+//!   no progress for [`ReplicaConfig::resend_timeout_ms`], does the leader
+//!   resend from the acknowledged end (as etcd's Raft moves a follower to
+//!   probing on `ReportUnreachable`, not on a timer). A follower that
+//!   answers late under overload is never sent its bytes twice, and a
+//!   produce that times out is `REQUEST_TIMED_OUT` unless transport failures
+//!   left fewer than a majority reachable ([`Replica::reachable_since`]).
 //! - **Follower** ([`Replica::on_push`]): refuses pushes below its fence;
 //!   checks that its record at `start - 1` has the push's `prev_epoch`
 //!   (log matching; a `start` at or below its high watermark always
@@ -108,7 +117,8 @@
 //! - Recovery forgets history runs at or past the recovered log end, and
 //!   the whole history when the log is empty.
 //! - The pipelining window counts records (offsets), not bytes.
-//! - The shell reports what a push carried with [`Replica::on_push_sent`].
+//! - The shell reports what a push carried with [`Replica::on_push_sent`],
+//!   and settles every such push exactly once: answered or failed.
 //! - [`Action::Reset`] is a separate action from [`Action::Truncate`]; both,
 //!   like [`Action::Persist`], are durable before the next action runs.
 //!

@@ -14,8 +14,9 @@ use corelog_wire::types::TimestampMs;
 use crate::network::{Endpoint, Message};
 use crate::world::World;
 
-/// A request unanswered this long is abandoned, milliseconds.
-const REQUEST_TIMEOUT_MS: u64 = 300;
+/// A request unanswered this long is abandoned, milliseconds, unless the
+/// run's network is slower ([`Client::new`]).
+pub const REQUEST_TIMEOUT_MS: u64 = 300;
 /// Requests in flight at most.
 const MAX_IN_FLIGHT: usize = 3;
 
@@ -35,13 +36,20 @@ pub struct Client {
     mark_ms: u64,
     /// Requests acknowledged (statistics).
     pub acknowledged: u64,
+    request_timeout_ms: u64,
 }
 
 impl Client {
     /// A client of the partition replicated on `replicas`.
     #[must_use]
-    pub fn new(id: u32, replicas: Vec<u32>, rate_per_million: u64) -> Self {
+    pub fn new(
+        id: u32,
+        replicas: Vec<u32>,
+        rate_per_million: u64,
+        request_timeout_ms: u64,
+    ) -> Self {
         Self {
+            request_timeout_ms,
             id,
             replicas,
             leader: None,
@@ -87,7 +95,7 @@ impl Client {
     pub fn tick(&mut self, world: &World, rng: &mut SplitMix64, timestamp: TimestampMs) {
         let now_ms = world.now_ms();
         self.in_flight
-            .retain(|_, sent_ms| now_ms < *sent_ms + REQUEST_TIMEOUT_MS);
+            .retain(|_, sent_ms| now_ms < *sent_ms + self.request_timeout_ms);
         if self.in_flight.len() >= MAX_IN_FLIGHT || !rng.chance_per_million(self.rate_per_million) {
             return;
         }

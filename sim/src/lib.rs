@@ -201,6 +201,8 @@ impl Totals {
         sum.controller_crashes += add.controller_crashes;
         sum.controller_restarts += add.controller_restarts;
         sum.controller_terms += add.controller_terms;
+        sum.produce_timeouts += add.produce_timeouts;
+        sum.slow_runs += add.slow_runs;
     }
 }
 

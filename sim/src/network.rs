@@ -192,6 +192,10 @@ pub struct Network {
     in_flight: BTreeMap<(u64, u64), Envelope>,
     sequence: u64,
     partitions: Vec<Partition>,
+    /// Endpoints that take in nothing until the given time: whatever is
+    /// sent to them meanwhile arrives then, late but whole (an overloaded
+    /// process that stops reading for a while).
+    stalls: BTreeMap<Endpoint, u64>,
     /// Links cut by a fault schedule, until it heals them.
     cuts: BTreeSet<(Endpoint, Endpoint)>,
     faults: NetworkFaults,
@@ -208,6 +212,7 @@ impl Network {
             in_flight: BTreeMap::new(),
             sequence: 0,
             partitions: Vec::new(),
+            stalls: BTreeMap::new(),
             cuts: BTreeSet::new(),
             faults,
             rng,
@@ -238,14 +243,17 @@ impl Network {
             {
                 delay = delay.max(1) * 10;
             }
+            let mut at = now_ms + delay;
+            if let Some(&until) = self.stalls.get(&to) {
+                at = at.max(until);
+            }
             self.sequence += 1;
             let envelope = Envelope {
                 from,
                 to,
                 message: message.clone(),
             };
-            self.in_flight
-                .insert((now_ms + delay, self.sequence), envelope);
+            self.in_flight.insert((at, self.sequence), envelope);
         }
     }
 
@@ -307,6 +315,19 @@ impl Network {
         });
     }
 
+    /// Holds every message sent to `to` from now until `until_ms` (see
+    /// `stalls`).
+    pub fn stall(&mut self, to: Endpoint, until_ms: u64) {
+        let until = self.stalls.entry(to).or_insert(until_ms);
+        *until = (*until).max(until_ms);
+    }
+
+    /// Whether `to` takes in nothing at `now_ms`.
+    #[must_use]
+    pub fn is_stalled(&self, to: Endpoint, now_ms: u64) -> bool {
+        self.stalls.get(&to).is_some_and(|until| *until > now_ms)
+    }
+
     /// Heals partitions whose time has come.
     pub fn heal_due(&mut self, now_ms: u64) {
         self.partitions
@@ -317,6 +338,7 @@ impl Network {
     /// run, where liveness is checked.
     pub fn heal_all(&mut self) {
         self.partitions.clear();
+        self.stalls.clear();
         self.cuts.clear();
         self.faults.loss_per_million = 0;
         self.faults.duplicate_per_million = 0;

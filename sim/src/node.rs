@@ -84,6 +84,10 @@ pub struct NodeSettings {
     pub produce_timeout: Duration,
     /// A stream frame not answered in this long counts as lost.
     pub push_timeout: Duration,
+    /// The run injects no fault and every message arrives (if late), so a
+    /// produce refused with `NOT_ENOUGH_REPLICAS` is a violation: slow is
+    /// not gone.
+    pub faultless: bool,
     /// The replication streams' frames and queues.
     pub stream: StreamLimits,
     /// Heartbeats to the controller, this often.
@@ -122,6 +126,10 @@ pub struct Stats {
     pub resets: u64,
     /// Pushes sent that reset a follower to the leader's log start.
     pub reset_pushes: u64,
+    /// Produces answered `REQUEST_TIMED_OUT`.
+    pub produce_timeouts: u64,
+    /// Runs that were slow and faultless (`SimConfig::draw`).
+    pub slow_runs: u64,
     /// Retention deletions.
     pub retentions: u64,
     /// Mismatch acknowledgements received by leaders.
@@ -600,6 +608,8 @@ impl Node {
         let (me, by) = (self.endpoint(), self.incarnation());
         let timeout = self.settings.produce_timeout;
         let limits: BatchLimits = self.settings.log.batch_limits;
+        let faultless = self.settings.faultless;
+        let stats = self.stats.clone();
         let hint = process
             .published
             .borrow()
@@ -642,6 +652,17 @@ impl Node {
                             by.0
                         )
                     });
+                    match error.code() {
+                        ErrorCode::RequestTimedOut => stats.borrow_mut().produce_timeouts += 1,
+                        ErrorCode::NotEnoughReplicas if faultless => {
+                            world.report(Report::Violation(format!(
+                                "{}: append of client {client} request {request} answered \
+                                 NOT_ENOUGH_REPLICAS with every replica reachable: {error}",
+                                by.0
+                            )));
+                        }
+                        _ => {}
+                    }
                     Message::AppendFailed { request, hint }
                 }
             };

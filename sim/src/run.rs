@@ -21,7 +21,7 @@ use corelog_wire::rng::SplitMix64;
 use corelog_wire::types::{LeaderEpoch, Offset};
 
 use crate::checker::Checker;
-use crate::client::Client;
+use crate::client::{self, Client};
 use crate::controller::{Controller, ControllerSettings};
 use crate::disk::{LogView, SyncDelay, ViewCache, current_view, durable_promise, durable_view};
 use crate::executor::SimExecutor;
@@ -88,10 +88,17 @@ pub struct SimConfig {
     pub partition_per_million: u64,
     /// Partition duration range, milliseconds.
     pub partition_ms: (u64, u64),
+    /// Chance per tick that the leader stalls (takes in nothing, then all
+    /// of it late), per million.
+    pub stall_per_million: u64,
+    /// Stall duration range, milliseconds.
+    pub stall_ms: (u64, u64),
     /// Housekeeping (retention) chance per node per tick, per million.
     pub maintain_per_million: u64,
     /// Append chance per client per tick, per million.
     pub client_rate_per_million: u64,
+    /// A client abandons a request unanswered this long, milliseconds.
+    pub client_request_timeout_ms: u64,
     /// The nodes.
     pub node: NodeSettings,
     /// The controller.
@@ -162,8 +169,11 @@ impl SimConfig {
             restart_ms: (rng.between(5, 50), rng.between(50, 1_000)),
             partition_per_million: rng.below(10_000),
             partition_ms: (20, rng.between(50, 600)),
+            stall_per_million: 0,
+            stall_ms: (0, 0),
             maintain_per_million: rng.between(5_000, 50_000),
             client_rate_per_million: rng.between(100_000, 500_000),
+            client_request_timeout_ms: client::REQUEST_TIMEOUT_MS,
             node: NodeSettings {
                 topic_id: 0,
                 replica: ReplicaConfig {
@@ -196,7 +206,12 @@ impl SimConfig {
                     cleanup_policy: CleanupPolicy::Delete,
                 },
                 produce_timeout: Duration::from_millis(rng.between(150, 500)),
-                push_timeout: Duration::from_millis(resend_timeout_ms * 3),
+                // A lost push is resent once its frame is given up (the
+                // leader waits for a push on its way, however slow): as soon
+                // as the resend timeout, so that faults cost what they did
+                // when the leader resent on that timer alone.
+                push_timeout: Duration::from_millis(resend_timeout_ms),
+                faultless: false,
                 stream: {
                     // Frames of four to sixteen full pushes (heartbeats fill
                     // them up; the broker's hold four); queues of four to
@@ -297,7 +312,65 @@ impl SimConfig {
             age: Duration::from_millis(rng.between(20, 2_000)),
             held_max: rng.between(16, 256) << 10,
         };
+        // Drawn last as well: one other seed in sixteen is slow and
+        // faultless.
+        if !config.fig8_schedule && rng.below(16) == 0 {
+            config.make_slow_and_faultless(rng);
+        }
         config
+    }
+
+    /// An overloaded cluster, as the leaders see it: no crash, cut or
+    /// loss, but every message takes up to 8 times the resend timeout,
+    /// and many produces time out before their answers come. Every push is
+    /// answered, just late, so no produce may be refused with
+    /// `NOT_ENOUGH_REPLICAS` (`NodeSettings::faultless`), and no push may
+    /// be resent while it is on its way (the resends would pile up).
+    fn make_slow_and_faultless(&mut self, rng: &mut SplitMix64) {
+        let resend_ms = self.node.replica.resend_timeout_ms;
+        self.network = NetworkFaults {
+            loss_per_million: 0,
+            duplicate_per_million: 0,
+            // A run heals for 2 s: answers must fit many times in it.
+            delay_ms: (resend_ms, (resend_ms * rng.between(3, 8)).min(300)),
+            long_delay_per_million: 0,
+        };
+        let round_trip_max = 2 * self.network.delay_ms.1;
+        self.crash_per_million = 0;
+        self.leader_crash_per_million = 0;
+        self.fresh_leader_crash_per_million = 0;
+        self.first_ack_crash_per_million = 0;
+        self.partition_per_million = 0;
+        self.controller_crash_per_million = 0;
+        self.node.faultless = true;
+        // What a window of records per round trip can carry: the clients
+        // must not outrun it, or every produce times out in a queue.
+        self.node.replica.max_inflight_records = self.node.replica.max_inflight_records.max(64);
+        self.client_rate_per_million = rng.between(20_000, 100_000);
+        // Frames are given up only well after their answers come: a
+        // transport that times out a push that is merely late makes it
+        // lost, and the follower unreachable.
+        self.node.push_timeout = Duration::from_millis(round_trip_max * 6);
+        self.node.stream.queued_bytes_max = usize::MAX;
+        let produce_timeout_ms = rng.between(round_trip_max, round_trip_max * 2);
+        self.node.produce_timeout = Duration::from_millis(produce_timeout_ms);
+        // A client waits for the answer of a produce that timed out, so
+        // that it counts progress rather than abandoning every request.
+        self.client_request_timeout_ms = produce_timeout_ms + round_trip_max + 100;
+        // Now and then the leader takes in nothing for longer than a
+        // produce waits (an overloaded process): no follower's answer
+        // arrives during the wait, though every one is on its way, and the
+        // frames are answered before their timeout.
+        self.stall_per_million = 5_000;
+        self.stall_ms = (produce_timeout_ms, produce_timeout_ms + round_trip_max);
+        // Sessions and controller calls outlast the delays: a broker fenced
+        // for a late heartbeat would be a fault.
+        let session_ms = round_trip_max * 10;
+        self.controller.session_timeout = Duration::from_millis(session_ms);
+        self.node.heartbeat_ms = session_ms / 8;
+        self.controller.voters = 1;
+        self.controller.query_timeout = Duration::from_millis(round_trip_max * 4);
+        self.controller.send_timeout = Duration::from_millis(round_trip_max * 4);
     }
 }
 
@@ -424,7 +497,10 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
     let ids: Vec<u32> = (1..=config.node_count).collect();
     let client_ids = vec![1, 2];
     let settings = Rc::new(config.node.clone());
-    let stats = Rc::new(RefCell::new(Stats::default()));
+    let stats = Rc::new(RefCell::new(Stats {
+        slow_runs: u64::from(config.node.faultless),
+        ..Stats::default()
+    }));
     let nodes = ids
         .iter()
         .map(|id| {
@@ -443,7 +519,12 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
     let clients = client_ids
         .iter()
         .map(|id| {
-            let client = Client::new(*id, ids.clone(), config.client_rate_per_million);
+            let client = Client::new(
+                *id,
+                ids.clone(),
+                config.client_rate_per_million,
+                config.client_request_timeout_ms,
+            );
             (*id, client)
         })
         .collect();
@@ -789,6 +870,29 @@ impl Sim {
         {
             self.form_partition();
         }
+        if self.config.stall_per_million > 0
+            && self.rng.chance_per_million(self.config.stall_per_million)
+        {
+            let ids: Vec<u32> = self.nodes.keys().copied().collect();
+            let leader = ids.into_iter().find(|id| self.leadership(*id).is_some());
+            // One stall at a time, over before the run heals.
+            let stalled = |id| {
+                self.world
+                    .network
+                    .borrow()
+                    .is_stalled(Endpoint::Node(id), now_ms)
+            };
+            if let Some(leader) = leader.filter(|id| !stalled(*id)) {
+                let (low, high) = self.config.stall_ms;
+                let until = (now_ms + self.rng.between(low, high)).min(CHAOS_MS);
+                self.world
+                    .log(|| format!("stall: node {leader} takes in nothing until {until} ms"));
+                self.world
+                    .network
+                    .borrow_mut()
+                    .stall(Endpoint::Node(leader), until);
+            }
+        }
     }
 
     /// A random partition: a node or a controller process isolated, the
@@ -895,6 +999,13 @@ impl Sim {
             let Some(replica) = node.replica() else {
                 continue;
             };
+            if self.config.node.faultless && replica.resends() > 0 {
+                // Nothing was lost: a resend gave a slow follower its
+                // pushes twice.
+                self.checker.report(format!(
+                    "node {id} resent to a follower with nothing lost (slow is not gone)"
+                ));
+            }
             let who = node.incarnation();
             let observation = Observation {
                 who,

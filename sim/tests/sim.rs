@@ -50,6 +50,20 @@ fn seeds_second_half() {
     report(run_seeds(SEEDS_PER_HALF, SEEDS_PER_HALF), started);
 }
 
+/// One seed in sixteen is slow and faultless: every message arrives, late,
+/// and produces time out before their answers come. The checker refuses a
+/// `NOT_ENOUGH_REPLICAS` answer and any resend there; these seeds must
+/// exist and time out, or that check tests nothing.
+#[test]
+fn slow_seeds_time_out_without_calling_a_replica_unreachable() {
+    let totals = match run_seeds(0, 160) {
+        Ok(totals) => totals,
+        Err(failure) => panic!("{failure}"),
+    };
+    assert!(totals.stats.slow_runs >= 4, "{:?}", totals.stats);
+    assert!(totals.stats.produce_timeouts > 0, "{:?}", totals.stats);
+}
+
 /// Seed 77 runs random faults; seed 0 follows the fig. 8 schedule.
 #[test]
 fn a_seed_replays_identically() {

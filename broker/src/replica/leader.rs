@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use corelog_replication::{Action, BatchMeta, Push, PushAck, PushResult, ReplicaId, RoleView};
+use corelog_replication::{Action, BatchMeta, Push, PushAck, ReplicaId, RoleView};
 use corelog_wire::types::{LeaderEpoch, Offset};
 use futures::future::{Either, select};
 
@@ -40,10 +40,6 @@ impl<D: Disk> ReplicatedPartition<D> {
                 .replica
                 .borrow_mut()
                 .become_leader(epoch, replicas, now_ms)?;
-            if !actions.is_empty() {
-                *self.replicas.borrow_mut() = replicas.to_vec();
-                self.acks_received.borrow_mut().clear();
-            }
             self.carry_out(actions, before).await?.appended_end
         };
         if let Some(end) = marker_end {
@@ -65,9 +61,11 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// - `NOT_LEADER` ([`ReplicaError::NotLeader`],
     ///   [`ReplicaError::SteppedDown`]); `LEADER_NOT_AVAILABLE` while the
     ///   marker is being appended;
-    /// - `REQUEST_TIMED_OUT` / `NOT_ENOUGH_REPLICAS` when `timeout` passed
-    ///   first (the batch may still commit later: an idempotent retry is
-    ///   safe);
+    /// - `REQUEST_TIMED_OUT` when `timeout` passed first with a majority
+    ///   reachable (slow, not gone: answers late or pushes still on their
+    ///   way), `NOT_ENOUGH_REPLICAS` when pushes to too many followers
+    ///   failed in transport meanwhile and they did not answer since (the
+    ///   batch may still commit later: an idempotent retry is safe);
     /// - the partition's batch, sequence and storage errors.
     pub async fn produce(
         self: &Rc<Self>,
@@ -75,12 +73,12 @@ impl<D: Disk> ReplicatedPartition<D> {
         acks: Acks,
         timeout: Duration,
     ) -> Result<Produced, ReplicaError> {
-        let acks_before = self.acks_received.borrow().clone();
+        let started_ms = self.now_ms();
         let work = pin!(self.produce_until_acked(batch, acks));
         let deadline = pin!(self.executor.sleep(timeout));
         match select(work, deadline).await {
             Either::Left((result, _)) => result,
-            Either::Right(_) => Err(self.timed_out(timeout, &acks_before)),
+            Either::Right(_) => Err(self.timed_out(timeout, started_ms)),
         }
     }
 
@@ -181,28 +179,18 @@ impl<D: Disk> ReplicatedPartition<D> {
         }
     }
 
-    /// The error for a produce that timed out: `NOT_ENOUGH_REPLICAS` if
-    /// fewer than a majority (this replica included) acknowledged anything
-    /// while it waited, else `REQUEST_TIMED_OUT`.
-    fn timed_out(
-        &self,
-        timeout: Duration,
-        acks_before: &std::collections::BTreeMap<ReplicaId, u64>,
-    ) -> ReplicaError {
-        let replicas = self.replicas.borrow();
-        let acks_now = self.acks_received.borrow();
-        let heard = replicas
-            .iter()
-            .filter(|replica| {
-                **replica == self.id
-                    || acks_now.get(replica).copied().unwrap_or(0)
-                        > acks_before.get(replica).copied().unwrap_or(0)
-            })
-            .count();
-        if heard > replicas.len() / 2 {
-            ReplicaError::TimedOut { timeout }
-        } else {
-            ReplicaError::NotEnoughReplicas { timeout }
+    /// The error for a produce that timed out after waiting since
+    /// `started_ms`: `NOT_ENOUGH_REPLICAS` if fewer than a majority (this
+    /// replica included) were reachable meanwhile
+    /// ([`corelog_replication::Replica::reachable_since`]), else
+    /// `REQUEST_TIMED_OUT`: under overload acknowledgements arrive late,
+    /// and the replicas are there.
+    fn timed_out(&self, timeout: Duration, started_ms: u64) -> ReplicaError {
+        match self.replica.borrow().reachable_since(started_ms) {
+            Some((reachable, replicas)) if reachable <= replicas / 2 => {
+                ReplicaError::NotEnoughReplicas { timeout }
+            }
+            _ => ReplicaError::TimedOut { timeout },
         }
     }
 
@@ -274,10 +262,11 @@ impl<D: Disk> ReplicatedPartition<D> {
             return;
         }
         self.replica.borrow_mut().on_push_sent(to, push.end());
+        let epoch = push.epoch;
         let this = Rc::clone(self);
         crate::executor::spawn(&*self.executor, async move {
             let result = this.transport.send_push(to, push).await;
-            this.on_push_answer(to, result);
+            this.on_push_answer(to, epoch, result);
         });
     }
 
@@ -315,13 +304,22 @@ impl<D: Disk> ReplicatedPartition<D> {
         Ok(batches::from_start(batches, start))
     }
 
-    /// A follower's answer, or the transport's failure (nothing to do: the
-    /// state machine resends after its timeout).
-    fn on_push_answer(self: &Rc<Self>, to: ReplicaId, result: Result<PushAck, TransportError>) {
+    /// A follower's answer to a push of `epoch`, or the transport's
+    /// failure. Either settles the push in the state machine: a failure
+    /// (or an answer refused here) lets it resend once nothing else is on
+    /// its way to that follower.
+    fn on_push_answer(
+        self: &Rc<Self>,
+        to: ReplicaId,
+        epoch: LeaderEpoch,
+        result: Result<PushAck, TransportError>,
+    ) {
+        let now_ms = self.now_ms();
         let ack = match result {
             Ok(ack) => ack,
             Err(error) => {
                 tracing::debug!(to = to.0, %error, "push not acknowledged");
+                self.replica.borrow_mut().on_push_failed(to, epoch, now_ms);
                 return;
             }
         };
@@ -329,20 +327,19 @@ impl<D: Disk> ReplicatedPartition<D> {
         // state machine: a broken peer must not stop this broker.
         if let Err(error) = ack.check_against(to) {
             tracing::warn!(to = to.0, %error, "implausible acknowledgement ignored");
+            self.replica.borrow_mut().on_push_failed(to, epoch, now_ms);
             return;
         }
         let before = self.high_watermark();
-        let now_ms = self.now_ms();
-        let actions = match self.replica.borrow_mut().on_push_ack(&ack, now_ms) {
+        let answered = self.replica.borrow_mut().on_push_ack(&ack, now_ms);
+        let actions = match answered {
             Ok(actions) => actions,
             Err(error) => {
                 tracing::warn!(to = to.0, %error, "acknowledgement refused");
+                self.replica.borrow_mut().on_push_failed(to, epoch, now_ms);
                 return;
             }
         };
-        if matches!(ack.result, PushResult::Ok { .. }) {
-            *self.acks_received.borrow_mut().entry(to).or_default() += 1;
-        }
         // Acknowledgements change no durable state: no `apply` needed.
         for action in &actions {
             self.note(action, before);

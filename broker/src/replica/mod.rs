@@ -86,7 +86,6 @@ mod transport;
 mod tests;
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -203,11 +202,6 @@ pub struct ReplicatedPartition<D: Disk> {
     /// watermark would serve the old, uncommitted tail (sim seed 541).
     high_watermark: Cell<Offset>,
     pump: Cell<Pump>,
-    /// The replica set of the current leadership.
-    replicas: RefCell<Vec<ReplicaId>>,
-    /// `Ok` acknowledgements received per follower (for telling a slow
-    /// quorum from a missing one when a produce times out).
-    acks_received: RefCell<BTreeMap<ReplicaId, u64>>,
     broken: RefCell<Option<String>>,
     /// The fence came from a full disk: the shard reopens the replica once
     /// space is back.
@@ -283,8 +277,6 @@ impl<D: Disk> ReplicatedPartition<D> {
             ended_term: Cell::new(None),
             high_watermark: Cell::new(high_watermark),
             pump: Cell::new(Pump::Idle),
-            replicas: RefCell::new(Vec::new()),
-            acks_received: RefCell::new(BTreeMap::new()),
             broken: RefCell::new(None),
             broken_no_space: Cell::new(false),
             broken_out_of_descriptors: Cell::new(false),
@@ -310,6 +302,13 @@ impl<D: Disk> ReplicatedPartition<D> {
     #[must_use]
     pub fn high_watermark(&self) -> Offset {
         self.high_watermark.get()
+    }
+
+    /// Timer resends to followers so far
+    /// ([`corelog_replication::Replica::resends`]).
+    #[must_use]
+    pub fn resends(&self) -> u64 {
+        self.replica.borrow().resends()
     }
 
     /// Notified whenever the high watermark moves (and when leadership ends

@@ -89,6 +89,9 @@ impl Replica {
                     sent_hw: Offset(0),
                     probe_pending: false,
                     last_progress_ms: now_ms,
+                    outstanding: 0,
+                    last_answer_ms: None,
+                    last_failure_ms: None,
                     last_send_ms: 0,
                     // A new leader presumes its followers in sync until
                     // they fail to catch up for the in-sync lag.
@@ -176,11 +179,16 @@ impl Replica {
             if progress.acked_end >= self.log_end {
                 progress.caught_up_ms = progress.caught_up_ms.max(now_ms);
             }
+            // Only once nothing is on its way: a follower that answers late
+            // because it (or the whole cluster) is overloaded would get
+            // every resent byte twice, and fall further behind.
             if progress.sent_end > progress.acked_end
+                && progress.outstanding == 0
                 && now_ms >= progress.last_progress_ms + self.config.resend_timeout_ms
             {
                 progress.sent_end = progress.acked_end;
                 progress.last_progress_ms = now_ms;
+                self.resends += 1;
             }
             let reset = progress.sent_end < self.log_start;
             let start = if reset {
@@ -234,6 +242,8 @@ impl Replica {
 
     /// The shell sent a push to `to` whose batches end at `end` (its start
     /// if it carried none). The next push with new batches starts there.
+    /// Every push reported here must later be settled by exactly one of
+    /// [`Replica::on_push_ack`] or [`Replica::on_push_failed`].
     ///
     /// # Panics
     /// If `end` is past the log end.
@@ -245,11 +255,54 @@ impl Replica {
         if let Role::Leader(leader) = &mut self.role
             && let Some(progress) = leader.followers.get_mut(&to)
         {
+            progress.outstanding += 1;
             progress.sent_end = progress.sent_end.max(end);
             if end >= self.log_end && progress.full_send.is_none() {
                 progress.full_send = Some((end, progress.last_send_ms));
             }
         }
+    }
+
+    /// A push of `epoch` to `to` got no usable answer: the transport gave
+    /// it up (a failed or timed-out frame, a full queue, a broken
+    /// connection), or the answer was refused. Once no other push to `to`
+    /// is on its way, the resend timeout applies again. Stale reports
+    /// (another epoch, not leading) are ignored.
+    pub fn on_push_failed(&mut self, to: ReplicaId, epoch: LeaderEpoch, now_ms: u64) {
+        if let Role::Leader(leader) = &mut self.role
+            && leader.epoch == epoch
+            && let Some(progress) = leader.followers.get_mut(&to)
+        {
+            progress.outstanding = progress.outstanding.saturating_sub(1);
+            progress.last_failure_ms = Some(now_ms);
+        }
+    }
+
+    /// How many of the replica set a leader counts as reachable since
+    /// `since_ms` (itself included), and the set's size; `None` when not
+    /// leading. A follower is unreachable when a push to it failed in
+    /// transport since then and it has not answered after: one whose
+    /// answers are merely late is slow, not gone. (An answer in the very
+    /// millisecond of `since_ms` may have come before it: not counted.)
+    #[must_use]
+    pub fn reachable_since(&self, since_ms: u64) -> Option<(usize, usize)> {
+        let Role::Leader(leader) = &self.role else {
+            return None;
+        };
+        let unreachable = leader
+            .followers
+            .values()
+            .filter(|progress| {
+                progress
+                    .last_failure_ms
+                    .is_some_and(|failed| failed >= since_ms)
+                    && progress
+                        .last_answer_ms
+                        .is_none_or(|answered| answered <= since_ms)
+            })
+            .count();
+        let replicas = leader.replicas.len();
+        Some((replicas - unreachable, replicas))
     }
 
     /// A follower's answer to a push, or its news of durability.
@@ -264,7 +317,9 @@ impl Replica {
     /// [`ReplicationError::WrongPartition`]; [`ReplicationError::Protocol`]
     /// for an acknowledgement no correct follower sends
     /// ([`PushAck::check_consistent`] fails, or an `Ok` of this epoch claims
-    /// more than this leader's log holds). Nothing changes then.
+    /// more than this leader's log holds). Nothing changes then, and the
+    /// push stays unsettled: the shell reports it with
+    /// [`Replica::on_push_failed`].
     pub fn on_push_ack(
         &mut self,
         ack: &PushAck,
@@ -283,16 +338,20 @@ impl Replica {
         let Some(progress) = leader.followers.get_mut(&ack.from) else {
             return Ok(actions);
         };
+        if let PushResult::Ok { durable_end, .. } = ack.result
+            && durable_end > log_end
+        {
+            return Err(ProtocolError::AckPastLeaderLogEnd {
+                from: ack.from,
+                durable_end,
+                log_end,
+            }
+            .into());
+        }
+        progress.outstanding = progress.outstanding.saturating_sub(1);
+        progress.last_answer_ms = Some(now_ms);
         match ack.result {
             PushResult::Ok { durable_end, .. } => {
-                if durable_end > log_end {
-                    return Err(ProtocolError::AckPastLeaderLogEnd {
-                        from: ack.from,
-                        durable_end,
-                        log_end,
-                    }
-                    .into());
-                }
                 if durable_end > progress.acked_end {
                     progress.acked_end = durable_end;
                     progress.last_progress_ms = now_ms;

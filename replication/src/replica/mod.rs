@@ -27,7 +27,9 @@ use crate::meta::ReplicaMeta;
 pub struct ReplicaConfig {
     /// A leader resends to a follower from its acknowledged end when this
     /// long passed without an acknowledgement that moved it forward while
-    /// records were outstanding.
+    /// records were outstanding, and no push to it is still on its way
+    /// (see [`Replica::on_push_failed`]: a slow follower is waited for, a
+    /// lost push is resent).
     pub resend_timeout_ms: u64,
     /// A leader sends a push (empty if there is nothing new) to a follower
     /// at least this often, so the high watermark travels and lost
@@ -109,6 +111,15 @@ struct Progress {
     probe_pending: bool,
     /// When `acked_end` last moved, or the last resend.
     last_progress_ms: u64,
+    /// Pushes of this epoch sent ([`Replica::on_push_sent`]) and neither
+    /// answered nor reported failed yet. While any is on its way the
+    /// follower is slow, not gone: nothing is resent on a timer (the
+    /// transport gives every push up within a bounded time).
+    outstanding: u32,
+    /// When the follower last answered a push of this epoch (any answer).
+    last_answer_ms: Option<u64>,
+    /// When a push of this epoch to it last failed in transport.
+    last_failure_ms: Option<u64>,
     /// When a push was last sent.
     last_send_ms: u64,
     /// When the follower last held everything the leader's log held at
@@ -204,6 +215,8 @@ pub struct Replica {
     durable_end: Offset,
     high_watermark: Offset,
     role: Role,
+    /// Resends on the timer so far, in every epoch led.
+    resends: u64,
 }
 
 impl Replica {
@@ -220,6 +233,7 @@ impl Replica {
             durable_end: Offset(0),
             high_watermark: Offset(0),
             role: Role::Offline,
+            resends: 0,
         }
     }
 
@@ -282,6 +296,7 @@ impl Replica {
             durable_end: log.log_end,
             high_watermark: log.log_start,
             role: Role::Offline,
+            resends: 0,
         };
         replica.check_invariants();
         let actions = if changed {
@@ -366,6 +381,15 @@ impl Replica {
             ),
             Role::Offline | Role::Follower(_) => None,
         }
+    }
+
+    /// How often, in all, this replica as leader resent to a follower from
+    /// its acknowledged end because nothing acknowledged it for
+    /// [`ReplicaConfig::resend_timeout_ms`] after a push was lost. Under
+    /// pure overload it stays put: late answers are waited for.
+    #[must_use]
+    pub fn resends(&self) -> u64 {
+        self.resends
     }
 
     /// A leader's view of each of its followers at `now_ms`; `None` when

@@ -408,8 +408,9 @@ fn pushes_start_at_the_marker_and_respect_the_window() {
     );
 }
 
-#[test]
-fn without_progress_the_leader_resends_from_the_acknowledged_end() {
+/// The leader's pushes to B after the first: B acknowledged up to 5 at
+/// 10 ms, and the push of 6..9 went out at 20 ms and is still unanswered.
+fn leader_with_a_push_on_its_way() -> Replica {
     let mut a = leader(&[(1, 0)], 5, 2);
     a.poll_sends(0);
     a.on_push_sent(B, o(6));
@@ -421,18 +422,77 @@ fn without_progress_the_leader_resends_from_the_acknowledged_end() {
     });
     a.poll_sends(20);
     a.on_push_sent(B, o(9));
+    a
+}
+
+/// Whether `sent` resends B's batches from its acknowledged end (a
+/// heartbeat starts there too, but carries none).
+fn resent_to_b(sent: &[Action], from: u64) -> bool {
+    pushes(sent)
+        .iter()
+        .any(|(to, push, bytes)| *to == B && push.start == o(from) && *bytes > 0)
+}
+
+#[test]
+fn without_progress_the_leader_resends_a_lost_push_from_the_acknowledged_end() {
+    let mut a = leader_with_a_push_on_its_way();
+    a.on_push_failed(B, e(2), 30);
     assert!(
         pushes(&a.poll_sends(60))
             .iter()
             .all(|(to, _, bytes)| *to != B || *bytes == 0)
     );
-    let resent = pushes(&a.poll_sends(111));
-    assert!(
-        resent
-            .iter()
-            .any(|(to, push, _)| *to == B && push.start == o(5)),
-        "{resent:?}"
+    let resent = a.poll_sends(111);
+    assert!(resent_to_b(&resent, 5), "{resent:?}");
+}
+
+/// Slow is not gone: a follower whose answers are late (the cluster is
+/// overloaded) gets no resend while a push to it is on its way, however
+/// long that takes; resending would give it every byte twice.
+#[test]
+fn a_push_still_on_its_way_is_waited_for_however_late() {
+    let mut a = leader_with_a_push_on_its_way();
+    for now in [111, 1_000, 60_000] {
+        let sent = a.poll_sends(now);
+        assert!(!resent_to_b(&sent, 5), "resent at {now}: {sent:?}");
+        assert_eq!(a.reachable_since(0), Some((3, 3)), "slow is reachable");
+    }
+    // Its late answer counts.
+    a.on_push_ack(&ok(B, 2, 9), 60_001).unwrap();
+    // A failure of another epoch's push settles nothing of this one's.
+    a.on_local_append(BatchMeta {
+        base: o(9),
+        last: o(9),
+        epoch: e(2),
+    });
+    a.poll_sends(60_002);
+    a.on_push_sent(B, o(10));
+    a.on_push_failed(B, e(1), 60_003);
+    assert!(!resent_to_b(&a.poll_sends(120_000), 9));
+    a.on_push_failed(B, e(2), 120_001);
+    assert!(resent_to_b(&a.poll_sends(120_002), 9));
+}
+
+#[test]
+fn a_follower_is_unreachable_only_after_a_failed_push_it_did_not_answer_since() {
+    let mut a = leader_with_a_push_on_its_way();
+    assert_eq!(a.reachable_since(0), Some((3, 3)));
+    a.on_push_failed(B, e(2), 30);
+    assert_eq!(
+        a.reachable_since(25),
+        Some((2, 3)),
+        "failed, no answer since"
     );
+    assert_eq!(
+        a.reachable_since(31),
+        Some((3, 3)),
+        "the failure was before the wait"
+    );
+    a.poll_sends(200);
+    a.on_push_sent(B, o(9));
+    a.on_push_ack(&ok(B, 2, 9), 210).unwrap();
+    assert_eq!(a.reachable_since(25), Some((3, 3)), "answered since");
+    assert_eq!(replica(B, &[(1, 0)], 5, 2).reachable_since(0), None);
 }
 
 #[test]
