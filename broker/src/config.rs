@@ -26,6 +26,15 @@ pub use edge::{MetricsToken, Toggle};
 /// files are opened through a bounded cache) but some memory.
 pub const DEFAULT_PARTITIONS_PER_SHARD: u32 = 5_000;
 
+/// Default produce bytes a shard admits at once: about half a second of
+/// what a shard commits at RF 3 on a small box, and half of what a
+/// replication stream queues before it refuses pushes (four 4 MiB frames),
+/// so that admitted produces alone never fill a stream.
+pub const PRODUCE_BYTES_IN_FLIGHT_DEFAULT: u64 = 8 << 20;
+
+/// The least produce bytes in flight a shard may be set to.
+pub const PRODUCE_BYTES_IN_FLIGHT_MIN: u64 = 64 << 10;
+
 /// Everything `corelogd` needs to run, resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BrokerConfig {
@@ -106,6 +115,13 @@ pub struct BrokerConfig {
     pub frame_read_timeout_ms: u64,
     /// Commands one shard may have queued from the others.
     pub shard_queue_depth: u32,
+    /// Produce request bytes one shard admits at once (admission control):
+    /// a produce counts from the moment its frame is read until its answer
+    /// is ready; past the bound the shard reads no further produce from
+    /// its connections until one finishes, so overload queues in the
+    /// producers (whose buffers block `send`) instead of in the broker. A
+    /// single larger request is admitted alone.
+    pub produce_bytes_in_flight_max: u64,
     /// Free space appends never use.
     pub disk_reserve_bytes: u64,
     /// Per-shard cache of recent batches.
@@ -194,6 +210,7 @@ impl Default for BrokerConfig {
             connection_idle_timeout_ms: 10 * 60 * 1000,
             frame_read_timeout_ms: 30_000,
             shard_queue_depth: 4096,
+            produce_bytes_in_flight_max: PRODUCE_BYTES_IN_FLIGHT_DEFAULT,
             disk_reserve_bytes: 1 << 30,
             tail_cache_bytes: 256 << 20,
             storage_journal: true,
@@ -507,6 +524,10 @@ pub struct Flags {
     /// Cross-shard queue depth per shard [default: 4096].
     #[arg(long)]
     pub shard_queue_depth: Option<u32>,
+    /// Produce bytes one shard handles at once; more wait unread in their
+    /// connections [default: 8 MiB].
+    #[arg(long)]
+    pub produce_bytes_in_flight_max: Option<u64>,
     /// Free disk space appends never use, bytes [default: 1 GiB].
     #[arg(long)]
     pub disk_reserve_bytes: Option<u64>,
@@ -625,6 +646,7 @@ struct FileSettings {
     connection_idle_timeout_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     shard_queue_depth: Option<u32>,
+    produce_bytes_in_flight_max: Option<u64>,
     disk_reserve_bytes: Option<u64>,
     tail_cache_bytes: Option<usize>,
     storage_journal: Option<bool>,
@@ -744,6 +766,7 @@ impl BrokerConfig {
             connection_idle_timeout_ms,
             frame_read_timeout_ms,
             shard_queue_depth,
+            produce_bytes_in_flight_max,
             disk_reserve_bytes,
             tail_cache_bytes,
             storage_journal,
@@ -877,6 +900,12 @@ impl BrokerConfig {
         }
         if self.frame_read_timeout_ms == 0 {
             return invalid("frame_read_timeout_ms", "must be at least 1");
+        }
+        if self.produce_bytes_in_flight_max < PRODUCE_BYTES_IN_FLIGHT_MIN {
+            return invalid(
+                "produce_bytes_in_flight_max",
+                "must be at least 64 KiB (one request larger than the bound is still admitted alone)",
+            );
         }
         if self.shard_queue_depth == 0 {
             return invalid("shard_queue_depth", "must be at least 1");
@@ -1188,6 +1217,27 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn the_produce_bound_defaults_below_a_replication_streams_queue_and_has_a_floor() {
+        let config = BrokerConfig::resolve(&Flags::default()).unwrap();
+        assert_eq!(config.produce_bytes_in_flight_max, 8 << 20);
+        let resolve = |bytes: u64| {
+            BrokerConfig::resolve(&Flags {
+                produce_bytes_in_flight_max: Some(bytes),
+                ..Flags::default()
+            })
+        };
+        assert_eq!(
+            resolve(64 << 10).unwrap().produce_bytes_in_flight_max,
+            64 << 10
+        );
+        let error = resolve(1000).unwrap_err().to_string();
+        assert!(
+            error.contains("produce_bytes_in_flight_max") && error.contains("at least 64 KiB"),
+            "{error}"
+        );
     }
 
     #[test]

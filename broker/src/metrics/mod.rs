@@ -119,6 +119,9 @@ pub struct BrokerMetrics {
     connections: Family<ShardLabel, Gauge>,
     in_flight_requests: Family<ShardLabel, Gauge>,
     queue_depth: Family<ShardLabel, Gauge>,
+    produce_bytes_in_flight: Family<ShardLabel, Gauge>,
+    produce_admission_waits: Family<ShardLabel, Counter>,
+    produce_admission_wait_ms: Family<ShardLabel, Counter>,
     disk_free_bytes: Family<ShardLabel, Gauge>,
     disk_reserve_bytes: Family<ShardLabel, Gauge>,
     tail_cache_bytes: Family<ShardLabel, Gauge>,
@@ -216,6 +219,9 @@ impl BrokerMetrics {
             connections: Family::default(),
             in_flight_requests: Family::default(),
             queue_depth: Family::default(),
+            produce_bytes_in_flight: Family::default(),
+            produce_admission_waits: Family::default(),
+            produce_admission_wait_ms: Family::default(),
             disk_free_bytes: Family::default(),
             disk_reserve_bytes: Family::default(),
             tail_cache_bytes: Family::default(),
@@ -445,6 +451,21 @@ impl BrokerMetrics {
             metrics.queue_depth.clone(),
         );
         registry.register(
+            "produce_bytes_in_flight",
+            "Produce request bytes this shard admitted and has not answered yet (bounded by produce_bytes_in_flight_max)",
+            metrics.produce_bytes_in_flight.clone(),
+        );
+        registry.register(
+            "produce_admission_waits",
+            "Produce requests that waited for the shard's produce bytes in flight to fall under its bound (their connection was not read meanwhile)",
+            metrics.produce_admission_waits.clone(),
+        );
+        registry.register(
+            "produce_admission_wait_ms",
+            "Milliseconds produce requests waited for admission, summed",
+            metrics.produce_admission_wait_ms.clone(),
+        );
+        registry.register(
             "disk_free_bytes",
             "Free disk space as the shard last measured it",
             metrics.disk_free_bytes.clone(),
@@ -553,6 +574,9 @@ impl BrokerMetrics {
             connections: self.connections.get_or_create_owned(&label),
             in_flight_requests: self.in_flight_requests.get_or_create_owned(&label),
             queue_depth: self.queue_depth.get_or_create_owned(&label),
+            produce_bytes_in_flight: self.produce_bytes_in_flight.get_or_create_owned(&label),
+            produce_admission_waits: self.produce_admission_waits.get_or_create_owned(&label),
+            produce_admission_wait_ms: self.produce_admission_wait_ms.get_or_create_owned(&label),
             disk_free_bytes: self.disk_free_bytes.get_or_create_owned(&label),
             disk_reserve_bytes: self.disk_reserve_bytes.get_or_create_owned(&label),
             tail_cache_bytes: self.tail_cache_bytes.get_or_create_owned(&label),
@@ -614,6 +638,12 @@ pub struct ShardMetrics {
     pub in_flight_requests: Gauge,
     /// Commands queued for this shard.
     pub queue_depth: Gauge,
+    /// Produce bytes admitted and not answered yet.
+    pub produce_bytes_in_flight: Gauge,
+    /// Produce requests that waited for admission.
+    pub produce_admission_waits: Counter,
+    /// Milliseconds they waited, summed.
+    pub produce_admission_wait_ms: Counter,
     /// Free disk space.
     pub disk_free_bytes: Gauge,
     /// The reserve.

@@ -20,7 +20,11 @@
 //!
 //! Backpressure: at most `max_in_flight_per_connection` requests are
 //! handled at once; the next frame is not read until one finishes, so a
-//! fast client cannot make the broker buffer without bound.
+//! fast client cannot make the broker buffer without bound. A produce
+//! also waits for the shard's admission ([`super::admission`]) before it
+//! is handed on, and the connection reads nothing more meanwhile: past its
+//! capacity the shard holds `produce_bytes_in_flight_max` of produce work
+//! and pushes the rest back to the producers.
 //!
 //! Order: requests are handed to handlers in arrival order, and a handler
 //! runs synchronously up to the point where it orders its work (a produce
@@ -48,6 +52,7 @@ use futures::io::{ReadHalf, WriteHalf};
 use futures::{AsyncReadExt, AsyncWriteExt, FutureExt};
 
 use super::access::Access;
+use super::admission::Admitted;
 use super::connection_counts::Refusal;
 use super::edge::PrincipalSlot;
 use super::front::Front;
@@ -550,6 +555,11 @@ async fn read_requests(
                 .throttle
                 .take(&shard.metrics, Kind::Produce, body.len() as f64);
         }
+        let admitted = if header.api_key == ApiKey::Produce {
+            Some(admit_produce(front, body.len()).await?)
+        } else {
+            None
+        };
         let request = shard.begin_request();
         let front = front.clone();
         let outgoing = outgoing.clone();
@@ -557,12 +567,50 @@ async fn read_requests(
         in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
             let reply = handle(&front, header, body, received, &caller).await;
+            if let Some(admitted) = admitted {
+                drop(admitted);
+                front
+                    .shard
+                    .metrics
+                    .produce_bytes_in_flight
+                    .set(i64::try_from(front.admission.in_flight()).unwrap_or(i64::MAX));
+            }
             send(&outgoing, permit, header.correlation_id, reply, false);
             in_flight.set(in_flight.get() - 1);
             drop(request);
         })
         .detach();
     }
+}
+
+/// Waits until the shard admits a produce of `bytes`
+/// ([`super::admission`]); the connection reads nothing meanwhile.
+async fn admit_produce(front: &Front, bytes: usize) -> Result<Admitted, CloseReason> {
+    let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+    let shard = &front.shard;
+    let admitted = match front.admission.try_admit(bytes) {
+        Some(admitted) => admitted,
+        None => {
+            shard.metrics.produce_admission_waits.inc();
+            let started = Instant::now();
+            let stopping = shard.stopping.listen();
+            if shard.is_stopping() {
+                return Err(CloseReason::Stopping);
+            }
+            let admitted = futures::select_biased! {
+                admitted = front.admission.admit(bytes).fuse() => admitted,
+                () = stopping.fuse() => return Err(CloseReason::Stopping),
+            };
+            let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            shard.metrics.produce_admission_wait_ms.inc_by(waited);
+            admitted
+        }
+    };
+    shard
+        .metrics
+        .produce_bytes_in_flight
+        .set(i64::try_from(front.admission.in_flight()).unwrap_or(i64::MAX));
+    Ok(admitted)
 }
 
 /// One `Authenticate` step on this connection, checked against the

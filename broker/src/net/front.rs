@@ -1,13 +1,15 @@
 //! A shard's client side: the shard it serves, and the state only the
 //! network layer keeps — the broker's connection counts, quota buckets and
 //! login ledger ([`Edge`], shared by every shard), the port each shard
-//! accepts on alone, and this shard's open connections. The runtime knows
+//! accepts on alone, this shard's produce admission and its open
+//! connections. The runtime knows
 //! none of it: arrows run from `net` down to `runtime`, never up.
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use super::admission::ProduceAdmission;
 use super::edge::Edge;
 use super::shard_ports::ShardPortTable;
 use crate::runtime::shard::Shard;
@@ -21,6 +23,8 @@ pub struct Front {
     pub edge: Arc<Edge>,
     /// The port each shard of the broker accepts on alone.
     pub shard_ports: Arc<ShardPortTable>,
+    /// The produce bytes this shard's connections have in flight.
+    pub admission: Rc<ProduceAdmission>,
     /// Connections this shard serves.
     connections: Cell<u32>,
 }
@@ -29,10 +33,12 @@ impl Front {
     /// The client side of `shard`.
     #[must_use]
     pub fn new(shard: Rc<Shard>, edge: Arc<Edge>, shard_ports: Arc<ShardPortTable>) -> Rc<Front> {
+        let admission = ProduceAdmission::new(shard.config.produce_bytes_in_flight_max);
         Rc::new(Front {
             shard,
             edge,
             shard_ports,
+            admission,
             connections: Cell::new(0),
         })
     }

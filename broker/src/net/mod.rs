@@ -12,6 +12,8 @@
 //!   pauses and stays quiet (its lines limited by [`crate::log_limit`]).
 //! - [`port`]: client ports bound at start, listening once the shard serves.
 //! - [`connection`]: one connection's frames, handshake, backpressure.
+//! - [`admission`]: the produce bytes a shard admits at once (overload
+//!   pushes back to producers instead of queueing in the broker).
 //! - [`handlers`]: one module per API.
 //! - [`loopback`]: the same handlers for calls this broker makes to itself.
 //! - [`request_body`]: an aligned, owned body, cut into batches uncopied.
@@ -21,6 +23,7 @@
 
 pub mod accept_backoff;
 pub mod access;
+pub mod admission;
 pub mod connection;
 pub mod connection_counts;
 pub mod edge;
