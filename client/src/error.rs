@@ -231,6 +231,21 @@ pub enum ClientError {
         /// The error of the last attempt, if there was one.
         last_error: Option<String>,
     },
+    /// Records waited in the producer's buffer for the whole delivery
+    /// timeout without being sent: the brokers pushed back (the cluster is
+    /// past its capacity, or this producer offers more than it can take).
+    /// They were not appended.
+    #[error(
+        "records for {topic}/{partition} waited {timeout:?} in the producer's buffer without being sent: the brokers are pushing back (over capacity, or this producer sends faster than the cluster takes); they were not appended: send them again, slow down, or add capacity"
+    )]
+    BufferTimeout {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The configured delivery timeout.
+        timeout: Duration,
+    },
     /// A batch was given up because the partition's sequence could no
     /// longer be trusted (an earlier batch failed, or the broker reported a
     /// gap). The records were not acknowledged; they may or may not be in

@@ -143,3 +143,55 @@ async fn a_full_buffer_blocks_send_and_fails_try_send_under_a_throttling_broker(
     assert_dense(offsets);
     producer.close().await.unwrap();
 }
+
+/// A record that never left the buffer before its delivery timeout fails
+/// with an error that says so (not appended, the brokers pushed back), not
+/// with the last error of some attempt, nor as if replicas were missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_never_left_the_buffer_says_so_when_it_times_out() {
+    let broker = Broker::start(&[]);
+    topic(&broker, "stuck", 1).await;
+    let mut client = ClientConfig::new(broker.addr.to_string());
+    client.request_timeout = Duration::from_millis(1_200);
+    let producer = Producer::connect(ProducerConfig {
+        client,
+        // One batch of one record in flight; everything else waits here.
+        max_in_flight_per_partition: 1,
+        batch_bytes: 1 << 10,
+        delivery_timeout: Duration::from_millis(1_500),
+        ack_timeout: Duration::from_millis(1_000),
+        linger: Duration::ZERO,
+        ..ProducerConfig::new(broker.addr.to_string())
+    })
+    .await
+    .unwrap();
+    producer.prepare_topic("stuck").await.unwrap();
+    // The broker stops answering (and reading): the first batch is sent,
+    // the others stay in the buffer.
+    broker.pause();
+    let value = vec![b'v'; 900];
+    let mut deliveries = Vec::new();
+    for _ in 0..4 {
+        deliveries.push(
+            producer
+                .send(ProducerRecord::new("stuck", value.clone()))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut never_sent = 0;
+    for delivery in deliveries {
+        match delivery.await {
+            Err(ClientError::BufferTimeout {
+                topic, partition, ..
+            }) => {
+                assert_eq!((topic.as_str(), partition), ("stuck", 0));
+                never_sent += 1;
+            }
+            Err(ClientError::DeliveryTimeout { .. } | ClientError::Aborted { .. }) => {}
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    }
+    assert!(never_sent >= 2, "{never_sent} records reported never sent");
+    broker.resume();
+}

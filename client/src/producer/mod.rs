@@ -116,7 +116,8 @@ pub struct ProducerConfig {
     /// Longest retry backoff. Default 1 s.
     pub retry_backoff_max: Duration,
     /// Longest time from a record's batch opening to its acknowledgement;
-    /// past it the record fails with [`ClientError::DeliveryTimeout`].
+    /// past it the record fails with [`ClientError::DeliveryTimeout`]
+    /// ([`ClientError::BufferTimeout`] if it was never sent).
     /// Default 120 s.
     pub delivery_timeout: Duration,
     /// How long `send` waits for a topic the brokers do not know yet

@@ -161,7 +161,12 @@ impl Sender {
             return;
         };
         for batch in self.accumulator.expire(deadline) {
-            let error = timeout_error(&batch.topic_partition, timeout, None);
+            // Never sent: not appended, and not the replicas' doing.
+            let error = ClientError::BufferTimeout {
+                topic: batch.topic_partition.topic.to_string(),
+                partition: batch.topic_partition.partition,
+                timeout,
+            };
             batch.fail(&error);
         }
         let mut broken = Vec::new();
