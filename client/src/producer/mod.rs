@@ -57,6 +57,7 @@ pub(crate) mod accumulator;
 pub(crate) mod inflight;
 mod partitioner;
 pub(crate) mod sender;
+pub(crate) mod window;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -110,6 +111,12 @@ pub struct ProducerConfig {
     pub idempotence: bool,
     /// Batches in flight per partition. At most 5 with idempotence. Default 5.
     pub max_in_flight_per_partition: usize,
+    /// Produce requests in flight per broker shard, at most. The producer
+    /// keeps fewer while the broker pushes back (an AIMD window: halved on
+    /// a throttle, an append timed out in the broker or an answer far
+    /// slower than usual; grown by one per window of prompt answers), and
+    /// the records it holds back wait in the buffer, batched. Default 16.
+    pub max_in_flight_requests: usize,
     /// First retry backoff; doubles per attempt up to `retry_backoff_max`.
     /// Default 100 ms.
     pub retry_backoff: Duration,
@@ -147,6 +154,7 @@ impl Default for ProducerConfig {
             compression: Compression::None,
             idempotence: true,
             max_in_flight_per_partition: 5,
+            max_in_flight_requests: 16,
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             delivery_timeout: Duration::from_secs(120),
@@ -190,6 +198,9 @@ impl ProducerConfig {
             return invalid(
                 "max_in_flight_per_partition must be 1 to 5 with idempotence (the broker remembers 5 batches per producer)",
             );
+        }
+        if self.max_in_flight_requests == 0 {
+            return invalid("max_in_flight_requests must be at least 1");
         }
         if self.delivery_timeout < self.client.request_timeout + self.linger {
             return invalid("delivery_timeout must be at least request_timeout + linger");

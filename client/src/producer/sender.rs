@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use corelog_wire::error::ErrorCode;
 use corelog_wire::message::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use corelog_wire::types::{Offset, TimestampMs};
 use futures::StreamExt;
@@ -26,6 +27,7 @@ use tokio::time::Instant;
 
 use super::accumulator::{Accumulator, TopicPartition};
 use super::inflight::{PartitionInFlight, Verdict, classify};
+use super::window::{Signal, Window};
 use super::{Delivery, ProducerConfig, init_producer_id};
 use crate::cluster::Cluster;
 use crate::error::ClientError;
@@ -49,6 +51,9 @@ struct Answer {
 struct Outcome {
     sent: Vec<(TopicPartition, u64)>,
     result: Result<Vec<Answer>, ClientError>,
+    /// The broker shard it went to, when it was sent, and what its answer
+    /// said about the broker's load; `None` if it never left.
+    window: Option<((u32, u16), Instant, Signal)>,
 }
 
 /// A batch to put in a request: its partition, number and bytes.
@@ -82,6 +87,8 @@ pub(crate) struct Sender {
     refresh_wanted: bool,
     /// Brokers that could not be reached, and when to try again.
     unreachable: HashMap<u32, Instant>,
+    /// Requests in flight allowed per broker shard ([`Window`]).
+    windows: HashMap<(u32, u16), Window>,
 }
 
 impl Sender {
@@ -103,6 +110,7 @@ impl Sender {
             refresh: None,
             refresh_wanted: false,
             unreachable: HashMap::new(),
+            windows: HashMap::new(),
         }
     }
 
@@ -128,7 +136,14 @@ impl Sender {
                 () = poll_refresh(&mut self.refresh), if self.refresh.is_some() => Event::RefreshDone,
             };
             match event {
-                Event::Outcome(outcome) => self.settle(outcome),
+                Event::Outcome(outcome) => {
+                    if let Some((owner, sent_at, signal)) = outcome.window
+                        && let Some(window) = self.windows.get_mut(&owner)
+                    {
+                        window.answered(sent_at, Instant::now(), signal);
+                    }
+                    self.settle(outcome);
+                }
                 Event::RefreshDone => self.refresh = None,
                 Event::Wake => {}
             }
@@ -265,6 +280,16 @@ impl Sender {
                 }
                 self.unreachable.remove(&leader);
             }
+            // A full window opens with the next answer, which wakes the loop.
+            let max_in_flight = self.config.max_in_flight_requests;
+            let room = self
+                .windows
+                .entry((leader, shard))
+                .or_insert_with(|| Window::new(max_in_flight))
+                .room();
+            if room == 0 {
+                continue;
+            }
             let connection = match self.cluster.connection_to_shard(leader, shard).await {
                 Ok(connection) => connection,
                 Err(error) => {
@@ -276,7 +301,7 @@ impl Sender {
                     continue;
                 }
             };
-            for items in self.take_requests(&partitions, now) {
+            for items in self.take_requests(&partitions, now, room) {
                 let sent: Vec<(TopicPartition, u64)> = items
                     .iter()
                     .map(|(topic_partition, number, _)| (topic_partition.clone(), *number))
@@ -284,25 +309,34 @@ impl Sender {
                 let (request, raw) = self.produce_request(items);
                 match connection.send(&request, raw, Duration::ZERO).await {
                     Ok(pending) => {
+                        if let Some(window) = self.windows.get_mut(&(leader, shard)) {
+                            window.sent();
+                        }
+                        let sent_at = Instant::now();
                         let cluster = self.cluster.clone();
                         self.in_flight.push(Box::pin(async move {
+                            let mut throttled = false;
                             let result = match pending.wait().await {
                                 Ok(reply) => reply.decode().map(|(response, _)| {
-                                    cluster.throttles.note(
-                                        leader,
-                                        shard,
-                                        response.throttle_ms.to_native(),
-                                    );
+                                    let throttle_ms = response.throttle_ms.to_native();
+                                    throttled = throttle_ms > 0;
+                                    cluster.throttles.note(leader, shard, throttle_ms);
                                     answers(response)
                                 }),
                                 Err(error) => Err(error),
                             };
-                            Outcome { sent, result }
+                            let signal = load_signal(&result, throttled);
+                            Outcome {
+                                sent,
+                                result,
+                                window: Some(((leader, shard), sent_at, signal)),
+                            }
                         }));
                     }
                     Err(error) => self.settle(Outcome {
                         sent,
                         result: Err(error),
+                        window: None,
                     }),
                 }
             }
@@ -312,10 +346,16 @@ impl Sender {
 
     /// Takes batches for the given partitions of one leader and groups them
     /// into requests: round by round, one batch per partition per request,
-    /// so that a partition's batches go out in sequence order.
-    fn take_requests(&mut self, partitions: &[TopicPartition], now: Instant) -> Vec<Vec<Item>> {
+    /// so that a partition's batches go out in sequence order. No new round
+    /// once `max_requests` are made (a round split by size may pass it).
+    fn take_requests(
+        &mut self,
+        partitions: &[TopicPartition],
+        now: Instant,
+        max_requests: usize,
+    ) -> Vec<Vec<Item>> {
         let mut requests = Vec::new();
-        loop {
+        while requests.len() < max_requests {
             let round: Vec<Item> = partitions
                 .iter()
                 .filter_map(|topic_partition| {
@@ -340,6 +380,7 @@ impl Sender {
             }
             requests.push(request);
         }
+        requests
     }
 
     /// The next batch of a partition to put on the wire: in recovery, the
@@ -635,6 +676,23 @@ async fn poll_refresh(refresh: &mut Option<tokio::task::JoinHandle<()>>) {
     if let Some(refresh) = refresh {
         // A refresh that panicked or was cancelled is simply over.
         let _ = refresh.await;
+    }
+}
+
+/// What a produce's outcome says about its broker's load: a throttle or
+/// an append that timed out there is pushback; no answer says nothing.
+fn load_signal(result: &Result<Vec<Answer>, ClientError>, throttled: bool) -> Signal {
+    match result {
+        Err(_) => Signal::Lost,
+        Ok(answers)
+            if throttled
+                || answers
+                    .iter()
+                    .any(|answer| answer.error_code == ErrorCode::RequestTimedOut.code()) =>
+        {
+            Signal::Pushback
+        }
+        Ok(_) => Signal::Prompt,
     }
 }
 
