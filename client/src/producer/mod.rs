@@ -113,8 +113,9 @@ pub struct ProducerConfig {
     pub max_in_flight_per_partition: usize,
     /// Produce requests in flight per broker shard, at most. The producer
     /// keeps fewer while the broker pushes back (an AIMD window: halved on
-    /// a throttle, an append timed out in the broker or an answer far
-    /// slower than usual; grown by one per window of prompt answers), and
+    /// a throttle, an append timed out in the broker or an answer slower
+    /// than a second and far slower than usual; grown by one per window of
+    /// prompt answers), and
     /// the records it holds back wait in the buffer, batched. Default 16.
     pub max_in_flight_requests: usize,
     /// First retry backoff; doubles per attempt up to `retry_backoff_max`.
