@@ -65,6 +65,21 @@ pub struct LoadArgs {
     /// Distinct record keys, spread over the partitions by the key hash.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub keys: u64,
+    /// Rates over time instead of `--rate` for `--duration`:
+    /// `RATE:SECONDS,RATE:SECONDS,...` (records per second in all; rates
+    /// above 0). The report gives each step's figures and each second's.
+    #[arg(long, value_parser = Schedule::parse)]
+    pub schedule: Option<Schedule>,
+    /// When a producer's buffer is full, drop the record (counted as shed:
+    /// pushed back by the cluster) instead of waiting for room: what an
+    /// application that cannot wait does, and what keeps the offered
+    /// schedule open loop past capacity.
+    #[arg(long)]
+    pub shed: bool,
+    /// Each producer's buffer, bytes [default: 64 MiB, at least 64
+    /// batches].
+    #[arg(long)]
+    pub buffer_bytes: Option<usize>,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -135,6 +150,109 @@ impl LoadArgs {
     }
 }
 
+/// Offered rates over time: steps of a constant rate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// (records per second in all, seconds).
+    pub steps: Vec<(u64, u64)>,
+}
+
+impl Schedule {
+    /// Reads `RATE:SECONDS,RATE:SECONDS,...`.
+    ///
+    /// # Errors
+    /// What is wrong with the text.
+    pub fn parse(text: &str) -> Result<Schedule, String> {
+        let steps = text
+            .split(',')
+            .map(|step| {
+                let (rate, seconds) = step
+                    .split_once(':')
+                    .ok_or_else(|| format!("{step:?} is not RATE:SECONDS"))?;
+                let number = |text: &str| {
+                    text.trim()
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|number| *number > 0)
+                        .ok_or_else(|| format!("{text:?} in {step:?} is not a positive number"))
+                };
+                Ok((number(rate)?, number(seconds)?))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Schedule { steps })
+    }
+
+    /// One step: `rate` for `seconds`.
+    #[must_use]
+    pub fn constant(rate: u64, seconds: u64) -> Schedule {
+        Schedule {
+            steps: vec![(rate, seconds)],
+        }
+    }
+
+    /// Seconds in all.
+    #[must_use]
+    pub fn seconds(&self) -> u64 {
+        self.steps.iter().map(|(_, seconds)| seconds).sum()
+    }
+
+    /// Records due in all by `elapsed`, at `share` of every rate.
+    fn due_by(&self, elapsed: Duration, share: f64) -> u64 {
+        let mut left = elapsed.as_secs_f64();
+        let mut due = 0.0;
+        for &(rate, seconds) in &self.steps {
+            let here = left.min(seconds as f64);
+            due += here * rate as f64 * share;
+            left -= here;
+            if left <= 0.0 {
+                break;
+            }
+        }
+        due as u64
+    }
+
+    /// When record `sequence` is due, at `share` of every rate; `None`
+    /// past the schedule's end.
+    fn due_at(&self, sequence: u64, share: f64) -> Option<Duration> {
+        let mut before = 0.0;
+        let mut start = 0.0;
+        for &(rate, seconds) in &self.steps {
+            let here = rate as f64 * share * seconds as f64;
+            if (sequence as f64) < before + here {
+                let into = (sequence as f64 - before) / (rate as f64 * share);
+                return Some(Duration::from_secs_f64(start + into));
+            }
+            before += here;
+            start += seconds as f64;
+        }
+        None
+    }
+
+    /// The step `at` falls in (the last one past the end).
+    fn step_at(&self, at: Duration) -> usize {
+        let mut end = 0;
+        for (index, (_, seconds)) in self.steps.iter().enumerate() {
+            end += seconds;
+            if at.as_secs() < end {
+                return index;
+            }
+        }
+        self.steps.len().saturating_sub(1)
+    }
+}
+
+/// One schedule step's figures: records due in it.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepReport {
+    pub rate: u64,
+    pub seconds: u64,
+    pub acknowledged: u64,
+    /// Dropped at a full buffer (`--shed`).
+    pub shed: u64,
+    pub errors: u64,
+    pub append_latency: Latency,
+}
+
 /// The figures of one produce run.
 #[derive(Debug, Serialize)]
 pub struct ProduceReport {
@@ -148,6 +266,15 @@ pub struct ProduceReport {
     pub megabytes_per_second: f64,
     /// From each record's due time to its acknowledgement.
     pub append_latency: Latency,
+    /// Records dropped at a full buffer (`--shed`).
+    pub shed: u64,
+    /// Each schedule step's figures.
+    pub steps: Vec<StepReport>,
+    /// Per second of the run: records acknowledged in it.
+    pub acknowledged_per_second: Vec<u64>,
+    /// Per second of the run: p99 latency of the records due in it, µs
+    /// (0: none acknowledged).
+    pub p99_us_per_second: Vec<u64>,
 }
 
 /// A delivery the e2e mode wants to hear about: record id and ack time.
@@ -189,7 +316,9 @@ fn producer_config(args: &LoadArgs) -> Result<ProducerConfig, String> {
     };
     config.linger = Duration::from_millis(args.linger_ms);
     config.batch_bytes = args.batch_bytes;
-    config.buffer_bytes = (64 << 20).max(args.batch_bytes * 64);
+    config.buffer_bytes = args
+        .buffer_bytes
+        .unwrap_or((64 << 20).max(args.batch_bytes * 64));
     Ok(config)
 }
 
@@ -214,7 +343,60 @@ struct Shared {
     sent: AtomicU64,
     acknowledged: AtomicU64,
     errors: AtomicU64,
+    shed: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// Merged from every producer at its end.
+    timeline: Mutex<Timeline>,
+}
+
+/// Per step and per second figures of one producer, merged at the end.
+struct Timeline {
+    step_latency: Vec<Histogram<u64>>,
+    step_acknowledged: Vec<u64>,
+    step_shed: Vec<u64>,
+    step_errors: Vec<u64>,
+    second_latency: Vec<Histogram<u64>>,
+    second_acknowledged: Vec<u64>,
+}
+
+impl Timeline {
+    fn new(schedule: &Schedule) -> Timeline {
+        let steps = schedule.steps.len();
+        // Deliveries may complete after the schedule's end.
+        let seconds = usize::try_from(schedule.seconds()).unwrap_or(0) + 30;
+        // Two significant digits per second: sixty of them per producer.
+        let coarse = || Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid bounds");
+        Timeline {
+            step_latency: (0..steps).map(|_| latency_histogram()).collect(),
+            step_acknowledged: vec![0; steps],
+            step_shed: vec![0; steps],
+            step_errors: vec![0; steps],
+            second_latency: (0..seconds).map(|_| coarse()).collect(),
+            second_acknowledged: vec![0; seconds],
+        }
+    }
+
+    fn merge(&mut self, other: &Timeline) {
+        let add = |into: &mut Vec<u64>, from: &Vec<u64>| {
+            for (into, from) in into.iter_mut().zip(from) {
+                *into += from;
+            }
+        };
+        add(&mut self.step_acknowledged, &other.step_acknowledged);
+        add(&mut self.step_shed, &other.step_shed);
+        add(&mut self.step_errors, &other.step_errors);
+        add(&mut self.second_acknowledged, &other.second_acknowledged);
+        for (into, from) in self
+            .step_latency
+            .iter_mut()
+            .chain(self.second_latency.iter_mut())
+            .zip(other.step_latency.iter().chain(other.second_latency.iter()))
+        {
+            if let Err(error) = into.add(from) {
+                eprintln!("cannot merge latency histograms: {error}");
+            }
+        }
+    }
 }
 
 /// Produces at the configured rate for the configured time and reports.
@@ -226,32 +408,50 @@ pub async fn run_producers(
     label: &str,
     on_ack: Option<AckHook>,
 ) -> Result<ProduceReport, String> {
+    let schedule = args
+        .schedule
+        .clone()
+        .unwrap_or_else(|| Schedule::constant(args.rate, args.duration));
     let shared = Arc::new(Shared {
         histogram: Mutex::new(latency_histogram()),
         sent: AtomicU64::new(0),
         acknowledged: AtomicU64::new(0),
         errors: AtomicU64::new(0),
+        shed: AtomicU64::new(0),
         first_error: Mutex::new(None),
+        timeline: Mutex::new(Timeline::new(&schedule)),
     });
     let producers = args.producers.max(1);
-    let start = Instant::now();
-    let duration = Duration::from_secs(args.duration);
-    let mut tasks = Vec::new();
-    for index in 0..producers {
+    let mut connected = Vec::with_capacity(producers);
+    for _ in 0..producers {
         let producer = Producer::connect(producer_config(args)?)
             .await
             .map_err(|error| format!("producer cannot connect to {}: {error}", args.bootstrap))?;
+        if args.shed {
+            // `try_send` needs the topic's metadata at hand.
+            producer
+                .prepare_topic(&args.topic)
+                .await
+                .map_err(|error| format!("topic {}: {error}", args.topic))?;
+        }
+        connected.push(producer);
+    }
+    let start = Instant::now();
+    let duration = Duration::from_secs(schedule.seconds());
+    let mut tasks = Vec::new();
+    for (index, producer) in connected.into_iter().enumerate() {
         let args = args.clone();
         let shared = shared.clone();
         let on_ack = on_ack.clone();
+        let schedule = schedule.clone();
         tasks.push(tokio::spawn(async move {
             produce_share(
                 &producer,
                 &args,
+                &schedule,
                 index as u64,
                 producers as u64,
                 start,
-                duration,
                 &shared,
                 on_ack,
             )
@@ -276,6 +476,21 @@ pub async fn run_producers(
     let seconds = start.elapsed().as_secs_f64();
     let acknowledged = shared.acknowledged.load(Ordering::Relaxed);
     let histogram = shared.histogram.lock().await;
+    let timeline = shared.timeline.lock().await;
+    let steps = schedule
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(index, &(rate, seconds))| StepReport {
+            rate,
+            seconds,
+            acknowledged: timeline.step_acknowledged[index],
+            shed: timeline.step_shed[index],
+            errors: timeline.step_errors[index],
+            append_latency: Latency::of(&timeline.step_latency[index]),
+        })
+        .collect();
+    let used_seconds = (seconds.ceil() as usize).min(timeline.second_acknowledged.len());
     Ok(ProduceReport {
         target_records_per_second: args.rate,
         seconds,
@@ -286,6 +501,13 @@ pub async fn run_producers(
         records_per_second: acknowledged as f64 / seconds,
         megabytes_per_second: (acknowledged * args.record_bytes as u64) as f64 / seconds / 1e6,
         append_latency: Latency::of(&histogram),
+        shed: shared.shed.load(Ordering::Relaxed),
+        steps,
+        acknowledged_per_second: timeline.second_acknowledged[..used_seconds].to_vec(),
+        p99_us_per_second: timeline.second_latency[..used_seconds]
+            .iter()
+            .map(|histogram| histogram.value_at_quantile(0.99))
+            .collect(),
     })
 }
 
@@ -301,76 +523,121 @@ async fn record_error(shared: &Shared, error: &ClientError) {
 async fn produce_share(
     producer: &Producer,
     args: &LoadArgs,
+    schedule: &Schedule,
     index: u64,
     producers: u64,
     start: Instant,
-    duration: Duration,
     shared: &Arc<Shared>,
     on_ack: Option<AckHook>,
 ) {
-    let rate = args.rate as f64 / producers as f64;
+    // Rate 0 (a single step): as fast as the buffer takes them.
+    let flat_out = schedule.steps.first().is_some_and(|(rate, _)| *rate == 0);
+    let share = 1.0 / producers as f64;
+    let duration = Duration::from_secs(schedule.seconds());
     let mut pending = InFlight::new();
     let mut sequence = 0u64;
     let mut local = latency_histogram();
+    let mut timeline = Timeline::new(schedule);
     loop {
         let now = Instant::now();
         if now.duration_since(start) >= duration {
             break;
         }
         // Records due by now (all of them at once after a stall).
-        let due_count = if rate > 0.0 {
-            (now.duration_since(start).as_secs_f64() * rate) as u64
-        } else {
+        let due_count = if flat_out {
             sequence + 256
+        } else {
+            schedule.due_by(now.duration_since(start), share)
         };
         while sequence < due_count {
-            let due = if rate > 0.0 {
-                start + Duration::from_secs_f64(sequence as f64 / rate)
-            } else {
+            let due = if flat_out {
                 Instant::now()
+            } else {
+                match schedule.due_at(sequence, share) {
+                    Some(offset) => start + offset,
+                    None => break,
+                }
             };
+            let step = schedule.step_at(due.duration_since(start));
             let id = sequence * producers + index;
             let key = format!("key-{}", id % args.keys);
             let record =
                 ProducerRecord::new(args.topic.clone(), value(id, args.record_bytes)).key(key);
-            match producer.send(record).await {
+            let sent = if args.shed {
+                producer.try_send(record)
+            } else {
+                producer.send(record).await
+            };
+            match sent {
                 Ok(delivery) => {
                     shared.sent.fetch_add(1, Ordering::Relaxed);
                     pending.push(async move { (id, due, delivery.await) });
                 }
-                Err(error) => record_error(shared, &error).await,
+                Err(ClientError::BufferFull { .. }) if args.shed => {
+                    shared.shed.fetch_add(1, Ordering::Relaxed);
+                    timeline.step_shed[step] += 1;
+                }
+                Err(error) => {
+                    timeline.step_errors[step] += 1;
+                    record_error(shared, &error).await;
+                }
             }
             sequence += 1;
             // Collect what completed meanwhile, without waiting.
             while let Some(done) = pending.completed() {
-                complete(done, shared, &mut local, on_ack.as_ref()).await;
+                complete(
+                    done,
+                    start,
+                    schedule,
+                    shared,
+                    &mut local,
+                    &mut timeline,
+                    on_ack.as_ref(),
+                )
+                .await;
             }
         }
-        if rate > 0.0 {
-            let next_due = start + Duration::from_secs_f64(sequence as f64 / rate);
+        if !flat_out {
+            let next_due = schedule
+                .due_at(sequence, share)
+                .map_or(start + duration, |offset| start + offset);
             tokio::select! {
                 Some(done) = pending.next(), if !pending.is_empty() => {
-                    complete(done, shared, &mut local, on_ack.as_ref()).await;
+                    complete(done, start, schedule, shared, &mut local, &mut timeline, on_ack.as_ref()).await;
                 }
                 () = tokio::time::sleep_until(next_due.into()) => {}
             }
         }
     }
     while let Some(done) = pending.next().await {
-        complete(done, shared, &mut local, on_ack.as_ref()).await;
+        complete(
+            done,
+            start,
+            schedule,
+            shared,
+            &mut local,
+            &mut timeline,
+            on_ack.as_ref(),
+        )
+        .await;
     }
     let mut histogram = shared.histogram.lock().await;
     if let Err(error) = histogram.add(&local) {
         eprintln!("cannot merge latency histograms: {error}");
     }
+    shared.timeline.lock().await.merge(&timeline);
 }
 
 async fn complete(
     (id, due, result): (u64, Instant, Result<corelog_client::Delivery, ClientError>),
+    start: Instant,
+    schedule: &Schedule,
     shared: &Shared,
     histogram: &mut Histogram<u64>,
+    timeline: &mut Timeline,
     on_ack: Option<&AckHook>,
 ) {
+    let step = schedule.step_at(due.duration_since(start));
     match result {
         Ok(_) => {
             let acked = Instant::now();
@@ -378,12 +645,25 @@ async fn complete(
                 .unwrap_or(u64::MAX)
                 .max(1);
             histogram.saturating_record(micros);
+            timeline.step_latency[step].saturating_record(micros);
+            timeline.step_acknowledged[step] += 1;
+            let due_second = due.duration_since(start).as_secs() as usize;
+            if let Some(second) = timeline.second_latency.get_mut(due_second) {
+                second.saturating_record(micros);
+            }
+            let acked_second = acked.duration_since(start).as_secs() as usize;
+            if let Some(count) = timeline.second_acknowledged.get_mut(acked_second) {
+                *count += 1;
+            }
             shared.acknowledged.fetch_add(1, Ordering::Relaxed);
             if let Some(on_ack) = on_ack {
                 on_ack(id, acked);
             }
         }
-        Err(error) => record_error(shared, &error).await,
+        Err(error) => {
+            timeline.step_errors[step] += 1;
+            record_error(shared, &error).await;
+        }
     }
 }
 
@@ -464,6 +744,26 @@ mod tests {
             sasl_password_file: Some(password_file),
             sasl_mechanism: mechanism.to_owned(),
             ..SecurityArgs::default()
+        }
+    }
+
+    #[test]
+    fn a_schedule_paces_records_step_by_step() {
+        let schedule = Schedule::parse("100:2, 300:1").unwrap();
+        assert_eq!(schedule.steps, [(100, 2), (300, 1)]);
+        assert_eq!(schedule.seconds(), 3);
+        // Half of every rate (one of two producers).
+        assert_eq!(schedule.due_by(Duration::from_secs(1), 0.5), 50);
+        assert_eq!(schedule.due_by(Duration::from_millis(2_500), 0.5), 175);
+        assert_eq!(schedule.due_by(Duration::from_secs(9), 0.5), 250);
+        assert_eq!(schedule.due_at(50, 0.5), Some(Duration::from_secs(1)));
+        assert_eq!(schedule.due_at(100, 0.5), Some(Duration::from_secs(2)));
+        assert_eq!(schedule.due_at(250, 0.5), None);
+        assert_eq!(schedule.step_at(Duration::from_millis(1_999)), 0);
+        assert_eq!(schedule.step_at(Duration::from_secs(2)), 1);
+        assert_eq!(schedule.step_at(Duration::from_secs(7)), 1);
+        for bad in ["100", "0:5", "100:x", "100:5,"] {
+            assert!(Schedule::parse(bad).is_err(), "{bad}");
         }
     }
 

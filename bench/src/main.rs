@@ -16,7 +16,8 @@
 //!   `scripts/cluster.sh kill N`) and measures the time to the first append
 //!   the new leader acknowledges.
 //! - `matrix`: producers × partitions × replication factor on fresh local
-//!   clusters, one or more builds side by side (`make bench-matrix`).
+//!   clusters, one or more builds side by side (`make bench-matrix`), with
+//!   an overload phase per cell on request (`--overload`).
 
 mod e2e;
 mod failover;
@@ -24,6 +25,7 @@ mod group;
 mod in_flight;
 mod load;
 mod matrix;
+mod overload;
 mod produce;
 mod report;
 mod storage;

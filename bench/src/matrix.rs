@@ -24,6 +24,10 @@
 //!   `/proc/self/stat`: the brokers are not this process's children,
 //!   `scripts/cluster.sh` starts them).
 //!
+//! With `--overload`, every cell then runs the overload phase (capacity
+//! search, twice the capacity, half of it; see `overload`), reported in a
+//! table of its own and under `overloads` in the JSON report.
+//!
 //! "Written per appended" divides the bytes written by the bytes appended
 //! on every replica (`bytes_in` times the replication factor). Latency is
 //! open loop, from each record's due time (see `load`).
@@ -31,13 +35,15 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::overload;
 
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
@@ -97,6 +103,40 @@ pub struct MatrixArgs {
     /// Where the JSON report is written.
     #[arg(long, default_value = "target/bench-matrix.json")]
     json_out: PathBuf,
+    /// Add the overload phase to every cell (see `overload`): find the
+    /// cell's capacity, offer twice it, then half of it.
+    #[arg(long)]
+    overload: bool,
+    /// Seconds of each capacity probe.
+    #[arg(long, default_value_t = 10)]
+    probe_seconds: u64,
+    /// Seconds of the overload, and of the recovery after it.
+    #[arg(long, default_value_t = 30)]
+    overload_seconds: u64,
+    /// Each producer's buffer during the overload run, bytes.
+    #[arg(long, default_value_t = 2 << 20)]
+    overload_buffer_bytes: usize,
+}
+
+/// One cell's overload phase.
+#[derive(Clone, Debug, Serialize)]
+struct OverloadRow {
+    build: String,
+    round: usize,
+    replication_factor: u16,
+    partitions: u32,
+    producers: usize,
+    /// `own`, or `current` when the build's corelog-bench has no
+    /// `--schedule` and this one drove its brokers.
+    load_generator: &'static str,
+    capacity: u64,
+    probes: Vec<overload::Probe>,
+    #[serde(flatten)]
+    figures: overload::Overload,
+    /// Over the whole overload run (all three steps).
+    broker_cpu_us_per_record: f64,
+    client_cpu_us_per_record: f64,
+    seconds: f64,
 }
 
 /// A build under test.
@@ -164,6 +204,9 @@ impl std::ops::Sub for Counters {
     }
 }
 
+/// The topic every cell produces to.
+const TOPIC: &str = "matrix";
+
 /// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on
 /// Linux.
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -171,6 +214,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 pub fn run(args: &MatrixArgs) -> Result<(), String> {
     let builds = builds(args)?;
     let mut rows = Vec::new();
+    let mut overloads: Vec<OverloadRow> = Vec::new();
     let mut failures = Vec::new();
     for round in 1..=args.rounds.max(1) {
         for &rf in &args.replication_factors {
@@ -191,10 +235,14 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
                         // A failed cell (a broker died, a phase printed no
                         // report) is reported and the matrix goes on.
                         match run_cell(args, &cell) {
-                            Ok(measured) => {
+                            Ok((measured, overload)) => {
                                 for row in &measured {
                                     print_row(row, rows.is_empty());
                                     rows.push(row.clone());
+                                }
+                                if let Some(overload) = overload {
+                                    print_overload(&overload, overloads.is_empty());
+                                    overloads.push(overload);
                                 }
                             }
                             Err(error) => {
@@ -209,7 +257,7 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
                                 });
                             }
                         }
-                        write_json(args, &builds, &rows, &failures)?;
+                        write_json(args, &builds, &rows, &overloads, &failures)?;
                     }
                 }
             }
@@ -413,17 +461,178 @@ impl Drop for Cluster<'_> {
     }
 }
 
-fn run_cell(args: &MatrixArgs, cell: &Cell<'_>) -> Result<Vec<Row>, String> {
+fn run_cell(args: &MatrixArgs, cell: &Cell<'_>) -> Result<(Vec<Row>, Option<OverloadRow>), String> {
     eprintln!(
         "matrix: round {} build {}: RF {}, {} partitions, {} producers",
         cell.round, cell.build.name, cell.rf, cell.partitions, cell.producers
     );
     let cluster = Cluster::up(args, cell.build, cell.rf)?;
-    let measured = measure_cell(args, cell, &cluster);
+    let measured = measure_cell(args, cell, &cluster).and_then(|rows| {
+        let overload = if args.overload {
+            Some(measure_overload(args, cell, &cluster)?)
+        } else {
+            None
+        };
+        Ok((rows, overload))
+    });
     cluster.keep_files.set(measured.is_err());
     drop(cluster);
     std::thread::sleep(Duration::from_secs(args.settle_seconds));
     measured
+}
+
+/// The measurements around one run of a load generator.
+struct Run {
+    report: Value,
+    seconds: f64,
+    client_cpu_seconds: f64,
+    delta: Counters,
+}
+
+/// Runs `bench produce` against the cell's topic with `extra` arguments.
+fn produce_run(
+    args: &MatrixArgs,
+    cell: &Cell<'_>,
+    cluster: &Cluster<'_>,
+    bench: &Path,
+    extra: &[String],
+) -> Result<Run, String> {
+    let before = cluster.counters()?;
+    let client_before = children_cpu_seconds();
+    let started = Instant::now();
+    let mut produce = Command::new(bench);
+    produce
+        .args(["produce", "--json", "--bootstrap", &cluster.bootstrap()])
+        .args(["--topic", TOPIC, "--acks", "quorum"])
+        .args(["--producers", &cell.producers.to_string()])
+        .args(["--record-bytes", &args.record_bytes.to_string()])
+        .args(extra);
+    if cell.build.has_keys {
+        produce.args(["--keys", &args.keys.to_string()]);
+    }
+    let output = produce
+        .output()
+        .map_err(|error| format!("cannot run corelog-bench produce: {error}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let client_cpu_seconds = children_cpu_seconds() - client_before;
+    let delta = cluster.counters()? - before;
+    let report: Value = serde_json::from_slice(&output.stdout).map_err(|error| {
+        format!(
+            "corelog-bench produce printed no report ({error}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    Ok(Run {
+        report,
+        seconds,
+        client_cpu_seconds,
+        delta,
+    })
+}
+
+/// The overload phase of one cell (see `overload`).
+fn measure_overload(
+    args: &MatrixArgs,
+    cell: &Cell<'_>,
+    cluster: &Cluster<'_>,
+) -> Result<OverloadRow, String> {
+    let own = cell.build.dir.join("corelog-bench");
+    let mut probes = Vec::new();
+    while let Some(rate) = overload::next_probe(args.rate, &probes) {
+        let extra = [
+            "--rate".to_owned(),
+            rate.to_string(),
+            "--duration".to_owned(),
+            args.probe_seconds.to_string(),
+        ];
+        let run = produce_run(args, cell, cluster, &own, &extra)?;
+        let probe = overload::Probe::of(rate, &run.report);
+        eprintln!(
+            "matrix: capacity probe {rate}/s: {:.1}% achieved, p99 {:.0} ms, {} errors: {}",
+            probe.achieved * 100.0,
+            probe.p99_ms,
+            probe.errors,
+            if probe.passed { "pass" } else { "fail" }
+        );
+        probes.push(probe);
+    }
+    let capacity = overload::capacity(&probes);
+    if capacity == 0 {
+        return Err(format!(
+            "no capacity probe passed down to {}/s",
+            probes.last().map_or(0, |p| p.rate)
+        ));
+    }
+    let (bench, load_generator) = overload::load_generator(&cell.build.dir)?;
+    let extra = [
+        "--schedule".to_owned(),
+        overload::schedule(capacity, args.overload_seconds),
+        "--shed".to_owned(),
+        "--buffer-bytes".to_owned(),
+        args.overload_buffer_bytes.to_string(),
+    ];
+    let run = produce_run(args, cell, cluster, &bench, &extra)?;
+    let acknowledged = run
+        .report
+        .get("acknowledged")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let per_record = |seconds: f64| seconds * 1e6 / acknowledged;
+    Ok(OverloadRow {
+        seconds: run.seconds,
+        build: cell.build.name.clone(),
+        round: cell.round,
+        replication_factor: cell.rf,
+        partitions: cell.partitions,
+        producers: cell.producers,
+        load_generator,
+        capacity,
+        probes,
+        figures: overload::Overload::of(&run.report, capacity, args.overload_seconds),
+        broker_cpu_us_per_record: per_record(run.delta.cpu_ticks as f64 / TICKS_PER_SECOND),
+        client_cpu_us_per_record: per_record(run.client_cpu_seconds),
+    })
+}
+
+fn print_overload(row: &OverloadRow, header: bool) {
+    if header {
+        println!(
+            "\n{:<10} {:>2} {:>5} {:>4} {:>9} {:>8} {:>8} {:>8} {:>10} {:>11} {:>9} {:>7} {:>7}  load generator",
+            "overload",
+            "RF",
+            "parts",
+            "prod",
+            "capacity",
+            "goodput",
+            "failed",
+            "shed",
+            "p99 unld",
+            "p99 overld",
+            "recovery",
+            "brk µs",
+            "cli µs",
+        );
+    }
+    let figures = &row.figures;
+    println!(
+        "{:<10} {:>2} {:>5} {:>4} {:>9} {:>7.1}% {:>8} {:>8} {:>8.1}ms {:>9.1}ms {:>9} {:>7.2} {:>7.2}  {}",
+        row.build,
+        row.replication_factor,
+        row.partitions,
+        row.producers,
+        row.capacity,
+        figures.goodput_fraction * 100.0,
+        figures.failed,
+        figures.shed,
+        figures.unloaded_p99_ms,
+        figures.overload_p99_ms,
+        figures
+            .recovery_seconds
+            .map_or_else(|| "not back".to_owned(), |seconds| format!("{seconds} s")),
+        row.broker_cpu_us_per_record,
+        row.client_cpu_us_per_record,
+        row.load_generator
+    );
 }
 
 /// Waits until every broker of the cell describes `topic`.
@@ -457,7 +666,7 @@ fn measure_cell(
     cell: &Cell<'_>,
     cluster: &Cluster<'_>,
 ) -> Result<Vec<Row>, String> {
-    let topic = "matrix";
+    let topic = TOPIC;
     let created = Command::new(cell.build.dir.join("corelog"))
         .args([
             "--bootstrap",
@@ -482,39 +691,24 @@ fn measure_cell(
         phases.push(("peak", args.peak_rate, args.peak_duration));
     }
     let mut rows = Vec::new();
+    let own = cell.build.dir.join("corelog-bench");
     for (phase, rate, duration) in phases {
-        let before = cluster.counters()?;
-        let client_before = children_cpu_seconds();
-        let started = Instant::now();
-        let mut produce = Command::new(cell.build.dir.join("corelog-bench"));
-        produce
-            .args(["produce", "--json", "--bootstrap", &cluster.bootstrap()])
-            .args(["--topic", topic, "--acks", "quorum"])
-            .args([
-                "--rate",
-                &rate.to_string(),
-                "--duration",
-                &duration.to_string(),
-            ])
-            .args(["--producers", &cell.producers.to_string()])
-            .args(["--record-bytes", &args.record_bytes.to_string()]);
-        if cell.build.has_keys {
-            produce.args(["--keys", &args.keys.to_string()]);
-        }
-        let output = produce
-            .output()
-            .map_err(|error| format!("cannot run corelog-bench produce: {error}"))?;
-        let seconds = started.elapsed().as_secs_f64();
-        let client_cpu = children_cpu_seconds() - client_before;
-        let delta = cluster.counters()? - before;
-        let report: Value = serde_json::from_slice(&output.stdout).map_err(|error| {
-            format!(
-                "corelog-bench produce printed no report ({error}): {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })?;
+        let extra = [
+            "--rate".to_owned(),
+            rate.to_string(),
+            "--duration".to_owned(),
+            duration.to_string(),
+        ];
+        let run = produce_run(args, cell, cluster, &own, &extra)?;
         rows.push(row(
-            cell, phase, rate, args, &report, delta, client_cpu, seconds,
+            cell,
+            phase,
+            rate,
+            args,
+            &run.report,
+            run.delta,
+            run.client_cpu_seconds,
+            run.seconds,
         ));
     }
     Ok(rows)
@@ -630,6 +824,7 @@ fn write_json(
     args: &MatrixArgs,
     builds: &[Build],
     rows: &[Row],
+    overloads: &[OverloadRow],
     failures: &[Failure],
 ) -> Result<(), String> {
     #[derive(Serialize)]
@@ -641,6 +836,7 @@ fn write_json(
         peak_duration_seconds: u64,
         record_bytes: usize,
         rows: &'a [Row],
+        overloads: &'a [OverloadRow],
         failures: &'a [Failure],
     }
     let report = Report {
@@ -651,6 +847,7 @@ fn write_json(
         peak_duration_seconds: args.peak_duration,
         record_bytes: args.record_bytes,
         rows,
+        overloads,
         failures,
     };
     let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;

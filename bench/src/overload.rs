@@ -1,0 +1,253 @@
+//! The matrix's overload phase (issue 37): does a cell keep its goodput
+//! past its capacity, fail nothing, and recover?
+//!
+//! 1. **Capacity**: probes of `--probe-seconds` each, from `--rate`
+//!    doubling up or halving down, then bisected twice: the highest
+//!    offered rate with at least 99% achieved, p99 under 1 s and no failed
+//!    record. Each probe is a plain `corelog-bench produce` run of the
+//!    build's own load generator.
+//! 2. **Overload**: one run offering half the capacity for 10 s, twice it
+//!    for `--overload-seconds`, then half of it for as long again
+//!    (`--schedule`), with `--shed`: a record that finds its producer's
+//!    buffer full (`--overload-buffer-bytes`) is dropped and counted as
+//!    shed, so the offered load stays open loop, as an application that
+//!    cannot wait would offer it. A build whose load generator has no
+//!    `--schedule` (older than this phase) is driven by this one's, and
+//!    the row says so.
+//!
+//! Reported: goodput while overloaded (records acknowledged per second
+//! during the overload, by acknowledgement time) as a fraction of the
+//! capacity, failed and shed records, p99 of the records due during the
+//! overload, and the seconds after it until every second's p99 stays
+//! within twice the unloaded p99 (the first half-capacity step).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One probe of the capacity search.
+#[derive(Clone, Debug, Serialize)]
+pub struct Probe {
+    pub rate: u64,
+    pub achieved: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub passed: bool,
+}
+
+impl Probe {
+    /// A probe from a `corelog-bench produce --json` report.
+    pub fn of(rate: u64, report: &Value) -> Probe {
+        let number = |path: &[&str]| {
+            path.iter()
+                .try_fold(report, |value, key| value.get(key))
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NAN)
+        };
+        let achieved = number(&["records_per_second"]) / rate as f64;
+        let p99_ms = number(&["append_latency", "p99_us"]) / 1000.0;
+        let errors = number(&["errors"]) as u64;
+        Probe {
+            rate,
+            achieved,
+            p99_ms,
+            errors,
+            passed: achieved >= 0.99 && p99_ms < 1000.0 && errors == 0,
+        }
+    }
+}
+
+/// The rates a capacity search tries, given the probes so far: `None`
+/// once it is done. Up by doubling from the first rate while probes pass
+/// (at most 8x), down by halving while they fail (at most /16), then two
+/// bisections between the best pass and the lowest fail.
+pub fn next_probe(first: u64, probes: &[Probe]) -> Option<u64> {
+    let Some(last) = probes.last() else {
+        return Some(first);
+    };
+    let best_pass = probes.iter().filter(|p| p.passed).map(|p| p.rate).max();
+    let lowest_fail = probes.iter().filter(|p| !p.passed).map(|p| p.rate).min();
+    match (best_pass, lowest_fail) {
+        (Some(_), None) => (last.rate < first * 8).then(|| last.rate * 2),
+        (None, Some(_)) => (last.rate > first / 16).then(|| (last.rate / 2).max(1)),
+        (Some(pass), Some(fail)) => {
+            // Probes after the ladder first had a pass and a fail.
+            let ladder_end = (1..=probes.len())
+                .find(|&len| {
+                    let seen = &probes[..len];
+                    seen.iter().any(|p| p.passed) && seen.iter().any(|p| !p.passed)
+                })
+                .unwrap_or(probes.len());
+            let bisections = probes.len() - ladder_end;
+            let mid = u64::midpoint(pass, fail);
+            (pass < fail && bisections < 2 && mid > pass && mid < fail).then_some(mid)
+        }
+        (None, None) => None,
+    }
+}
+
+/// The highest passing rate; 0 when none passed.
+pub fn capacity(probes: &[Probe]) -> u64 {
+    probes
+        .iter()
+        .filter(|p| p.passed)
+        .map(|p| p.rate)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Half, twice, half: the overload run's schedule for `capacity`.
+pub fn schedule(capacity: u64, overload_seconds: u64) -> String {
+    let half = (capacity / 2).max(1);
+    format!(
+        "{half}:10,{}:{overload_seconds},{half}:{overload_seconds}",
+        capacity * 2
+    )
+}
+
+/// What the overload run showed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Overload {
+    pub goodput_fraction: f64,
+    pub failed: u64,
+    pub shed: u64,
+    pub unloaded_p99_ms: f64,
+    pub overload_p99_ms: f64,
+    /// `None`: not back within the recovery step.
+    pub recovery_seconds: Option<u64>,
+}
+
+impl Overload {
+    /// From the run's report; the overload is seconds 10 to
+    /// `10 + overload_seconds`.
+    pub fn of(report: &Value, capacity: u64, overload_seconds: u64) -> Overload {
+        let list = |key: &str| -> Vec<f64> {
+            report
+                .get(key)
+                .and_then(Value::as_array)
+                .map(|values| values.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        let step = |index: usize, path: &[&str]| {
+            report
+                .get("steps")
+                .and_then(|steps| steps.get(index))
+                .and_then(|step| path.iter().try_fold(step, |value, key| value.get(key)))
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NAN)
+        };
+        let acknowledged = list("acknowledged_per_second");
+        let p99s = list("p99_us_per_second");
+        let start = 10usize;
+        let end = start + overload_seconds as usize;
+        let overloaded: f64 = acknowledged.iter().skip(start).take(end - start).sum();
+        let unloaded_p99_us = step(0, &["append_latency", "p99_us"]);
+        let schedule_end = end + overload_seconds as usize;
+        let recovery = (end..schedule_end.min(p99s.len())).find(|&second| {
+            p99s[second..schedule_end.min(p99s.len())]
+                .iter()
+                .all(|p99| *p99 <= 2.0 * unloaded_p99_us)
+        });
+        Overload {
+            goodput_fraction: overloaded / overload_seconds as f64 / capacity as f64,
+            failed: report.get("errors").and_then(Value::as_u64).unwrap_or(0),
+            shed: report.get("shed").and_then(Value::as_u64).unwrap_or(0),
+            unloaded_p99_ms: unloaded_p99_us / 1000.0,
+            overload_p99_ms: step(1, &["append_latency", "p99_us"]) / 1000.0,
+            recovery_seconds: recovery.map(|second| (second - end) as u64),
+        }
+    }
+}
+
+/// The load generator of the overload run: the build's own if it knows
+/// `--schedule`, else this one.
+pub fn load_generator(build_dir: &Path) -> Result<(PathBuf, &'static str), String> {
+    let own = build_dir.join("corelog-bench");
+    let help = std::process::Command::new(&own)
+        .args(["produce", "--help"])
+        .output()
+        .map_err(|error| format!("cannot run {}: {error}", own.display()))?;
+    if String::from_utf8_lossy(&help.stdout).contains("--schedule") {
+        Ok((own, "own"))
+    } else {
+        let current = std::env::current_exe().map_err(|error| error.to_string())?;
+        Ok((current, "current"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn probe(rate: u64, passed: bool) -> Probe {
+        Probe {
+            rate,
+            achieved: if passed { 1.0 } else { 0.5 },
+            p99_ms: 10.0,
+            errors: 0,
+            passed,
+        }
+    }
+
+    #[test]
+    fn the_search_doubles_halves_then_bisects_twice() {
+        let mut probes = Vec::new();
+        // Capacity 250: 100 passes, 200 passes, 400 fails, then 300, 250.
+        let capacity_of = |rate: u64| rate <= 250;
+        while let Some(rate) = next_probe(100, &probes) {
+            probes.push(probe(rate, capacity_of(rate)));
+            assert!(probes.len() < 20, "{probes:?}");
+        }
+        let rates: Vec<u64> = probes.iter().map(|p| p.rate).collect();
+        assert_eq!(rates, [100, 200, 400, 300, 250]);
+        assert_eq!(capacity(&probes), 250);
+        // From above: 100 fails, 50 passes, then 75 and 87 (or 62).
+        let mut probes = Vec::new();
+        while let Some(rate) = next_probe(100, &probes) {
+            probes.push(probe(rate, rate <= 80));
+        }
+        let rates: Vec<u64> = probes.iter().map(|p| p.rate).collect();
+        assert_eq!(rates, [100, 50, 75, 87]);
+        assert_eq!(capacity(&probes), 75);
+    }
+
+    #[test]
+    fn a_probe_passes_with_99_percent_achieved_p99_under_a_second_and_no_error() {
+        let report = |rps: f64, p99_us: u64, errors: u64| json!({"records_per_second": rps, "append_latency": {"p99_us": p99_us}, "errors": errors});
+        assert!(Probe::of(1000, &report(995.0, 900_000, 0)).passed);
+        assert!(!Probe::of(1000, &report(980.0, 900_000, 0)).passed);
+        assert!(!Probe::of(1000, &report(1000.0, 1_000_000, 0)).passed);
+        assert!(!Probe::of(1000, &report(1000.0, 10, 1)).passed);
+    }
+
+    #[test]
+    fn the_overload_run_is_read_per_second() {
+        // 10 s unloaded, 3 s overloaded, 3 s recovering.
+        let mut acknowledged = vec![50u64; 10];
+        acknowledged.extend([90, 100, 95, 50, 50, 50]);
+        let mut p99 = vec![1_000u64; 10];
+        p99.extend([50_000, 60_000, 70_000, 30_000, 1_500, 1_900]);
+        let report = json!({
+            "errors": 0,
+            "shed": 42,
+            "acknowledged_per_second": acknowledged,
+            "p99_us_per_second": p99,
+            "steps": [
+                {"append_latency": {"p99_us": 1_000}},
+                {"append_latency": {"p99_us": 70_000}},
+                {"append_latency": {"p99_us": 20_000}},
+            ],
+        });
+        let overload = Overload::of(&report, 100, 3);
+        assert!((overload.goodput_fraction - 0.95).abs() < 1e-9);
+        assert_eq!((overload.failed, overload.shed), (0, 42));
+        assert!((overload.overload_p99_ms - 70.0).abs() < 1e-9);
+        assert_eq!(overload.recovery_seconds, Some(1));
+        assert_eq!(schedule(100, 30), "50:10,200:30,50:30");
+    }
+}
