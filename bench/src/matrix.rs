@@ -103,6 +103,12 @@ pub struct MatrixArgs {
     /// Where the JSON report is written.
     #[arg(long, default_value = "target/bench-matrix.json")]
     json_out: PathBuf,
+    /// Bytes of the cell's topic kept on disk in all (every partition,
+    /// every replica): its retention.bytes is this over partitions times
+    /// replicas, its segments a quarter of that. A cell's capacity search
+    /// writes tens of gigabytes, more than a small disk holds.
+    #[arg(long, default_value_t = 16 << 30)]
+    retain_bytes: u64,
     /// Add the overload phase to every cell (see `overload`): find the
     /// cell's capacity, offer twice it, then half of it.
     #[arg(long)]
@@ -206,6 +212,21 @@ impl std::ops::Sub for Counters {
 
 /// The topic every cell produces to.
 const TOPIC: &str = "matrix";
+
+/// `--config` arguments that keep a topic of `partitions` x `rf` replicas
+/// within `retain_bytes` on disk (segments of a quarter of a partition's
+/// share, at least 1 MiB, the broker's least).
+fn retention_configs(retain_bytes: u64, partitions: u32, rf: u16) -> Vec<String> {
+    let per_partition =
+        (retain_bytes / (u64::from(partitions) * u64::from(rf)).max(1)).max(4 << 20);
+    let segment = (per_partition / 4).max(1 << 20);
+    vec![
+        "--config".to_owned(),
+        format!("retention.bytes={per_partition}"),
+        "--config".to_owned(),
+        format!("segment.bytes={segment}"),
+    ]
+}
 
 /// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on
 /// Linux.
@@ -633,6 +654,9 @@ fn print_overload(row: &OverloadRow, header: bool) {
         row.client_cpu_us_per_record,
         row.load_generator
     );
+    if let Some(error) = &figures.first_error {
+        println!("  first failed record: {error}");
+    }
 }
 
 /// Waits until every broker of the cell describes `topic`.
@@ -677,6 +701,11 @@ fn measure_cell(
         ])
         .args(["--partitions", &cell.partitions.to_string()])
         .args(["--replication-factor", &cell.rf.to_string()])
+        .args(retention_configs(
+            args.retain_bytes,
+            cell.partitions,
+            cell.rf,
+        ))
         .output()
         .map_err(|error| format!("cannot run corelog: {error}"))?;
     // A creation of a thousand replicated partitions may outlast the
@@ -975,6 +1004,24 @@ mod tests {
         );
         assert_eq!(metric_sum(METRICS, "corelog_up", ""), 1.0);
         assert_eq!(metric_sum(METRICS, "corelog_missing", ""), 0.0);
+    }
+
+    #[test]
+    fn a_cells_topic_is_kept_within_the_disk_budget() {
+        assert_eq!(
+            retention_configs(16 << 30, 256, 3),
+            [
+                "--config",
+                "retention.bytes=22369621",
+                "--config",
+                "segment.bytes=5592405"
+            ]
+        );
+        // Never below a few segments of the broker's least size.
+        assert_eq!(
+            retention_configs(1 << 20, 1024, 3)[1],
+            format!("retention.bytes={}", 4 << 20)
+        );
     }
 
     #[test]

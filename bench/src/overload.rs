@@ -60,7 +60,7 @@ impl Probe {
 
 /// The rates a capacity search tries, given the probes so far: `None`
 /// once it is done. Up by doubling from the first rate while probes pass
-/// (at most 8x), down by halving while they fail (at most /16), then two
+/// (at most 64x), down by halving while they fail (at most /16), then two
 /// bisections between the best pass and the lowest fail.
 pub fn next_probe(first: u64, probes: &[Probe]) -> Option<u64> {
     let Some(last) = probes.last() else {
@@ -69,7 +69,7 @@ pub fn next_probe(first: u64, probes: &[Probe]) -> Option<u64> {
     let best_pass = probes.iter().filter(|p| p.passed).map(|p| p.rate).max();
     let lowest_fail = probes.iter().filter(|p| !p.passed).map(|p| p.rate).min();
     match (best_pass, lowest_fail) {
-        (Some(_), None) => (last.rate < first * 8).then(|| last.rate * 2),
+        (Some(_), None) => (last.rate < first * 64).then(|| last.rate * 2),
         (None, Some(_)) => (last.rate > first / 16).then(|| (last.rate / 2).max(1)),
         (Some(pass), Some(fail)) => {
             // Probes after the ladder first had a pass and a fail.
@@ -111,6 +111,8 @@ pub fn schedule(capacity: u64, overload_seconds: u64) -> String {
 pub struct Overload {
     pub goodput_fraction: f64,
     pub failed: u64,
+    /// The first failed record's error, as the producer reported it.
+    pub first_error: Option<String>,
     pub shed: u64,
     pub unloaded_p99_ms: f64,
     pub overload_p99_ms: f64,
@@ -152,6 +154,10 @@ impl Overload {
         Overload {
             goodput_fraction: overloaded / overload_seconds as f64 / capacity as f64,
             failed: report.get("errors").and_then(Value::as_u64).unwrap_or(0),
+            first_error: report
+                .get("first_error")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             shed: report.get("shed").and_then(Value::as_u64).unwrap_or(0),
             unloaded_p99_ms: unloaded_p99_us / 1000.0,
             overload_p99_ms: step(1, &["append_latency", "p99_us"]) / 1000.0,
