@@ -536,8 +536,7 @@ async fn produce_share(
     let duration = Duration::from_secs(schedule.seconds());
     let mut pending = InFlight::new();
     let mut sequence = 0u64;
-    let mut local = latency_histogram();
-    let mut timeline = Timeline::new(schedule);
+    let mut tally = Tally::new(start, schedule, shared, on_ack);
     loop {
         let now = Instant::now();
         if now.duration_since(start) >= duration {
@@ -558,7 +557,6 @@ async fn produce_share(
                     None => break,
                 }
             };
-            let step = schedule.step_at(due.duration_since(start));
             let id = sequence * producers + index;
             let key = format!("key-{}", id % args.keys);
             let record =
@@ -573,28 +571,13 @@ async fn produce_share(
                     shared.sent.fetch_add(1, Ordering::Relaxed);
                     pending.push(async move { (id, due, delivery.await) });
                 }
-                Err(ClientError::BufferFull { .. }) if args.shed => {
-                    shared.shed.fetch_add(1, Ordering::Relaxed);
-                    timeline.step_shed[step] += 1;
-                }
-                Err(error) => {
-                    timeline.step_errors[step] += 1;
-                    record_error(shared, &error).await;
-                }
+                Err(ClientError::BufferFull { .. }) if args.shed => tally.shed(due),
+                Err(error) => tally.failed(due, &error).await,
             }
             sequence += 1;
             // Collect what completed meanwhile, without waiting.
             while let Some(done) = pending.completed() {
-                complete(
-                    done,
-                    start,
-                    schedule,
-                    shared,
-                    &mut local,
-                    &mut timeline,
-                    on_ack.as_ref(),
-                )
-                .await;
+                tally.complete(done).await;
             }
         }
         if !flat_out {
@@ -603,67 +586,103 @@ async fn produce_share(
                 .map_or(start + duration, |offset| start + offset);
             tokio::select! {
                 Some(done) = pending.next(), if !pending.is_empty() => {
-                    complete(done, start, schedule, shared, &mut local, &mut timeline, on_ack.as_ref()).await;
+                    tally.complete(done).await;
                 }
                 () = tokio::time::sleep_until(next_due.into()) => {}
             }
         }
     }
     while let Some(done) = pending.next().await {
-        complete(
-            done,
+        tally.complete(done).await;
+    }
+    tally.merge().await;
+}
+
+/// One producer's figures as its deliveries complete, merged into the
+/// run's at its end.
+struct Tally<'a> {
+    start: Instant,
+    schedule: &'a Schedule,
+    shared: &'a Shared,
+    latency: Histogram<u64>,
+    timeline: Timeline,
+    on_ack: Option<AckHook>,
+}
+
+impl<'a> Tally<'a> {
+    fn new(
+        start: Instant,
+        schedule: &'a Schedule,
+        shared: &'a Shared,
+        on_ack: Option<AckHook>,
+    ) -> Tally<'a> {
+        Tally {
             start,
             schedule,
             shared,
-            &mut local,
-            &mut timeline,
-            on_ack.as_ref(),
-        )
-        .await;
+            latency: latency_histogram(),
+            timeline: Timeline::new(schedule),
+            on_ack,
+        }
     }
-    let mut histogram = shared.histogram.lock().await;
-    if let Err(error) = histogram.add(&local) {
-        eprintln!("cannot merge latency histograms: {error}");
-    }
-    shared.timeline.lock().await.merge(&timeline);
-}
 
-async fn complete(
-    (id, due, result): (u64, Instant, Result<corelog_client::Delivery, ClientError>),
-    start: Instant,
-    schedule: &Schedule,
-    shared: &Shared,
-    histogram: &mut Histogram<u64>,
-    timeline: &mut Timeline,
-    on_ack: Option<&AckHook>,
-) {
-    let step = schedule.step_at(due.duration_since(start));
-    match result {
-        Ok(_) => {
-            let acked = Instant::now();
-            let micros = u64::try_from(acked.duration_since(due).as_micros())
-                .unwrap_or(u64::MAX)
-                .max(1);
-            histogram.saturating_record(micros);
-            timeline.step_latency[step].saturating_record(micros);
-            timeline.step_acknowledged[step] += 1;
-            let due_second = due.duration_since(start).as_secs() as usize;
-            if let Some(second) = timeline.second_latency.get_mut(due_second) {
-                second.saturating_record(micros);
-            }
-            let acked_second = acked.duration_since(start).as_secs() as usize;
-            if let Some(count) = timeline.second_acknowledged.get_mut(acked_second) {
-                *count += 1;
-            }
-            shared.acknowledged.fetch_add(1, Ordering::Relaxed);
-            if let Some(on_ack) = on_ack {
-                on_ack(id, acked);
-            }
+    /// The schedule step a record due at `due` belongs to.
+    fn step(&self, due: Instant) -> usize {
+        self.schedule.step_at(due.duration_since(self.start))
+    }
+
+    /// A record due at `due` found the buffer full and was dropped.
+    fn shed(&mut self, due: Instant) {
+        let step = self.step(due);
+        self.shared.shed.fetch_add(1, Ordering::Relaxed);
+        self.timeline.step_shed[step] += 1;
+    }
+
+    /// A record due at `due` failed.
+    async fn failed(&mut self, due: Instant, error: &ClientError) {
+        let step = self.step(due);
+        self.timeline.step_errors[step] += 1;
+        record_error(self.shared, error).await;
+    }
+
+    async fn complete(
+        &mut self,
+        (id, due, result): (u64, Instant, Result<corelog_client::Delivery, ClientError>),
+    ) {
+        if let Err(error) = result {
+            self.failed(due, &error).await;
+            return;
         }
-        Err(error) => {
-            timeline.step_errors[step] += 1;
-            record_error(shared, &error).await;
+        let step = self.step(due);
+        let acked = Instant::now();
+        let micros = u64::try_from(acked.duration_since(due).as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let timeline = &mut self.timeline;
+        self.latency.saturating_record(micros);
+        timeline.step_latency[step].saturating_record(micros);
+        timeline.step_acknowledged[step] += 1;
+        let due_second = due.duration_since(self.start).as_secs() as usize;
+        if let Some(second) = timeline.second_latency.get_mut(due_second) {
+            second.saturating_record(micros);
         }
+        let acked_second = acked.duration_since(self.start).as_secs() as usize;
+        if let Some(count) = timeline.second_acknowledged.get_mut(acked_second) {
+            *count += 1;
+        }
+        self.shared.acknowledged.fetch_add(1, Ordering::Relaxed);
+        if let Some(on_ack) = &self.on_ack {
+            on_ack(id, acked);
+        }
+    }
+
+    /// Adds this producer's figures to the run's.
+    async fn merge(self) {
+        let mut histogram = self.shared.histogram.lock().await;
+        if let Err(error) = histogram.add(&self.latency) {
+            eprintln!("cannot merge latency histograms: {error}");
+        }
+        self.shared.timeline.lock().await.merge(&self.timeline);
     }
 }
 

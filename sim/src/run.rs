@@ -277,12 +277,7 @@ impl SimConfig {
             config.node_count = 3;
             config.network.loss_per_million = config.network.loss_per_million.min(10_000);
             config.network.long_delay_per_million = 0;
-            config.crash_per_million = 0;
-            config.leader_crash_per_million = 0;
-            config.fresh_leader_crash_per_million = 0;
-            config.first_ack_crash_per_million = 0;
-            config.controller_crash_per_million = 0;
-            config.partition_per_million = 0;
+            config.without_random_faults();
             config.node.replica.max_push_bytes = rng.between(60, 200);
             // A frame per push, pipelined as deep as pushes alone were: the
             // schedule loses exactly the pushes that carry the new epoch,
@@ -320,6 +315,17 @@ impl SimConfig {
         config
     }
 
+    /// No random crash (of nodes or controller processes) and no random
+    /// partition.
+    fn without_random_faults(&mut self) {
+        self.crash_per_million = 0;
+        self.leader_crash_per_million = 0;
+        self.fresh_leader_crash_per_million = 0;
+        self.first_ack_crash_per_million = 0;
+        self.partition_per_million = 0;
+        self.controller_crash_per_million = 0;
+    }
+
     /// An overloaded cluster, as the leaders see it: no crash, cut or
     /// loss, but every message takes up to 8 times the resend timeout,
     /// and many produces time out before their answers come. Every push is
@@ -336,12 +342,7 @@ impl SimConfig {
             long_delay_per_million: 0,
         };
         let round_trip_max = 2 * self.network.delay_ms.1;
-        self.crash_per_million = 0;
-        self.leader_crash_per_million = 0;
-        self.fresh_leader_crash_per_million = 0;
-        self.first_ack_crash_per_million = 0;
-        self.partition_per_million = 0;
-        self.controller_crash_per_million = 0;
+        self.without_random_faults();
         self.node.faultless = true;
         // What a window of records per round trip can carry: the clients
         // must not outrun it, or every produce times out in a queue.

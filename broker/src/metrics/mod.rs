@@ -121,7 +121,7 @@ pub struct BrokerMetrics {
     queue_depth: Family<ShardLabel, Gauge>,
     produce_bytes_in_flight: Family<ShardLabel, Gauge>,
     produce_admission_waits: Family<ShardLabel, Counter>,
-    produce_admission_wait_ms: Family<ShardLabel, Counter>,
+    produce_admission_wait_milliseconds: Family<ShardLabel, Counter>,
     disk_free_bytes: Family<ShardLabel, Gauge>,
     disk_reserve_bytes: Family<ShardLabel, Gauge>,
     tail_cache_bytes: Family<ShardLabel, Gauge>,
@@ -221,7 +221,7 @@ impl BrokerMetrics {
             queue_depth: Family::default(),
             produce_bytes_in_flight: Family::default(),
             produce_admission_waits: Family::default(),
-            produce_admission_wait_ms: Family::default(),
+            produce_admission_wait_milliseconds: Family::default(),
             disk_free_bytes: Family::default(),
             disk_reserve_bytes: Family::default(),
             tail_cache_bytes: Family::default(),
@@ -461,9 +461,9 @@ impl BrokerMetrics {
             metrics.produce_admission_waits.clone(),
         );
         registry.register(
-            "produce_admission_wait_ms",
+            "produce_admission_wait_milliseconds",
             "Milliseconds produce requests waited for admission, summed",
-            metrics.produce_admission_wait_ms.clone(),
+            metrics.produce_admission_wait_milliseconds.clone(),
         );
         registry.register(
             "disk_free_bytes",
@@ -576,7 +576,9 @@ impl BrokerMetrics {
             queue_depth: self.queue_depth.get_or_create_owned(&label),
             produce_bytes_in_flight: self.produce_bytes_in_flight.get_or_create_owned(&label),
             produce_admission_waits: self.produce_admission_waits.get_or_create_owned(&label),
-            produce_admission_wait_ms: self.produce_admission_wait_ms.get_or_create_owned(&label),
+            produce_admission_wait_milliseconds: self
+                .produce_admission_wait_milliseconds
+                .get_or_create_owned(&label),
             disk_free_bytes: self.disk_free_bytes.get_or_create_owned(&label),
             disk_reserve_bytes: self.disk_reserve_bytes.get_or_create_owned(&label),
             tail_cache_bytes: self.tail_cache_bytes.get_or_create_owned(&label),
@@ -643,7 +645,7 @@ pub struct ShardMetrics {
     /// Produce requests that waited for admission.
     pub produce_admission_waits: Counter,
     /// Milliseconds they waited, summed.
-    pub produce_admission_wait_ms: Counter,
+    pub produce_admission_wait_milliseconds: Counter,
     /// Free disk space.
     pub disk_free_bytes: Gauge,
     /// The reserve.

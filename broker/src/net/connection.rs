@@ -602,7 +602,10 @@ async fn admit_produce(front: &Front, bytes: usize) -> Result<Admitted, CloseRea
                 () = stopping.fuse() => return Err(CloseReason::Stopping),
             };
             let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            shard.metrics.produce_admission_wait_ms.inc_by(waited);
+            shard
+                .metrics
+                .produce_admission_wait_milliseconds
+                .inc_by(waited);
             admitted
         }
     };
