@@ -8,6 +8,7 @@ mod exposition;
 pub mod http;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use corelog_wire::error::ErrorCode;
@@ -121,7 +122,7 @@ pub struct BrokerMetrics {
     queue_depth: Family<ShardLabel, Gauge>,
     produce_bytes_in_flight: Family<ShardLabel, Gauge>,
     produce_admission_waits: Family<ShardLabel, Counter>,
-    produce_admission_wait_milliseconds: Family<ShardLabel, Counter>,
+    produce_admission_wait_seconds: Family<ShardLabel, Counter<f64, AtomicU64>>,
     disk_free_bytes: Family<ShardLabel, Gauge>,
     disk_reserve_bytes: Family<ShardLabel, Gauge>,
     tail_cache_bytes: Family<ShardLabel, Gauge>,
@@ -221,7 +222,7 @@ impl BrokerMetrics {
             queue_depth: Family::default(),
             produce_bytes_in_flight: Family::default(),
             produce_admission_waits: Family::default(),
-            produce_admission_wait_milliseconds: Family::default(),
+            produce_admission_wait_seconds: Family::default(),
             disk_free_bytes: Family::default(),
             disk_reserve_bytes: Family::default(),
             tail_cache_bytes: Family::default(),
@@ -461,9 +462,9 @@ impl BrokerMetrics {
             metrics.produce_admission_waits.clone(),
         );
         registry.register(
-            "produce_admission_wait_milliseconds",
-            "Milliseconds produce requests waited for admission, summed",
-            metrics.produce_admission_wait_milliseconds.clone(),
+            "produce_admission_wait_seconds",
+            "Seconds produce requests waited for admission, summed",
+            metrics.produce_admission_wait_seconds.clone(),
         );
         registry.register(
             "disk_free_bytes",
@@ -576,8 +577,8 @@ impl BrokerMetrics {
             queue_depth: self.queue_depth.get_or_create_owned(&label),
             produce_bytes_in_flight: self.produce_bytes_in_flight.get_or_create_owned(&label),
             produce_admission_waits: self.produce_admission_waits.get_or_create_owned(&label),
-            produce_admission_wait_milliseconds: self
-                .produce_admission_wait_milliseconds
+            produce_admission_wait_seconds: self
+                .produce_admission_wait_seconds
                 .get_or_create_owned(&label),
             disk_free_bytes: self.disk_free_bytes.get_or_create_owned(&label),
             disk_reserve_bytes: self.disk_reserve_bytes.get_or_create_owned(&label),
@@ -644,8 +645,8 @@ pub struct ShardMetrics {
     pub produce_bytes_in_flight: Gauge,
     /// Produce requests that waited for admission.
     pub produce_admission_waits: Counter,
-    /// Milliseconds they waited, summed.
-    pub produce_admission_wait_milliseconds: Counter,
+    /// Seconds they waited, summed.
+    pub produce_admission_wait_seconds: Counter<f64, AtomicU64>,
     /// Free disk space.
     pub disk_free_bytes: Gauge,
     /// The reserve.

@@ -601,11 +601,10 @@ async fn admit_produce(front: &Front, bytes: usize) -> Result<Admitted, CloseRea
                 admitted = front.admission.admit(bytes).fuse() => admitted,
                 () = stopping.fuse() => return Err(CloseReason::Stopping),
             };
-            let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             shard
                 .metrics
-                .produce_admission_wait_milliseconds
-                .inc_by(waited);
+                .produce_admission_wait_seconds
+                .inc_by(started.elapsed().as_secs_f64());
             admitted
         }
     };
