@@ -96,6 +96,22 @@ impl Appender {
         self.pending.iter()
     }
 
+    /// Waiting batches from the one at `offset` on (those whose base offset
+    /// is at or above it), oldest first. Found from the back: the journal
+    /// asks for the batches it has not taken yet once per append, usually
+    /// the last one or few, while thousands wait for their segment (a scan
+    /// from the front, and even a binary search's cache misses, cost a
+    /// shard more than the append itself).
+    pub fn pending_from(&self, offset: Offset) -> impl Iterator<Item = &PendingBatch> {
+        let after = self
+            .pending
+            .iter()
+            .rev()
+            .take_while(|batch| batch.header.base_offset >= offset)
+            .count();
+        self.pending.range(self.pending.len() - after..)
+    }
+
     /// Takes the next run of batches below offset `limit` for a segment now
     /// `segment_size` long: at most `room` bytes (but always one batch, so a
     /// batch larger than the room still goes into a fresh segment) and at
@@ -237,6 +253,26 @@ mod tests {
             let tail = appender.tail_block_after(&plan, &buffer);
             appender.set_tail_block(tail);
         }
+    }
+
+    #[test]
+    fn pending_from_starts_at_the_first_batch_at_or_above_the_offset() {
+        let mut appender = Appender::new(512, 0, Vec::new());
+        for base in [0, 1, 2, 5] {
+            let mut batch = pending(10);
+            batch.header.base_offset = Offset(base);
+            appender.push(batch);
+        }
+        let bases = |from: u64| -> Vec<u64> {
+            appender
+                .pending_from(Offset(from))
+                .map(|batch| batch.header.base_offset.0)
+                .collect()
+        };
+        assert_eq!(bases(0), [0, 1, 2, 5]);
+        assert_eq!(bases(2), [2, 5]);
+        assert_eq!(bases(3), [5]);
+        assert_eq!(bases(6), Vec::<u64>::new());
     }
 
     #[test]

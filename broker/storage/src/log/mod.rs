@@ -751,10 +751,7 @@ impl<D: Disk> PartitionLog<D> {
             let mut batches = Vec::new();
             let mut bytes = 0;
             let mut end = journaled_end;
-            for pending in state.appender.pending() {
-                if pending.header.base_offset < journaled_end {
-                    continue;
-                }
+            for pending in state.appender.pending_from(journaled_end) {
                 let len = pending.bytes.len();
                 if !batches.is_empty() && bytes + len > self.config.flush_bytes_max {
                     break;
