@@ -42,8 +42,14 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// principal ([`corelog_wire::producer_id`]): appended, it would move that
 /// producer's sequence, so that its own next batch is refused. A batch
 /// whose header does not parse is left to the partition's checks, which
-/// refuse it.
-fn check_producer_id(shard: &Shard, access: &Access, batch: &[u8]) -> Result<(), PartitionError> {
+/// refuse it. `owned` is the id last found to be the caller's: a
+/// request's batches come from one producer, and the check is an HMAC.
+fn check_producer_id(
+    shard: &Shard,
+    access: &Access,
+    batch: &[u8],
+    owned: &mut Option<i64>,
+) -> Result<(), PartitionError> {
     // The header's own bounds only: the topic's are checked later, and a
     // stricter bound here must not let a batch past this check.
     let limits = BatchLimits {
@@ -54,8 +60,11 @@ fn check_producer_id(shard: &Shard, access: &Access, batch: &[u8]) -> Result<(),
         return Ok(());
     };
     let producer_id = header.producer.producer_id;
-    if !header.producer.is_idempotent() || shard.producer_ids.owns(access.principal(), producer_id)
-    {
+    if !header.producer.is_idempotent() || *owned == Some(producer_id) {
+        return Ok(());
+    }
+    if shard.producer_ids.owns(access.principal(), producer_id) {
+        *owned = Some(producer_id);
         return Ok(());
     }
     Err(PartitionError::new(
@@ -110,10 +119,12 @@ pub(super) async fn produce(
     // queueing to the owner), so that pipelined produces keep their order.
     let mut pending = Vec::with_capacity(targets.len());
     let mut order: Vec<(String, u32)> = Vec::with_capacity(targets.len());
+    let mut owned_producer_id = None;
     for (target, batch) in targets.into_iter().zip(batches) {
         let located = if let Err(error) = access.topic(Operation::Produce, &target.topic) {
             Err(error)
-        } else if let Err(error) = check_producer_id(shard, access, &batch) {
+        } else if let Err(error) = check_producer_id(shard, access, &batch, &mut owned_producer_id)
+        {
             Err(error)
         } else if target.topic.starts_with("__") && !access.is_broker() {
             Err(PartitionError::new(
