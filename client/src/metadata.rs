@@ -215,9 +215,11 @@ impl ClusterMetadata {
     /// the snapshot knows a leader.
     #[must_use]
     pub fn leader_shard(&self, topic: &str, partition: u32) -> Option<(u32, u16)> {
-        let leader = self.leader(topic, partition)?;
-        let owner = self.topics.get(topic)?.partition(partition)?.owner_shard;
-        Some((leader, owner))
+        let partition = self.topics.get(topic)?.partition(partition)?;
+        if partition.error.is_some_and(|code| code != ErrorCode::None) {
+            return None;
+        }
+        Some((partition.leader?, partition.owner_shard))
     }
 
     /// The leader epoch of a partition, if the snapshot knows a leader:

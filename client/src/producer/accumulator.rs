@@ -404,32 +404,36 @@ impl Accumulator {
     }
 
     /// Returns the partitions that have something to send (a ready batch,
-    /// or an open one that lingered long enough) and the next instant
-    /// something here needs the sender: a linger deadline or a delivery
-    /// deadline. With `force`, or after close, open batches close first.
+    /// or an open one that lingered long enough), the next instant
+    /// something here needs the sender (a linger deadline or a delivery
+    /// deadline), and the earliest delivery deadline alone. With `force`,
+    /// or after close, open batches close first.
     pub(crate) fn ready(
         &self,
         now: Instant,
         force: bool,
         delivery_timeout: Duration,
-    ) -> (Vec<TopicPartition>, Option<Instant>) {
+    ) -> (Vec<TopicPartition>, Option<Instant>, Option<Instant>) {
         let mut state = lock(&self.state);
         let force = force || state.closed.is_some();
         let linger = self.config.linger;
         let mut ready = Vec::new();
         let mut next: Option<Instant> = None;
-        let mut earliest = |at: Instant| next = Some(next.map_or(at, |next| next.min(at)));
+        let mut expiry: Option<Instant> = None;
+        let earliest = |slot: &mut Option<Instant>, at: Instant| {
+            *slot = Some(slot.map_or(at, |current| current.min(at)));
+        };
         for (topic_partition, queue) in &mut state.queues {
             if force && let Some(open) = queue.open.take() {
                 queue.ready.push_back(open);
             }
             let oldest = queue.ready.front().or(queue.open.as_ref());
             if let Some(oldest) = oldest {
-                earliest(oldest.created_at + delivery_timeout);
+                earliest(&mut expiry, oldest.created_at + delivery_timeout);
             }
             let lingered = match &queue.open {
                 Some(open) if open.created_at + linger > now => {
-                    earliest(open.created_at + linger);
+                    earliest(&mut next, open.created_at + linger);
                     false
                 }
                 Some(_) => true,
@@ -439,7 +443,10 @@ impl Accumulator {
                 ready.push(topic_partition.clone());
             }
         }
-        (ready, next)
+        if let Some(expiry) = expiry {
+            earliest(&mut next, expiry);
+        }
+        (ready, next, expiry)
     }
 
     /// Takes the next batch of a partition to send: the oldest ready one,
@@ -596,10 +603,10 @@ mod tests {
             drop(append(&accumulator, 0, 250));
         }
         // Three records of ~282 bytes plus the header: not full yet.
-        let (ready, _) = accumulator.ready(Instant::now(), false, timeout);
+        let (ready, _, _) = accumulator.ready(Instant::now(), false, timeout);
         assert!(ready.is_empty());
         drop(append(&accumulator, 0, 250));
-        let (ready, _) = accumulator.ready(Instant::now(), false, timeout);
+        let (ready, _, _) = accumulator.ready(Instant::now(), false, timeout);
         assert_eq!(ready, [tp(0)]);
         let batch = accumulator.pop_ready(&tp(0), Instant::now()).unwrap();
         assert_eq!(batch.records.len(), 3);
@@ -613,7 +620,7 @@ mod tests {
         let timeout = Duration::from_secs(120);
         let start = Instant::now();
         drop(append(&accumulator, 1, 10));
-        let (ready, next) = accumulator.ready(Instant::now(), false, timeout);
+        let (ready, next, _) = accumulator.ready(Instant::now(), false, timeout);
         assert!(ready.is_empty());
         assert_eq!(next, Some(start + Duration::from_millis(5)));
         tokio::time::advance(Duration::from_millis(4)).await;
@@ -624,7 +631,7 @@ mod tests {
                 .is_empty()
         );
         tokio::time::advance(Duration::from_millis(1)).await;
-        let (ready, next) = accumulator.ready(Instant::now(), false, timeout);
+        let (ready, next, _) = accumulator.ready(Instant::now(), false, timeout);
         assert_eq!(ready, [tp(1)]);
         // Now only the delivery deadline of the lingered batch remains.
         assert_eq!(next, Some(start + timeout));
@@ -642,7 +649,7 @@ mod tests {
         for _ in 0..20 {
             drop(append(&accumulator, 0, 100));
             tokio::time::advance(Duration::from_millis(5)).await;
-            let (ready, next) = accumulator.ready(Instant::now(), false, timeout);
+            let (ready, next, _) = accumulator.ready(Instant::now(), false, timeout);
             assert_eq!(ready, [tp(0)]);
             assert!(next.is_some_and(|next| next > Instant::now()));
         }
@@ -702,7 +709,7 @@ mod tests {
         let _b = append(&accumulator, 1, 10);
         let mut markers = accumulator.flush_markers();
         assert_eq!(markers.len(), 2);
-        let (ready, _) = accumulator.ready(Instant::now(), false, Duration::from_secs(1));
+        let (ready, _, _) = accumulator.ready(Instant::now(), false, Duration::from_secs(1));
         assert_eq!(ready, [tp(0), tp(1)]);
         drop(accumulator.pop_ready(&tp(0), Instant::now()));
         assert!(

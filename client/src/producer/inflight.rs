@@ -142,14 +142,25 @@ pub(crate) struct PartitionInFlight {
     next_sequence: i32,
     next_number: u64,
     unacked: BTreeMap<u64, SentBatch>,
+    /// How many of `unacked` are [`SendState::Waiting`]: the sender asks
+    /// every partition whether it is in recovery on every turn of its
+    /// loop, and a scan of each partition's batches there cost more than
+    /// encoding them.
+    waiting: usize,
 }
 
 impl PartitionInFlight {
     /// Whether a batch waits for a resend.
     pub(crate) fn in_recovery(&self) -> bool {
-        self.unacked
-            .values()
-            .any(|sent| matches!(sent.state, SendState::Waiting { .. }))
+        debug_assert_eq!(
+            self.waiting,
+            self.unacked
+                .values()
+                .filter(|sent| matches!(sent.state, SendState::Waiting { .. }))
+                .count(),
+            "the waiting count matches the batches"
+        );
+        self.waiting > 0
     }
 
     /// Whether a new batch may be taken now: at most `max_in_flight`
@@ -246,6 +257,7 @@ impl PartitionInFlight {
             SendState::Waiting { retry_at } if retry_at <= now => {
                 sent.state = SendState::InFlight;
                 sent.attempts += 1;
+                self.waiting -= 1;
                 Some((number, sent.bytes.clone()))
             }
             _ => None,
@@ -263,6 +275,9 @@ impl PartitionInFlight {
     /// Marks an in-flight batch as waiting for a resend.
     pub(crate) fn wait_for_retry(&mut self, number: u64, error: ClientError, retry_at: Instant) {
         if let Some(sent) = self.unacked.get_mut(&number) {
+            if sent.state == SendState::InFlight {
+                self.waiting += 1;
+            }
             sent.state = SendState::Waiting { retry_at };
             sent.last_error = Some(error);
         }
@@ -288,16 +303,24 @@ impl PartitionInFlight {
 
     /// Stops tracking a batch (acknowledged or failed) and returns it.
     pub(crate) fn remove(&mut self, number: u64) -> Option<SentBatch> {
-        self.unacked.remove(&number)
+        let removed = self.unacked.remove(&number)?;
+        if removed.state != SendState::InFlight {
+            self.waiting -= 1;
+        }
+        Some(removed)
     }
 
     /// Stops tracking every batch and returns them, in sequence order.
     pub(crate) fn drain(&mut self) -> Vec<SentBatch> {
+        self.waiting = 0;
         std::mem::take(&mut self.unacked).into_values().collect()
     }
 
     /// Batches waiting whose delivery deadline has passed.
     pub(crate) fn expired_waiting(&self, deadline: Instant) -> Vec<u64> {
+        if self.waiting == 0 {
+            return Vec::new();
+        }
         self.unacked
             .iter()
             .filter(|(_, sent)| {
@@ -310,6 +333,9 @@ impl PartitionInFlight {
     /// The earliest creation time among waiting batches, for the delivery
     /// deadline.
     pub(crate) fn oldest_waiting(&self) -> Option<Instant> {
+        if self.waiting == 0 {
+            return None;
+        }
         self.unacked
             .values()
             .filter(|sent| matches!(sent.state, SendState::Waiting { .. }))

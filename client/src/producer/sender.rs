@@ -89,6 +89,10 @@ pub(crate) struct Sender {
     unreachable: HashMap<u32, Instant>,
     /// Requests in flight allowed per broker shard ([`Window`]).
     windows: HashMap<(u32, u16), Window>,
+    /// No batch's delivery deadline passes before this instant, so
+    /// [`Sender::expire`] has nothing to do until then: it looks at every
+    /// partition, and ran on every turn of the loop (once per answer).
+    expiry_due: Instant,
 }
 
 impl Sender {
@@ -111,6 +115,7 @@ impl Sender {
             refresh_wanted: false,
             unreachable: HashMap::new(),
             windows: HashMap::new(),
+            expiry_due: Instant::now(),
         }
     }
 
@@ -171,6 +176,9 @@ impl Sender {
     /// Fails every batch whose delivery timeout passed while it was unsent
     /// or waiting for a resend.
     fn expire(&mut self, now: Instant) {
+        if now < self.expiry_due {
+            return;
+        }
         let timeout = self.config.delivery_timeout;
         let Some(deadline) = now.checked_sub(timeout) else {
             return;
@@ -236,9 +244,10 @@ impl Sender {
     /// Sends whatever may be sent now, and returns the next instant
     /// something will be due.
     async fn send_ready(&mut self, now: Instant) -> Option<Instant> {
-        let (ready, mut wake_at) = self
-            .accumulator
-            .ready(now, false, self.config.delivery_timeout);
+        let timeout = self.config.delivery_timeout;
+        let (ready, mut wake_at, buffered_expiry) = self.accumulator.ready(now, false, timeout);
+        // A batch buffered from now on expires after now + timeout.
+        let mut expiry_due = buffered_expiry.map_or(now + timeout, |at| at.min(now + timeout));
         let mut earliest = |at: Option<Instant>| {
             if let Some(at) = at {
                 wake_at = Some(wake_at.map_or(at, |wake| wake.min(at)));
@@ -250,13 +259,13 @@ impl Sender {
             if partition.in_recovery() {
                 candidates.insert(topic_partition.clone());
                 earliest(partition.next_retry_at());
-                earliest(
-                    partition
-                        .oldest_waiting()
-                        .map(|created| created + self.config.delivery_timeout),
-                );
+                if let Some(created) = partition.oldest_waiting() {
+                    earliest(Some(created + timeout));
+                    expiry_due = expiry_due.min(created + timeout);
+                }
             }
         }
+        self.expiry_due = expiry_due;
         let metadata = self.cluster.metadata();
         // One request per owning shard of each leader: its own connection
         // spares the broker a hop between cores.
@@ -591,6 +600,9 @@ impl Sender {
             return;
         }
         tracing::debug!(%topic_partition, number, %error, ?backoff, "retrying batch");
+        self.expiry_due = self
+            .expiry_due
+            .min(sent.batch.created_at + self.config.delivery_timeout);
         partition.wait_for_retry(number, error, now + backoff);
     }
 
