@@ -157,7 +157,10 @@ struct PartitionQueue {
 
 #[derive(Debug)]
 struct State {
-    queues: BTreeMap<TopicPartition, PartitionQueue>,
+    /// Hashed: every record looks its partition up here, and a tree of
+    /// hundreds of partitions compared topic names all the way down. The
+    /// sender orders what it takes ([`Accumulator::ready`] is a set).
+    queues: HashMap<TopicPartition, PartitionQueue>,
     sticky: HashMap<Arc<str>, Sticky>,
     next_batch_id: u64,
     /// Set by close or fencing: the reason new sends are refused.
@@ -201,7 +204,7 @@ impl Accumulator {
             memory: Arc::new(Semaphore::new(config.buffer_bytes)),
             registry: Arc::new(Mutex::new(BTreeMap::new())),
             state: Mutex::new(State {
-                queues: BTreeMap::new(),
+                queues: HashMap::new(),
                 sticky: HashMap::new(),
                 next_batch_id: 0,
                 closed: None,
@@ -709,7 +712,8 @@ mod tests {
         let _b = append(&accumulator, 1, 10);
         let mut markers = accumulator.flush_markers();
         assert_eq!(markers.len(), 2);
-        let (ready, _, _) = accumulator.ready(Instant::now(), false, Duration::from_secs(1));
+        let (mut ready, _, _) = accumulator.ready(Instant::now(), false, Duration::from_secs(1));
+        ready.sort();
         assert_eq!(ready, [tp(0), tp(1)]);
         drop(accumulator.pop_ready(&tp(0), Instant::now()));
         assert!(
