@@ -163,6 +163,11 @@ struct State {
     queues: HashMap<TopicPartition, PartitionQueue>,
     sticky: HashMap<Arc<str>, Sticky>,
     next_batch_id: u64,
+    /// The sender comes back to [`Accumulator::ready`] by this instant
+    /// (the earliest deadline the last call saw, or a wake already
+    /// signalled), so a batch opened with a later linger deadline need not
+    /// wake it. `None`: no such promise.
+    sender_back_by: Option<Instant>,
     /// Set by close or fencing: the reason new sends are refused.
     closed: Option<Option<String>>,
 }
@@ -207,6 +212,7 @@ impl Accumulator {
                 queues: HashMap::new(),
                 sticky: HashMap::new(),
                 next_batch_id: 0,
+                sender_back_by: None,
                 closed: None,
             }),
             sticky_seed: sticky_seed(),
@@ -364,7 +370,8 @@ impl Accumulator {
             queue.ready.push_back(full);
             self.wake.notify_one();
         }
-        if queue.open.is_none() {
+        let opened = queue.open.is_none();
+        if opened {
             *next_id += 1;
             let (done, marker) = watch::channel(());
             lock(&self.registry).insert(*next_id, marker);
@@ -382,8 +389,6 @@ impl Accumulator {
                     _done: done,
                 },
             });
-            // A new linger deadline for the sender.
-            self.wake.notify_one();
         }
         let Some(open) = queue.open.as_mut() else {
             unreachable!("an open batch was just ensured");
@@ -397,10 +402,21 @@ impl Accumulator {
         queue.last_bytes = open.builder.uncompressed_bytes();
         queue.last_records = open.records.len();
         let id = open.id();
+        let linger_deadline = open.created_at + self.config.linger;
         if open.builder.uncompressed_bytes() >= batch_bytes
             && let Some(full) = queue.open.take()
         {
             queue.ready.push_back(full);
+            self.wake.notify_one();
+        } else if opened
+            && state
+                .sender_back_by
+                .is_none_or(|back_by| back_by > linger_deadline)
+        {
+            // A new linger deadline the sender does not expect: one wake
+            // per linger, not one per batch (with one-record batches the
+            // sender turned once per record, looking at every partition).
+            state.sender_back_by = Some(Instant::now());
             self.wake.notify_one();
         }
         Ok(id)
@@ -449,6 +465,7 @@ impl Accumulator {
         if let Some(expiry) = expiry {
             earliest(&mut next, expiry);
         }
+        state.sender_back_by = next;
         (ready, next, expiry)
     }
 
@@ -615,6 +632,45 @@ mod tests {
         assert_eq!(batch.records.len(), 3);
         assert!(batch.builder.uncompressed_bytes() <= 1000);
         assert!(accumulator.pop_ready(&tp(0), Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_batch_wakes_the_sender_only_for_a_deadline_it_does_not_expect() {
+        use futures::FutureExt;
+        let accumulator = Accumulator::new(config(1 << 16, 1 << 20));
+        let timeout = Duration::from_secs(120);
+        let woken =
+            |accumulator: &Accumulator| accumulator.wake.notified().now_or_never().is_some();
+        drop(append(&accumulator, 0, 10));
+        assert!(woken(&accumulator), "the first linger deadline is news");
+        drop(append(&accumulator, 1, 10));
+        assert!(
+            !woken(&accumulator),
+            "the sender has not looked since: one wake covers both"
+        );
+        let (_, next, _) = accumulator.ready(Instant::now(), false, timeout);
+        assert_eq!(next, Some(Instant::now() + Duration::from_millis(5)));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        drop(append(&accumulator, 2, 10));
+        assert!(
+            !woken(&accumulator),
+            "the sender is back by an earlier deadline"
+        );
+        tokio::time::advance(Duration::from_millis(5)).await;
+        for partition in 0..3 {
+            assert!(
+                accumulator
+                    .pop_ready(&tp(partition), Instant::now())
+                    .is_some()
+            );
+        }
+        let (_, next, _) = accumulator.ready(Instant::now(), false, timeout);
+        assert_eq!(next, None, "nothing buffered, nothing due");
+        drop(append(&accumulator, 3, 10));
+        assert!(
+            woken(&accumulator),
+            "without a promise every new batch wakes"
+        );
     }
 
     #[tokio::test(start_paused = true)]
