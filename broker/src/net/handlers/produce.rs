@@ -138,9 +138,12 @@ pub(super) async fn produce(
             shard.locate(&target.topic, target.partition)
         };
         let future = match located {
-            Ok((id, owner)) => {
-                Either::Left(shard.produce(id, owner, batch, received, acks, timeout))
-            }
+            // Boxed: the append's state machine is kilobytes, and join_all
+            // moves each future it holds when it finishes (memcpy of those
+            // was 8% of a shard's CPU with one-record batches).
+            Ok((id, owner)) => Either::Left(Box::pin(
+                shard.produce(id, owner, batch, received, acks, timeout),
+            )),
             Err(error) => Either::Right(ready(Err(error))),
         };
         pending.push(future);
