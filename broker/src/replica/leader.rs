@@ -75,7 +75,7 @@ impl<D: Disk> ReplicatedPartition<D> {
     ) -> Result<Produced, ReplicaError> {
         let started_ms = self.now_ms();
         let work = pin!(self.produce_until_acked(batch, acks));
-        let deadline = pin!(self.executor.sleep(timeout));
+        let deadline = pin!(self.executor.timeout(timeout));
         match select(work, deadline).await {
             Either::Left((result, _)) => result,
             Either::Right(_) => Err(self.timed_out(timeout, started_ms)),
