@@ -5,11 +5,6 @@ use corelog_broker::config::{BrokerConfig, Flags};
 use corelog_broker::server;
 use corelog_storage::fault_hooks;
 
-/// Shards allocate and free small buffers per request on their own
-/// threads; mimalloc keeps that thread-local (see the workspace manifest).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit code of a broker one of whose threads panicked (a bug).
 const PANIC_EXIT_CODE: i32 = 5;
 
