@@ -44,6 +44,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::overload;
+use crate::report::number_at;
 
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
@@ -754,12 +755,7 @@ fn row(
     client_cpu_seconds: f64,
     seconds: f64,
 ) -> Row {
-    let number = |path: &[&str]| {
-        path.iter()
-            .try_fold(report, |value, key| value.get(key))
-            .and_then(Value::as_f64)
-            .unwrap_or(f64::NAN)
-    };
+    let number = |path: &[&str]| number_at(report, path);
     let acknowledged = number(&["acknowledged"]);
     let per_record = |seconds: f64| seconds * 1e6 / acknowledged;
     let latency_ms = |key: &str| number(&["append_latency", key]) / 1000.0;

@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::report::number_at;
+
 /// One probe of the capacity search.
 #[derive(Clone, Debug, Serialize)]
 pub struct Probe {
@@ -39,12 +41,7 @@ pub struct Probe {
 impl Probe {
     /// A probe from a `corelog-bench produce --json` report.
     pub fn of(rate: u64, report: &Value) -> Probe {
-        let number = |path: &[&str]| {
-            path.iter()
-                .try_fold(report, |value, key| value.get(key))
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NAN)
-        };
+        let number = |path: &[&str]| number_at(report, path);
         let achieved = number(&["records_per_second"]) / rate as f64;
         let p99_ms = number(&["append_latency", "p99_us"]) / 1000.0;
         let errors = number(&["errors"]) as u64;
@@ -97,11 +94,15 @@ pub fn capacity(probes: &[Probe]) -> u64 {
         .unwrap_or(0)
 }
 
+/// Seconds of the overload run's first, unloaded step: its p99 is the one
+/// recovery is measured against.
+pub const UNLOADED_SECONDS: u64 = 10;
+
 /// Half, twice, half: the overload run's schedule for `capacity`.
 pub fn schedule(capacity: u64, overload_seconds: u64) -> String {
     let half = (capacity / 2).max(1);
     format!(
-        "{half}:10,{}:{overload_seconds},{half}:{overload_seconds}",
+        "{half}:{UNLOADED_SECONDS},{}:{overload_seconds},{half}:{overload_seconds}",
         capacity * 2
     )
 }
@@ -121,8 +122,8 @@ pub struct Overload {
 }
 
 impl Overload {
-    /// From the run's report; the overload is seconds 10 to
-    /// `10 + overload_seconds`.
+    /// From the run's report; the overload is seconds [`UNLOADED_SECONDS`]
+    /// to `UNLOADED_SECONDS + overload_seconds`.
     pub fn of(report: &Value, capacity: u64, overload_seconds: u64) -> Overload {
         let list = |key: &str| -> Vec<f64> {
             report
@@ -135,13 +136,11 @@ impl Overload {
             report
                 .get("steps")
                 .and_then(|steps| steps.get(index))
-                .and_then(|step| path.iter().try_fold(step, |value, key| value.get(key)))
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NAN)
+                .map_or(f64::NAN, |step| number_at(step, path))
         };
         let acknowledged = list("acknowledged_per_second");
         let p99s = list("p99_us_per_second");
-        let start = 10usize;
+        let start = UNLOADED_SECONDS as usize;
         let end = start + overload_seconds as usize;
         let overloaded: f64 = acknowledged.iter().skip(start).take(end - start).sum();
         let unloaded_p99_us = step(0, &["append_latency", "p99_us"]);

@@ -2,6 +2,7 @@
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use serde_json::Value;
 
 /// Latency percentiles in microseconds.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -32,4 +33,14 @@ pub fn latency_histogram() -> Histogram<u64> {
 
 pub fn millis(micros: u64) -> String {
     format!("{:.2}", micros as f64 / 1000.0)
+}
+
+/// The number at `path` in a JSON report (a `produce --json` run's), or
+/// NaN where there is none, so that a missing figure shows as such.
+#[must_use]
+pub fn number_at(report: &Value, path: &[&str]) -> f64 {
+    path.iter()
+        .try_fold(report, |value, key| value.get(key))
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN)
 }

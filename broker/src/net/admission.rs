@@ -16,12 +16,15 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use event_listener::Event;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// One shard's produce bytes in flight.
 #[derive(Debug)]
 pub struct ProduceAdmission {
     limit: u64,
     state: RefCell<State>,
+    /// `corelog_produce_bytes_in_flight`: kept with the count it shows.
+    gauge: Gauge,
     /// Notified whenever bytes are released or a waiter leaves the queue.
     changed: Event,
 }
@@ -46,6 +49,7 @@ impl Drop for Admitted {
     fn drop(&mut self) {
         let mut state = self.admission.state.borrow_mut();
         state.in_flight -= self.bytes;
+        self.admission.show(&state);
         drop(state);
         self.admission.changed.notify(usize::MAX);
     }
@@ -70,12 +74,14 @@ impl Drop for Waiting<'_> {
 }
 
 impl ProduceAdmission {
-    /// At most `limit` bytes in flight (a single larger request alone).
+    /// At most `limit` bytes in flight (a single larger request alone);
+    /// `gauge` shows how many are.
     #[must_use]
-    pub fn new(limit: u64) -> Rc<ProduceAdmission> {
+    pub fn new(limit: u64, gauge: Gauge) -> Rc<ProduceAdmission> {
         Rc::new(ProduceAdmission {
             limit,
             state: RefCell::new(State::default()),
+            gauge,
             changed: Event::new(),
         })
     }
@@ -101,6 +107,7 @@ impl ProduceAdmission {
             return None;
         }
         state.in_flight += bytes;
+        self.show(&state);
         drop(state);
         Some(Admitted {
             admission: Rc::clone(self),
@@ -132,6 +139,7 @@ impl ProduceAdmission {
                 if state.queue.front() == Some(&ticket) && self.fits(&state, bytes) {
                     state.queue.pop_front();
                     state.in_flight += bytes;
+                    self.show(&state);
                     drop(state);
                     std::mem::forget(waiting);
                     // The next waiter may fit beside this one.
@@ -144,6 +152,11 @@ impl ProduceAdmission {
             }
             changed.await;
         }
+    }
+
+    fn show(&self, state: &State) {
+        self.gauge
+            .set(i64::try_from(state.in_flight).unwrap_or(i64::MAX));
     }
 
     fn fits(&self, state: &State, bytes: u64) -> bool {
@@ -160,12 +173,16 @@ mod tests {
     use futures::executor::LocalPool;
     use futures::task::LocalSpawnExt;
 
+    use prometheus_client::metrics::gauge::Gauge;
+
     use super::ProduceAdmission;
 
     #[test]
     fn admits_up_to_the_bound_then_in_arrival_order() {
-        let admission = ProduceAdmission::new(100);
+        let gauge = Gauge::default();
+        let admission = ProduceAdmission::new(100, gauge.clone());
         let first = admission.try_admit(60).expect("fits");
+        assert_eq!(gauge.get(), 60, "the gauge shows what is admitted");
         assert!(admission.try_admit(50).is_none(), "over the bound");
         let mut pool = LocalPool::new();
         let order = Rc::new(RefCell::new(Vec::new()));
@@ -192,17 +209,19 @@ mod tests {
         pool.run_until_stalled();
         assert_eq!(*order.borrow(), ["large", "small"]);
         assert_eq!(admission.in_flight(), 100);
+        assert_eq!(gauge.get(), 100);
         let admitted: Vec<_> = held
             .into_iter()
             .map(|handle| handle.now_or_never().expect("done"))
             .collect();
         drop(admitted);
         assert_eq!(admission.in_flight(), 0);
+        assert_eq!(gauge.get(), 0, "and what is given back");
     }
 
     #[test]
     fn a_request_larger_than_the_bound_is_admitted_alone() {
-        let admission = ProduceAdmission::new(100);
+        let admission = ProduceAdmission::new(100, Gauge::default());
         let small = admission.try_admit(10).expect("fits");
         assert!(admission.try_admit(500).is_none());
         drop(small);
@@ -214,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_waiter_that_gives_up_leaves_the_queue() {
-        let admission = ProduceAdmission::new(100);
+        let admission = ProduceAdmission::new(100, Gauge::default());
         let first = admission.try_admit(100).expect("fits");
         let mut pool = LocalPool::new();
         let gone = pool

@@ -567,14 +567,7 @@ async fn read_requests(
         in_flight.set(in_flight.get() + 1);
         glommio::spawn_local(async move {
             let reply = handle(&front, header, body, received, &caller).await;
-            if let Some(admitted) = admitted {
-                drop(admitted);
-                front
-                    .shard
-                    .metrics
-                    .produce_bytes_in_flight
-                    .set(i64::try_from(front.admission.in_flight()).unwrap_or(i64::MAX));
-            }
+            drop(admitted);
             send(&outgoing, permit, header.correlation_id, reply, false);
             in_flight.set(in_flight.get() - 1);
             drop(request);
@@ -608,10 +601,6 @@ async fn admit_produce(front: &Front, bytes: usize) -> Result<Admitted, CloseRea
             admitted
         }
     };
-    shard
-        .metrics
-        .produce_bytes_in_flight
-        .set(i64::try_from(front.admission.in_flight()).unwrap_or(i64::MAX));
     Ok(admitted)
 }
 

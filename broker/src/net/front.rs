@@ -33,7 +33,10 @@ impl Front {
     /// The client side of `shard`.
     #[must_use]
     pub fn new(shard: Rc<Shard>, edge: Arc<Edge>, shard_ports: Arc<ShardPortTable>) -> Rc<Front> {
-        let admission = ProduceAdmission::new(shard.config.produce_bytes_in_flight_max);
+        let admission = ProduceAdmission::new(
+            shard.config.produce_bytes_in_flight_max,
+            shard.metrics.produce_bytes_in_flight.clone(),
+        );
         Rc::new(Front {
             shard,
             edge,
