@@ -227,7 +227,11 @@ impl Broker {
     /// a test that watches the start itself.
     pub fn spawn_unwaited(&mut self) {
         let mut command = self.command();
-        match &self.output_log {
+        // CORELOG_TEST_LOG_DIR keeps every broker's output there, one file
+        // per client port, for reading why a test failed.
+        let kept = std::env::var_os("CORELOG_TEST_LOG_DIR")
+            .map(|dir| PathBuf::from(dir).join(format!("corelogd-{}.log", self.addr.port())));
+        match self.output_log.as_ref().or(kept.as_ref()) {
             Some(log) => {
                 let output = append_to(log);
                 command

@@ -400,10 +400,32 @@ fn group_lag_counts_records_not_the_epoch_markers_of_leader_changes() {
         .collect();
     let deadline = Instant::now() + DEADLINE;
     for group in &groups {
-        while let Err(error) =
-            runtime.block_on(admin.commit_offsets(group, &MemberGeneration::none(), &offsets))
-        {
-            assert!(error.is_retriable() && Instant::now() < deadline, "{error}");
+        // A commit answers per partition: one refused (the coordinator's
+        // view of a high watermark may lag the describe's by a push) is
+        // tried again, or the group may not exist when its lag is asked.
+        loop {
+            match runtime.block_on(admin.commit_offsets(group, &MemberGeneration::none(), &offsets))
+            {
+                Ok(results) => {
+                    let refused: Vec<_> = results
+                        .iter()
+                        .filter_map(|(partition, result)| {
+                            result
+                                .as_ref()
+                                .err()
+                                .map(|error| format!("{partition}: {error}"))
+                        })
+                        .collect();
+                    if refused.is_empty() {
+                        break;
+                    }
+                    println!("{group}: commit refused for {refused:?}; retrying");
+                    assert!(Instant::now() < deadline, "{group}: {refused:?}");
+                }
+                Err(error) => {
+                    assert!(error.is_retriable() && Instant::now() < deadline, "{error}");
+                }
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -459,14 +481,23 @@ fn group_lag_counts_records_not_the_epoch_markers_of_leader_changes() {
         .iter()
         .filter_map(|index| after[*index].0)
         .collect();
-    let coordinators: Vec<u32> = groups
-        .iter()
-        .filter_map(|group| {
-            let series = format!("group=\"{group}\"");
-            // start_cluster numbers its brokers from 1.
-            (1..=2u32).find(|node| brokers[*node as usize - 1].metrics().contains(&series))
-        })
-        .collect();
+    // A coordinator publishes its groups' series on its next tick, which
+    // may come after the describe above answered.
+    let deadline = Instant::now() + DEADLINE;
+    let coordinators: Vec<u32> = loop {
+        let found: Vec<u32> = groups
+            .iter()
+            .filter_map(|group| {
+                let series = format!("group=\"{group}\"");
+                // start_cluster numbers its brokers from 1.
+                (1..=2u32).find(|node| brokers[*node as usize - 1].metrics().contains(&series))
+            })
+            .collect();
+        if found.len() == groups.len() || Instant::now() >= deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     println!("moved partitions led by {new_leaders:?}; groups coordinated by {coordinators:?}");
     assert!(
         coordinators

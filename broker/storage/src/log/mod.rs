@@ -240,9 +240,7 @@ pub struct LogStats {
 fn unjournaled_bytes<D: Disk>(state: &LogState<D>) -> usize {
     state
         .appender
-        .pending()
-        .rev()
-        .take_while(|pending| pending.header.base_offset >= state.journaled_end)
+        .pending_from(state.journaled_end)
         .map(|pending| pending.bytes.len())
         .sum()
 }
