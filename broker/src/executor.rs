@@ -117,7 +117,9 @@ impl CoarseTimeouts {
         }
         Box::pin(async move {
             loop {
-                let listener = event.listen();
+                // On the stack of this (boxed) future: no allocation per
+                // turn.
+                event_listener::listener!(event => listener);
                 if Instant::now() >= due {
                     return;
                 }

@@ -155,7 +155,8 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// `end`; fails if that leadership ended before it did.
     async fn wait_committed(&self, end: Offset, epoch: LeaderEpoch) -> Result<(), ReplicaError> {
         loop {
-            let listener = self.high_watermark_changed.listen();
+            // On this future's stack: every quorum append waits here.
+            event_listener::listener!(self.high_watermark_changed => listener);
             self.check_usable()?;
             match self.role() {
                 // A replica never leads an epoch twice: still this

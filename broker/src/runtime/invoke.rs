@@ -19,6 +19,7 @@ use std::future::Future;
 use std::rc::Rc;
 
 use corelog_wire::error::ErrorCode;
+use futures::FutureExt;
 use futures::channel::oneshot;
 
 use super::shard::Shard;
@@ -125,8 +126,11 @@ impl Shard {
         Fut: Future<Output = Result<T, PartitionError>> + 'static,
         T: Send + 'static,
     {
-        let invoked = self.invoke_on(owner, work);
-        async move { invoked.await? }
+        // A combinator, not an async block: the block would hold the
+        // invoked future twice (captured, and being awaited), and a
+        // produce's boxed future is one of these.
+        self.invoke_on(owner, work)
+            .map(|invoked| invoked.and_then(std::convert::identity))
     }
 
     /// [`Shard::invoke_on`] that waits for room in a full mailbox instead
