@@ -443,23 +443,37 @@ impl Replica {
         let Role::Leader(leader) = &self.role else {
             return;
         };
-        let mut ends: Vec<Offset> = leader
+        let end_of = |replica: &ReplicaId| {
+            if *replica == self.id {
+                self.durable_end
+            } else {
+                leader
+                    .followers
+                    .get(replica)
+                    .map_or(Offset(0), |progress| progress.acked_end)
+            }
+        };
+        // The highest end a majority reached: the majority-th largest. This
+        // runs on every durable append, so it counts over the handful of
+        // replicas instead of collecting and sorting them.
+        let majority = leader.replicas.len() / 2 + 1;
+        let reached_by_majority = |end: &Offset| {
+            leader
+                .replicas
+                .iter()
+                .filter(|replica| end_of(replica) >= *end)
+                .count()
+                >= majority
+        };
+        let Some(candidate) = leader
             .replicas
             .iter()
-            .map(|replica| {
-                if *replica == self.id {
-                    self.durable_end
-                } else {
-                    leader
-                        .followers
-                        .get(replica)
-                        .map_or(Offset(0), |progress| progress.acked_end)
-                }
-            })
-            .collect();
-        ends.sort_unstable_by(|a, b| b.cmp(a));
-        let majority = leader.replicas.len() / 2 + 1;
-        let candidate = ends[majority - 1];
+            .map(end_of)
+            .filter(reached_by_majority)
+            .max()
+        else {
+            return;
+        };
         if candidate > leader.epoch_start && candidate > self.high_watermark {
             self.set_high_watermark(candidate, actions);
         }

@@ -519,6 +519,36 @@ fn the_high_watermark_needs_a_majority_and_the_marker() {
 }
 
 #[test]
+fn the_high_watermark_is_the_end_a_majority_of_five_reached() {
+    const D: ReplicaId = ReplicaId(4);
+    const E: ReplicaId = ReplicaId(5);
+    let mut a = replica(A, &[(1, 0)], 5, 1);
+    lead(&mut a, 2, &[A, B, C, D, E]);
+    // The marker at 5, then records 6..=19.
+    for base in 5..20 {
+        a.on_local_append(BatchMeta {
+            base: o(base),
+            last: o(base),
+            epoch: e(2),
+        });
+    }
+    assert!(high_watermarks(&a.on_local_durable(o(20))).is_empty());
+    assert!(high_watermarks(&a.on_push_ack(&ok(B, 2, 12), 1).unwrap()).is_empty());
+    // A at 20, B and C at 12: three of five reached 12.
+    assert_eq!(
+        high_watermarks(&a.on_push_ack(&ok(C, 2, 12), 2).unwrap()),
+        vec![o(12)]
+    );
+    // 20, 15, 12, 12: the third largest is still 12.
+    assert!(high_watermarks(&a.on_push_ack(&ok(D, 2, 15), 3).unwrap()).is_empty());
+    // 20, 17, 15, 12, 12: now 15.
+    assert_eq!(
+        high_watermarks(&a.on_push_ack(&ok(E, 2, 17), 4).unwrap()),
+        vec![o(15)]
+    );
+}
+
+#[test]
 fn acknowledgements_of_other_epochs_are_ignored() {
     let mut a = leader(&[(1, 0)], 5, 3);
     a.on_local_durable(o(6));
