@@ -28,10 +28,10 @@ use crate::partition::PartitionError;
 use crate::runtime::shard::Shard;
 
 /// One partition's part of a produce: where its batch lies in the body.
+/// The partitions of one topic share its name.
 struct Target {
-    topic: String,
+    topic: Rc<str>,
     partition: u32,
-    records: Range<usize>,
 }
 
 /// How long a replicated produce waits for its acknowledgement when the
@@ -87,7 +87,7 @@ pub(super) async fn produce(
     // (see `net::connection`); the throttle that earned goes into this
     // response.
     let throttle = caller.throttle.given();
-    let (acks, timeout, targets) = {
+    let (acks, timeout, targets, ranges) = {
         let (request, raw) = decode_request::<ProduceRequest>(&body).map_err(refused)?;
         let acks = match request.acks {
             ArchivedAcks::Leader => Acks::Leader,
@@ -98,29 +98,29 @@ pub(super) async fn produce(
             millis => Duration::from_millis(u64::from(millis)),
         };
         let entries = partition_records(request, raw).map_err(refused)?;
-        let targets: Vec<Target> = entries
-            .iter()
-            .map(|entry| Target {
-                topic: entry.topic.to_owned(),
+        let mut targets: Vec<Target> = Vec::with_capacity(entries.len());
+        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let topic = match targets.last() {
+                Some(last) if *last.topic == *entry.topic => Rc::clone(&last.topic),
+                _ => Rc::from(entry.topic),
+            };
+            targets.push(Target {
+                topic,
                 partition: entry.partition.partition.to_native(),
-                records: body.range_of(entry.records),
-            })
-            .collect();
-        (acks, timeout, targets)
+            });
+            ranges.push(body.range_of(entry.records));
+        }
+        (acks, timeout, targets, ranges)
     };
     // Each batch is cut out of the request body, not copied: the leader
     // stamps its offset and epoch in place and the log keeps it.
-    let ranges: Vec<Range<usize>> = targets
-        .iter()
-        .map(|target| target.records.clone())
-        .collect();
     let batches = body.split_into(&ranges);
     // Started in request order, synchronously up to offset assignment (or
     // queueing to the owner), so that pipelined produces keep their order.
     let mut pending = Vec::with_capacity(targets.len());
-    let mut order: Vec<(String, u32)> = Vec::with_capacity(targets.len());
     let mut owned_producer_id = None;
-    for (target, batch) in targets.into_iter().zip(batches) {
+    for (target, batch) in targets.iter().zip(batches) {
         let located = if let Err(error) = access.topic(Operation::Produce, &target.topic) {
             Err(error)
         } else if let Err(error) = check_producer_id(shard, access, &batch, &mut owned_producer_id)
@@ -138,20 +138,20 @@ pub(super) async fn produce(
             shard.locate(&target.topic, target.partition)
         };
         let future = match located {
-            // Boxed: the append's state machine is kilobytes, and join_all
-            // moves each future it holds when it finishes (memcpy of those
-            // was 8% of a shard's CPU with one-record batches).
+            // Boxed: join_all moves each future it holds when it finishes
+            // (memcpy of those was 8% of a shard's CPU with one-record
+            // batches).
             Ok((id, owner)) => Either::Left(Box::pin(
                 shard.produce(id, owner, batch, received, acks, timeout),
             )),
             Err(error) => Either::Right(ready(Err(error))),
         };
         pending.push(future);
-        order.push((target.topic, target.partition));
     }
     let results = join_all(pending).await;
     let mut topics: Vec<ProduceTopicResponse> = Vec::new();
-    for ((topic, partition), result) in order.into_iter().zip(results) {
+    for (target, result) in targets.iter().zip(results) {
+        let partition = target.partition;
         let response = match result {
             Ok(produced) => ProducePartitionResponse {
                 partition,
@@ -174,9 +174,9 @@ pub(super) async fn produce(
             }
         };
         match topics.last_mut() {
-            Some(last) if last.name == topic => last.partitions.push(response),
+            Some(last) if *last.name == *target.topic => last.partitions.push(response),
             _ => topics.push(ProduceTopicResponse {
-                name: topic,
+                name: target.topic.to_string(),
                 partitions: vec![response],
             }),
         }
