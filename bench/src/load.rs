@@ -268,6 +268,9 @@ pub struct ProduceReport {
     pub append_latency: Latency,
     /// Records dropped at a full buffer (`--shed`).
     pub shed: u64,
+    /// The longest time between two acknowledgements (of any producer),
+    /// ms: the stall a leader change or a pause caused.
+    pub max_ack_gap_ms: f64,
     /// Each schedule step's figures.
     pub steps: Vec<StepReport>,
     /// Per second of the run: records acknowledged in it.
@@ -352,6 +355,10 @@ struct Shared {
     acknowledged: AtomicU64,
     errors: AtomicU64,
     shed: AtomicU64,
+    /// Microseconds from the start to the latest acknowledgement, and the
+    /// longest time between two (over all producers).
+    last_ack_us: AtomicU64,
+    max_ack_gap_us: AtomicU64,
     first_error: Mutex<Option<String>>,
     /// Merged from every producer at its end.
     timeline: Mutex<Timeline>,
@@ -426,6 +433,8 @@ pub async fn run_producers(
         acknowledged: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         shed: AtomicU64::new(0),
+        last_ack_us: AtomicU64::new(0),
+        max_ack_gap_us: AtomicU64::new(0),
         first_error: Mutex::new(None),
         timeline: Mutex::new(Timeline::new(&schedule)),
     });
@@ -510,6 +519,7 @@ pub async fn run_producers(
         megabytes_per_second: (acknowledged * args.record_bytes as u64) as f64 / seconds / 1e6,
         append_latency: Latency::of(&histogram),
         shed: shared.shed.load(Ordering::Relaxed),
+        max_ack_gap_ms: shared.max_ack_gap_us.load(Ordering::Relaxed) as f64 / 1000.0,
         steps,
         acknowledged_per_second: timeline.second_acknowledged[..used_seconds].to_vec(),
         p99_us_per_second: timeline.second_latency[..used_seconds]
@@ -699,6 +709,17 @@ impl<'a> Tally<'a> {
         if let Some(second) = timeline.second_latency.get_mut(due_second) {
             second.saturating_record(micros);
         }
+        let acked_us =
+            u64::try_from(acked.duration_since(self.start).as_micros()).unwrap_or(u64::MAX);
+        let previous = self
+            .shared
+            .last_ack_us
+            .fetch_max(acked_us, Ordering::Relaxed);
+        if previous > 0 && acked_us > previous {
+            self.shared
+                .max_ack_gap_us
+                .fetch_max(acked_us - previous, Ordering::Relaxed);
+        }
         let acked_second = acked.duration_since(self.start).as_secs() as usize;
         if let Some(count) = timeline.second_acknowledged.get_mut(acked_second) {
             *count += 1;
@@ -770,6 +791,10 @@ pub fn print_produce(title: &str, report: &ProduceReport) {
         report.records_per_second, report.megabytes_per_second
     );
     print_latency("  append latency (due time to ack)", &report.append_latency);
+    println!(
+        "  longest time between two acknowledgements: {:.1} ms",
+        report.max_ack_gap_ms
+    );
 }
 
 /// Prints percentiles in milliseconds.

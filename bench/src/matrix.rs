@@ -432,6 +432,28 @@ impl<'a> Cluster<'a> {
             .collect()
     }
 
+    /// Waits until no follower lags (`corelog_replica_lag_records`,
+    /// summed over the brokers, 0 in two reads in a row), at most
+    /// [`CATCH_UP_MAX`]; returns how long that took, `None` if it never
+    /// did.
+    fn wait_caught_up(&self) -> Result<Option<Duration>, String> {
+        let started = Instant::now();
+        let mut quiet_reads = 0;
+        while started.elapsed() < CATCH_UP_MAX {
+            let mut lag = 0.0;
+            for i in 1..=self.brokers {
+                let text = scrape(self.args.base_port + 100 + i)?;
+                lag += metric_sum(&text, "corelog_replica_lag_records", "");
+            }
+            quiet_reads = if lag == 0.0 { quiet_reads + 1 } else { 0 };
+            if quiet_reads == 2 {
+                return Ok(Some(started.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Ok(None)
+    }
+
     fn counters(&self) -> Result<Counters, String> {
         let mut counters = Counters::default();
         for (index, pid) in self.pids()?.into_iter().enumerate() {
@@ -552,6 +574,26 @@ fn produce_run(
     })
 }
 
+/// Longest wait for followers to catch up before a capacity probe or the
+/// overload run.
+const CATCH_UP_MAX: Duration = Duration::from_secs(120);
+
+/// Lets the followers catch up with what the last run left them (see
+/// `overload`), and says so when it took a while.
+fn settle(cluster: &Cluster<'_>) -> Result<(), String> {
+    match cluster.wait_caught_up()? {
+        Some(took) if took >= Duration::from_secs(2) => {
+            eprintln!("matrix: followers caught up in {:.0} s", took.as_secs_f64());
+        }
+        Some(_) => {}
+        None => eprintln!(
+            "matrix: followers still behind after {} s; probing anyway",
+            CATCH_UP_MAX.as_secs()
+        ),
+    }
+    Ok(())
+}
+
 /// The overload phase of one cell (see `overload`).
 fn measure_overload(
     args: &MatrixArgs,
@@ -561,6 +603,7 @@ fn measure_overload(
     let own = cell.build.dir.join("corelog-bench");
     let mut probes = Vec::new();
     while let Some(rate) = overload::next_probe(args.rate, &probes) {
+        settle(cluster)?;
         let extra = [
             "--rate".to_owned(),
             rate.to_string(),
@@ -586,6 +629,7 @@ fn measure_overload(
         ));
     }
     let (bench, load_generator) = overload::load_generator(&cell.build.dir)?;
+    settle(cluster)?;
     let extra = [
         "--schedule".to_owned(),
         overload::schedule(capacity, args.overload_seconds),

@@ -8,7 +8,11 @@
 //!    probe in four on this box (600,000/s at RF 1 4×16 where 500,000/s
 //!    passes every time), so the best pass is probed again, and a failed
 //!    second probe falls back to the next best rate. Each probe is a plain
-//!    `corelog-bench produce` run of the build's own load generator.
+//!    `corelog-bench produce` run of the build's own load generator, and
+//!    starts once no follower lags: a probe far past capacity leaves a
+//!    follower behind, and the next probe would measure its catch-up (at
+//!    RF 3 4×16, 200,000/s passed at 99.8% before a 400,000/s probe and
+//!    reached 71.8% after it). The overload run waits for the same.
 //! 2. **Overload**: one run offering half the capacity for 10 s, twice it
 //!    for `--overload-seconds`, then half of it for as long again
 //!    (`--schedule`), with `--shed`: a record that finds its producer's
