@@ -18,6 +18,9 @@
 #   scripts/cluster.sh kill I      SIGKILL broker I (a crash: no shutdown), if
 #                                  its pid file still names that broker's
 #                                  corelogd; returns once the process is gone
+#   scripts/cluster.sh stop I      SIGTERM broker I (a planned stop: it hands its
+#                                  leaderships off first), if its pid file
+#                                  still names it; returns once it is gone
 #   scripts/cluster.sh start I     restart broker I with the flags `up` gives it
 #                                  (the cluster size `up` recorded) and wait
 #                                  until it is unfenced and answers clients;
@@ -258,23 +261,29 @@ up() {
 }
 
 # SIGKILL, as a crash: the broker gets no chance to shut down.
-kill_node() {
-    local i node_dir pid
-    i=$(node_arg kill "${1:-}")
+# Sends signal $2 (KILL or TERM) to broker $3 for command $1 and returns
+# once the process is gone (SIGKILL after 30 s for a TERM it ignores).
+signal_node() {
+    local command=$1 signal=$2 i node_dir pid
+    i=$(node_arg "$command" "${3:-}")
     node_dir="$cluster_dir/node-$i"
     if ! pid=$(running_pid "$node_dir"); then
-        echo "kill: broker $i is not running (no pid file naming its corelogd)" >&2
+        echo "$command: broker $i is not running (no pid file naming its corelogd)" >&2
         exit 1
     fi
-    kill -KILL "$pid"
+    kill "-$signal" "$pid"
     # Gone, or a zombie not yet reaped by whoever inherited it.
-    for _ in $(seq 1 500); do
+    for _ in $(seq 1 3000); do
         [ -d "/proc/$pid" ] || break
         [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break
         sleep 0.01
     done
+    if [ -d "/proc/$pid" ] && [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+        echo "broker $i (pid $pid) ignored SIG$signal for 30 s; killing it"
+        kill -KILL "$pid"
+    fi
     rm -f "$node_dir/pid"
-    echo "killed broker $i (pid $pid) with SIGKILL"
+    echo "stopped broker $i (pid $pid) with SIG$signal"
 }
 
 start() {
@@ -336,7 +345,8 @@ case "${1:-}" in
     up) shift; up "$@" ;;
     down) down ;;
     status) status ;;
-    kill) kill_node "${2:-}" ;;
+    kill) signal_node kill KILL "${2:-}" ;;
+    stop) signal_node stop TERM "${2:-}" ;;
     start) start "${2:-}" ;;
-    *) echo "usage: scripts/cluster.sh up [N] [--tls] | down | status | kill I | start I" >&2; exit 2 ;;
+    *) echo "usage: scripts/cluster.sh up [N] [--tls] | down | status | kill I | stop I | start I" >&2; exit 2 ;;
 esac

@@ -140,6 +140,10 @@ pub struct BrokerConfig {
     pub maintenance_interval_ms: u64,
     /// How long graceful shutdown waits for in-flight requests.
     pub shutdown_timeout_ms: u64,
+    /// How long a stopping cluster member waits for its leaderships to
+    /// move (a controlled shutdown) before it closes its partitions; 0
+    /// skips the wait, and its leaderships move once its session expires.
+    pub controlled_shutdown_timeout_ms: u64,
     /// Settings of new topics, unless `CreateTopics` overrides them.
     pub topic_defaults: TopicConfig,
     /// Partitions of a topic created without a count (the CLI's default).
@@ -219,6 +223,7 @@ impl Default for BrokerConfig {
             producer_state_retention_ms: DEFAULT_RETENTION_MS,
             maintenance_interval_ms: 1_000,
             shutdown_timeout_ms: 10_000,
+            controlled_shutdown_timeout_ms: 10_000,
             topic_defaults: TopicConfig {
                 retention_ms: Some(DEFAULT_RETENTION_MS),
                 retention_bytes: None,
@@ -521,6 +526,11 @@ pub struct Flags {
     /// its first byte, ms [default: 30 s].
     #[arg(long)]
     pub frame_read_timeout_ms: Option<u64>,
+    /// On SIGTERM, wait this long for this broker's leaderships to move to
+    /// other replicas before closing its partitions, ms; 0 skips it
+    /// [default: 10 s].
+    #[arg(long)]
+    pub controlled_shutdown_timeout_ms: Option<u64>,
     /// Cross-shard queue depth per shard [default: 4096].
     #[arg(long)]
     pub shard_queue_depth: Option<u32>,
@@ -645,6 +655,7 @@ struct FileSettings {
     max_in_flight_per_connection: Option<u32>,
     connection_idle_timeout_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
+    controlled_shutdown_timeout_ms: Option<u64>,
     shard_queue_depth: Option<u32>,
     produce_bytes_in_flight_max: Option<u64>,
     disk_reserve_bytes: Option<u64>,
@@ -765,6 +776,7 @@ impl BrokerConfig {
             max_in_flight_per_connection,
             connection_idle_timeout_ms,
             frame_read_timeout_ms,
+            controlled_shutdown_timeout_ms,
             shard_queue_depth,
             produce_bytes_in_flight_max,
             disk_reserve_bytes,

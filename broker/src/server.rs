@@ -227,6 +227,7 @@ pub fn run(config: BrokerConfig) -> Result<(), RunError> {
         "corelogd ready"
     );
     let signalled = wait_for_signal(broker.tls.as_deref());
+    broker.hand_off_leaderships();
     tracing::info!("stopping: finishing in-flight requests and closing partitions");
     broker.stop();
     signalled?;
@@ -269,6 +270,62 @@ impl RunningBroker {
             .iter()
             .map(|endpoint| endpoint.port)
             .collect()
+    }
+
+    /// A controlled shutdown's first step, for a cluster member: asks the
+    /// controller to move this broker's leaderships to other replicas and
+    /// waits (up to `controlled_shutdown_timeout_ms`) until they have,
+    /// while every shard keeps serving, so that producers move to the new
+    /// leaders within an election round instead of a session timeout. A
+    /// single node has nobody to hand them to.
+    pub fn hand_off_leaderships(&self) {
+        let timeout = Duration::from_millis(self.config.controlled_shutdown_timeout_ms);
+        if self.config.is_single_node() || timeout.is_zero() {
+            return;
+        }
+        let Some(shard_zero) = self.senders.first() else {
+            return;
+        };
+        tracing::info!(
+            ?timeout,
+            "controlled shutdown: moving this broker's leaderships"
+        );
+        let started = Instant::now();
+        let left = invoke::invoke_from_outside(
+            shard_zero,
+            move |shard| async move {
+                match shard.cluster() {
+                    Some(role) => role
+                        .member
+                        .leave(timeout)
+                        .await
+                        .map_err(|error| error.to_string()),
+                    None => Err("the broker has not joined the cluster yet".to_owned()),
+                }
+            },
+            // The controller call's own retries, then the wait.
+            timeout + Duration::from_secs(10),
+        );
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        match left {
+            Some(Ok(0)) => tracing::info!(
+                elapsed_ms,
+                "controlled shutdown: this broker leads no partition"
+            ),
+            Some(Ok(left)) => tracing::warn!(
+                elapsed_ms,
+                left,
+                "controlled shutdown: partitions still led here (no other replica could take them); they stay leaderless until this broker is back"
+            ),
+            Some(Err(error)) => tracing::warn!(
+                %error,
+                "controlled shutdown refused: this broker's leaderships move once its session expires"
+            ),
+            None => tracing::warn!(
+                elapsed_ms,
+                "controlled shutdown: no answer in time; this broker's leaderships move once its session expires"
+            ),
+        }
     }
 
     /// Stops gracefully, as on SIGTERM: every shard finishes in-flight work

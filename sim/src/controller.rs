@@ -640,6 +640,13 @@ impl Core {
                 incarnation,
                 metadata_version,
             } => self.heartbeat(from, node, incarnation, metadata_version),
+            Message::Leave { node, incarnation } => {
+                if let Err(refusal) = LeaderWork::leave(self, NodeId(u64::from(node)), incarnation)
+                {
+                    self.world
+                        .log(|| format!("controller {}: leave refused: {refusal}", self.id));
+                }
+            }
             Message::Resign { node, epoch } => {
                 let command = Command::ResignLeader {
                     topic_id: TOPIC,

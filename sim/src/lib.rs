@@ -199,6 +199,8 @@ impl Totals {
         sum.segment_flushes += add.segment_flushes;
         sum.journal_files_reclaimed += add.journal_files_reclaimed;
         sum.controller_crashes += add.controller_crashes;
+        sum.controlled_stops += add.controlled_stops;
+        sum.handed_off += add.handed_off;
         sum.controller_restarts += add.controller_restarts;
         sum.controller_terms += add.controller_terms;
         sum.produce_timeouts += add.produce_timeouts;

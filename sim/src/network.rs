@@ -105,6 +105,14 @@ pub enum Message {
         /// The incarnation refused.
         incarnation: u64,
     },
+    /// Node to controller: this process is shutting down (the broker's
+    /// `LeaveCluster`): fence it and move its leadership now.
+    Leave {
+        /// The node.
+        node: u32,
+        /// Its process incarnation.
+        incarnation: u64,
+    },
     /// Node to controller: this node cannot take the leadership of `epoch`
     /// it was given (the broker's `ResignLeadership`).
     Resign {

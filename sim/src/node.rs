@@ -159,6 +159,10 @@ pub struct Stats {
     pub journal_files_reclaimed: u64,
     /// Controller process crashes injected.
     pub controller_crashes: u64,
+    /// Controlled shutdowns: a leading node asked to leave, then stopped.
+    pub controlled_stops: u64,
+    /// Of those, the ones whose leadership had moved before the stop.
+    pub handed_off: u64,
     /// Controller processes restarted.
     pub controller_restarts: u64,
     /// Raft terms in which a controller process led.
@@ -322,6 +326,9 @@ struct Process {
     published: RefCell<Option<Published>>,
     registered: Cell<bool>,
     last_heartbeat_ms: Cell<u64>,
+    /// A controlled shutdown began: it stops once its leadership moved,
+    /// or at this time.
+    leaving_until_ms: Cell<Option<u64>>,
 }
 
 /// One simulated broker.
@@ -416,6 +423,7 @@ impl Node {
             published: RefCell::new(None),
             registered: Cell::new(false),
             last_heartbeat_ms: Cell::new(0),
+            leaving_until_ms: Cell::new(None),
         });
         self.process = Some(process.clone());
         let executor = self.world.executor.clone();
@@ -684,7 +692,10 @@ impl Node {
         if let Some(replica) = &replica {
             replica.tick();
         }
-        if now >= process.last_heartbeat_ms.get() + self.settings.heartbeat_ms {
+        // A leaving process goes silent, as the broker does.
+        if process.leaving_until_ms.get().is_none()
+            && now >= process.last_heartbeat_ms.get() + self.settings.heartbeat_ms
+        {
             process.last_heartbeat_ms.set(now);
             let message = if process.registered.get() {
                 Message::Heartbeat {
@@ -759,6 +770,44 @@ impl Node {
                 Err(error) => world.log(|| format!("{id}: journal reclaim failed: {error}")),
             }
         });
+    }
+
+    /// Starts a controlled shutdown (the broker's SIGTERM): asks the
+    /// controller to move this node's leadership, and stops heartbeating;
+    /// [`Node::ready_to_stop`] says when to stop it. False when down or
+    /// already leaving.
+    pub fn leave(&mut self, until_ms: u64) -> bool {
+        let Some(process) = &self.process else {
+            return false;
+        };
+        if process.leaving_until_ms.replace(Some(until_ms)).is_some() {
+            return false;
+        }
+        let message = Message::Leave {
+            node: self.id,
+            incarnation: self.incarnation,
+        };
+        self.world.send_to_controllers(self.endpoint(), &message);
+        true
+    }
+
+    /// For a leaving process: `Some(true)` once the published leadership
+    /// is another node's (or none), `Some(false)` when its wait ran out;
+    /// `None` while it should keep serving, or when it is not leaving.
+    #[must_use]
+    pub fn ready_to_stop(&self) -> Option<bool> {
+        let process = self.process.as_ref()?;
+        let until_ms = process.leaving_until_ms.get()?;
+        let moved = process
+            .published
+            .borrow()
+            .as_ref()
+            .is_some_and(|published| published.leader != Some(self.id));
+        if moved {
+            Some(true)
+        } else {
+            (self.world.now_ms() >= until_ms).then_some(false)
+        }
     }
 
     /// Crashes the process: its tasks stop where they are, only synced

@@ -82,6 +82,11 @@ pub struct SimConfig {
     /// marker's commitment, with an older epoch's suffix perhaps on a
     /// majority (Raft fig. 8).
     pub first_ack_crash_per_million: u64,
+    /// Chance per tick that a leading node starts a controlled shutdown,
+    /// per million: it asks the controller to move its leadership, stops
+    /// once it moved (or after a session timeout), and restarts after a
+    /// down time.
+    pub leave_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
     /// Chance per tick that a partition forms, per million.
@@ -268,6 +273,7 @@ impl SimConfig {
                 rng.below(200_000)
             },
             fig8_schedule: false,
+            leave_per_million: 0,
         };
         // One seed in eight follows the fig. 8 schedule: it brings its own
         // crashes and cuts, and a lossy network or random crashes would
@@ -312,6 +318,16 @@ impl SimConfig {
         if !config.fig8_schedule && rng.below(16) == 0 {
             config.make_slow_and_faultless(rng);
         }
+        // Controlled shutdowns in half the seeds with random faults, drawn
+        // after everything else.
+        let leave_per_million = if rng.below(2) == 0 {
+            rng.between(1_000, 20_000)
+        } else {
+            0
+        };
+        if !config.fig8_schedule && !config.node.faultless {
+            config.leave_per_million = leave_per_million;
+        }
         config
     }
 
@@ -324,6 +340,7 @@ impl SimConfig {
         self.first_ack_crash_per_million = 0;
         self.partition_per_million = 0;
         self.controller_crash_per_million = 0;
+        self.leave_per_million = 0;
     }
 
     /// An overloaded cluster, as the leaders see it: no crash, cut or
@@ -688,6 +705,23 @@ impl Sim {
                 .chance_per_million(self.config.maintain_per_million);
             node.tick(maintain);
         }
+        let stopping: Vec<(u32, bool)> = self
+            .nodes
+            .values()
+            .filter_map(|node| Some((node.id(), node.ready_to_stop()?)))
+            .collect();
+        for (id, handed_off) in stopping {
+            self.world.log(|| {
+                format!(
+                    "{id}: stops after its controlled shutdown (leadership moved: {handed_off})"
+                )
+            });
+            let mut stats = self.stats.borrow_mut();
+            stats.controlled_stops += 1;
+            stats.handed_off += u64::from(handed_off);
+            drop(stats);
+            self.crash(id, Restart::AfterDownTime);
+        }
         self.controller.tick();
         let timestamp = wall_clock(self.world.now_ms());
         for client in self.clients.values_mut() {
@@ -851,6 +885,16 @@ impl Sim {
             }
             if !self.nodes[&id].is_down() && self.rng.chance_per_million(chance) {
                 self.crash(id, Restart::AfterDownTime);
+            } else if leading.is_some()
+                && self.rng.chance_per_million(self.config.leave_per_million)
+            {
+                let until_ms = now_ms + self.config.controller.session_timeout.as_millis() as u64;
+                if let Some(node) = self.nodes.get_mut(&id)
+                    && node.leave(until_ms)
+                {
+                    self.world
+                        .log(|| format!("{id}: controlled shutdown, stops by {until_ms}"));
+                }
             }
         }
         for id in self.controller.ids() {

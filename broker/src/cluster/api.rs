@@ -401,6 +401,12 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                     .map(|_| 0),
                 Err((code, reason)) => Err(ControllerRequestError::refused(code, reason)),
             },
+            ControllerOp::LeaveCluster {
+                node_id,
+                incarnation,
+            } => controller
+                .leave(NodeId(u64::from(node_id)), incarnation)
+                .map(|()| 0),
             ControllerOp::DeleteAcl { acl } => match super::access_rules::binding(&acl) {
                 Ok(binding) => controller
                     .alter_access(Command::DeleteAcl { binding })

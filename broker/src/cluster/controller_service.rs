@@ -437,6 +437,28 @@ impl ControllerService {
             })
     }
 
+    /// `node` (process `incarnation`) is shutting down (leader only):
+    /// fences it now and keeps it fenced, so that its leaderships move
+    /// while it still replicates (see [`LeaderWork::leave`]).
+    ///
+    /// # Errors
+    /// `NOT_CONTROLLER`, or `STALE_BROKER_INCARNATION` when that process is
+    /// not the registered one.
+    pub fn leave(
+        self: &Rc<Self>,
+        node: NodeId,
+        incarnation: u64,
+    ) -> Result<(), ControllerRequestError> {
+        if !self.is_leader() {
+            return Err(ControllerRequestError::NotController {
+                leader: self.leader(),
+            });
+        }
+        LeaderWork::leave(self, node, incarnation).map_err(|refusal| {
+            ControllerRequestError::refused(ErrorCode::StaleBrokerIncarnation, refusal.to_string())
+        })
+    }
+
     /// The creation of `topic` as this leader would propose it: placed
     /// over the live brokers and checked against the metadata by the state
     /// machine's own rules. Changes nothing (`validate_only` requests stop

@@ -115,6 +115,31 @@ impl LeaderWork {
         LeaderWork::run_elections(host)
     }
 
+    /// `node` (process `incarnation`) is shutting down: fences it now, so
+    /// that its leaderships are elected elsewhere while it still serves as
+    /// a follower, and keeps it fenced (see [`SessionBook::leave`]).
+    ///
+    /// # Errors
+    /// [`HeartbeatRefusal`] when `node` is not registered with that
+    /// incarnation.
+    pub fn leave<H: LeaderHost>(
+        host: &Rc<H>,
+        node: NodeId,
+        incarnation: u64,
+    ) -> Result<(), HeartbeatRefusal> {
+        let fence = host.with_node(|controller| {
+            host.leader_work()
+                .sessions
+                .borrow_mut()
+                .leave(controller.state(), node, incarnation)
+        })?;
+        tracing::info!(%node, incarnation, "broker is shutting down: moving its leaderships");
+        if let Some(command) = fence {
+            LeaderWork::propose_fence(host, node, command);
+        }
+        Ok(())
+    }
+
     fn fence_expired<H: LeaderHost>(host: &Rc<H>) {
         let now = host.executor().now();
         let fences = host.with_node(|controller| {
@@ -127,23 +152,29 @@ impl LeaderWork {
             let Command::FenceBroker { node } = command else {
                 continue;
             };
-            let timeout = host.leader_work().sessions().timeout();
-            tracing::warn!(%node, ?timeout, "broker session expired: fencing it");
-            let task = host.clone();
-            spawn(host.executor(), async move {
-                let fenced = task.propose(command).await;
-                task.leader_work().sessions.borrow_mut().settled(node);
-                match fenced {
-                    // Its leaderships move now rather than at the next tick.
-                    Ok(()) => {
-                        LeaderWork::run_elections(&task);
-                    }
-                    Err(error) => {
-                        tracing::debug!(%node, %error, "fence not applied; the next tick retries");
-                    }
-                }
-            });
+            if !host.leader_work().sessions().is_leaving(node) {
+                let timeout = host.leader_work().sessions().timeout();
+                tracing::warn!(%node, ?timeout, "broker session expired: fencing it");
+            }
+            LeaderWork::propose_fence(host, node, command);
         }
+    }
+
+    fn propose_fence<H: LeaderHost>(host: &Rc<H>, node: NodeId, command: Command) {
+        let task = host.clone();
+        spawn(host.executor(), async move {
+            let fenced = task.propose(command).await;
+            task.leader_work().sessions.borrow_mut().settled(node);
+            match fenced {
+                // Its leaderships move now rather than at the next tick.
+                Ok(()) => {
+                    LeaderWork::run_elections(&task);
+                }
+                Err(error) => {
+                    tracing::debug!(%node, %error, "fence not applied; the next tick retries");
+                }
+            }
+        });
     }
 
     /// Starts the election rounds due now, each on its own task; returns

@@ -193,6 +193,9 @@ pub struct ClusterMember {
     producer_ids: RefCell<Range<i64>>,
     /// Held while a new block is reserved.
     allocating: async_lock::Mutex<()>,
+    /// A controlled shutdown began: no more heartbeats, which could
+    /// unfence this broker at a controller leader that does not know.
+    leaving: Cell<bool>,
 }
 
 impl std::fmt::Debug for ClusterMember {
@@ -230,6 +233,7 @@ impl ClusterMember {
             single_node,
             producer_ids: RefCell::new(0..0),
             allocating: async_lock::Mutex::new(()),
+            leaving: Cell::new(false),
         })
     }
 
@@ -406,7 +410,7 @@ impl ClusterMember {
         // would only fence it and leave every partition leaderless while
         // it closes them (one warning and one Raft entry each): it
         // heartbeats until the process ends.
-        while self.single_node || !host.is_stopping() {
+        while self.single_node || !(host.is_stopping() || self.leaving.get()) {
             if !self.registered.get() {
                 match self.call(&self.registration).await {
                     Ok(_) => {
@@ -744,6 +748,40 @@ impl ClusterMember {
                 format!("{what} was changed but this broker does not show it yet; it will shortly"),
             ))
         }
+    }
+
+    /// A controlled shutdown: asks the controller to fence this broker,
+    /// so that its leaderships are elected on other replicas while it
+    /// still serves them as a follower, and waits up to `timeout` until
+    /// the metadata shows it leads nothing. Returns how many partitions it
+    /// still leads (those with no other replica in sync stay leaderless
+    /// until it is back).
+    ///
+    /// # Errors
+    /// When the controller cannot be reached or refuses (one of an
+    /// earlier release does not know the request): the broker then stops
+    /// as before, and its leaderships move once its session expires.
+    pub async fn leave(&self, timeout: Duration) -> Result<usize, PartitionError> {
+        self.leaving.set(true);
+        let request = ControllerOperationRequest {
+            op: ControllerOp::LeaveCluster {
+                node_id: self.node_id,
+                incarnation: self.registration.incarnation,
+            },
+        };
+        self.call(&request).await?;
+        let node = NodeId(u64::from(self.node_id));
+        let led = |state: &MetadataState| {
+            state
+                .topics()
+                .values()
+                .flat_map(|topic| &topic.partitions)
+                .filter(|partition| partition.leader == Some(node))
+                .count()
+        };
+        let deadline = Instant::now() + timeout;
+        wait_until(&self.published, deadline, || led(&self.state.borrow()) == 0).await;
+        Ok(led(&self.state.borrow()))
     }
 
     /// Tells the controller that this broker can no longer lead partition

@@ -1,6 +1,9 @@
 //! The controller leader's view of broker sessions, pure: a broker silent
 //! past the session timeout is fenced, and a fenced broker whose heartbeat
 //! shows it caught up with the metadata of its registration is unfenced.
+//! A broker that is leaving (a controlled shutdown) is fenced at once and
+//! stays fenced until a new process of it registers, so that its
+//! leaderships move before it stops rather than a session timeout after.
 //!
 //! Time comes in as an argument and the fences and unfences to propose go
 //! out as commands; the controller service proposes them through Raft, the
@@ -68,6 +71,8 @@ pub struct SessionBook {
     /// Whether this node has led since it last stopped leading: a new
     /// leader gives every broker a full timeout from its first tick.
     leading: bool,
+    /// The brokers shutting down, by the incarnation that said so.
+    leaving: BTreeMap<NodeId, u64>,
 }
 
 impl SessionBook {
@@ -79,6 +84,7 @@ impl SessionBook {
             sessions: BTreeMap::new(),
             pending: BTreeSet::new(),
             leading: false,
+            leaving: BTreeMap::new(),
         }
     }
 
@@ -91,6 +97,7 @@ impl SessionBook {
     /// `node`'s registration applied at metadata `version`: its session
     /// starts now, and it is unfenced once it reports that version.
     pub fn registered(&mut self, node: NodeId, version: u64, now: Instant) {
+        self.leaving.remove(&node);
         self.sessions.insert(
             node,
             Session {
@@ -133,7 +140,8 @@ impl SessionBook {
         session.last_heartbeat = now;
         session.heard = true;
         let caught_up = metadata_version >= session.registered_version;
-        let unfence = (record.fenced && caught_up && self.pending.insert(node))
+        let leaving = self.leaving.get(&node) == Some(&incarnation);
+        let unfence = (record.fenced && caught_up && !leaving && self.pending.insert(node))
             .then_some(Command::UnfenceBroker { node, incarnation });
         Ok(Heartbeat {
             fenced: record.fenced,
@@ -141,9 +149,45 @@ impl SessionBook {
         })
     }
 
+    /// `node` (the process `incarnation`) is shutting down: the fence to
+    /// propose now, if it is not fenced and has no proposal in flight (the
+    /// next tick proposes it otherwise). It stays fenced, whatever its
+    /// heartbeats say, until a new process registers.
+    ///
+    /// # Errors
+    /// [`HeartbeatRefusal`] when `node` is not registered with that
+    /// incarnation.
+    pub fn leave(
+        &mut self,
+        state: &MetadataState,
+        node: NodeId,
+        incarnation: u64,
+    ) -> Result<Option<Command>, HeartbeatRefusal> {
+        let record = state
+            .brokers()
+            .get(&node)
+            .ok_or(HeartbeatRefusal::NotRegistered { node })?;
+        if record.incarnation != incarnation {
+            return Err(HeartbeatRefusal::StaleIncarnation {
+                node,
+                registered: record.incarnation,
+                got: incarnation,
+            });
+        }
+        self.leaving.insert(node, incarnation);
+        Ok((!record.fenced && self.pending.insert(node)).then_some(Command::FenceBroker { node }))
+    }
+
+    /// Whether `node` said it is shutting down (to this leader).
+    #[must_use]
+    pub fn is_leaving(&self, node: NodeId) -> bool {
+        self.leaving.contains_key(&node)
+    }
+
     /// Leader tick: the fences to propose for unfenced brokers whose
-    /// session expired. The first tick of a leadership gives every broker a
-    /// full timeout from `now` instead (a new leader knows no session).
+    /// session expired or that are leaving. The first tick of a leadership
+    /// gives every broker a full timeout from `now` instead (a new leader
+    /// knows no session).
     pub fn expired(&mut self, state: &MetadataState, now: Instant) -> Vec<Command> {
         if !self.leading {
             self.leading = true;
@@ -164,9 +208,10 @@ impl SessionBook {
             .values()
             .filter(|broker| !broker.fenced)
             .filter(|broker| {
-                self.sessions.get(&broker.id).is_none_or(|session| {
-                    now.saturating_duration_since(session.last_heartbeat) > self.timeout
-                })
+                self.leaving.get(&broker.id) == Some(&broker.incarnation)
+                    || self.sessions.get(&broker.id).is_none_or(|session| {
+                        now.saturating_duration_since(session.last_heartbeat) > self.timeout
+                    })
             })
             .map(|broker| broker.id)
             .collect();
@@ -202,6 +247,8 @@ impl SessionBook {
     pub fn stop_leading(&mut self) {
         self.leading = false;
         self.pending.clear();
+        // A leaving broker asks the next leader again.
+        self.leaving.clear();
     }
 }
 
@@ -363,5 +410,54 @@ mod tests {
         book.settled(NodeId(2));
         book.stop_leading();
         assert!(book.expired(&state, later + ms(500)).is_empty());
+    }
+
+    #[test]
+    fn a_leaving_broker_is_fenced_at_once_and_stays_fenced_until_it_registers_again() {
+        let start = Instant::now();
+        let mut state = MetadataState::default();
+        let mut book = SessionBook::new(ms(100));
+        apply(&mut state, &registered(1, 7));
+        book.registered(NodeId(1), state.version(), start);
+        let unfence = book
+            .heartbeat(&state, NodeId(1), 7, state.version(), start)
+            .unwrap()
+            .unfence
+            .unwrap();
+        apply(&mut state, &unfence);
+        book.settled(NodeId(1));
+
+        assert!(matches!(
+            book.leave(&state, NodeId(1), 6),
+            Err(HeartbeatRefusal::StaleIncarnation { registered: 7, .. })
+        ));
+        assert!(!book.is_leaving(NodeId(1)), "an older process cannot leave");
+        let fence = book.leave(&state, NodeId(1), 7).unwrap();
+        assert_eq!(fence, Some(Command::FenceBroker { node: NodeId(1) }));
+        assert!(book.is_leaving(NodeId(1)));
+        assert_eq!(book.leave(&state, NodeId(1), 7).unwrap(), None, "in flight");
+        // The proposal was lost: the tick proposes it again, long before the
+        // session would expire.
+        book.settled(NodeId(1));
+        assert_eq!(
+            book.expired(&state, start + ms(1)),
+            [Command::FenceBroker { node: NodeId(1) }]
+        );
+        apply(&mut state, &Command::FenceBroker { node: NodeId(1) });
+        book.settled(NodeId(1));
+        let heartbeat = book
+            .heartbeat(&state, NodeId(1), 7, state.version(), start + ms(2))
+            .unwrap();
+        assert!(heartbeat.fenced);
+        assert_eq!(heartbeat.unfence, None, "a leaving broker stays fenced");
+
+        // Its next process registers and is unfenced as usual.
+        apply(&mut state, &registered(1, 8));
+        book.registered(NodeId(1), state.version(), start + ms(3));
+        assert!(!book.is_leaving(NodeId(1)));
+        let heartbeat = book
+            .heartbeat(&state, NodeId(1), 8, state.version(), start + ms(4))
+            .unwrap();
+        assert!(heartbeat.unfence.is_some());
     }
 }

@@ -17,6 +17,7 @@
 
 use std::future::Future;
 use std::rc::Rc;
+use std::time::Duration;
 
 use corelog_wire::error::ErrorCode;
 use futures::FutureExt;
@@ -66,6 +67,27 @@ pub fn stop_all(addresses: &[Address]) {
         // A shard already gone has nothing left to stop.
         let _stopping = address.send(Letter::Stop);
     }
+}
+
+/// Runs `work` on the shard behind `address` from a thread that is not a
+/// shard's (the signal handler's) and blocks until its answer, at most
+/// `timeout`; `None` when the shard is gone or did not answer in time.
+pub fn invoke_from_outside<T, F, Fut>(address: &Address, work: F, timeout: Duration) -> Option<T>
+where
+    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let (reply, answer) = flume::bounded(1);
+    let task: Task = Box::new(move |shard| {
+        glommio::spawn_local(async move {
+            // The asker may have given up waiting: nothing to do.
+            let _answered = reply.send(work(shard).await);
+        })
+        .detach();
+    });
+    address.send_timeout(Letter::Run(task), timeout).ok()?;
+    answer.recv_timeout(timeout).ok()
 }
 
 impl Shard {

@@ -120,6 +120,18 @@ pub enum ControllerOp {
         /// The entity and all its limits.
         quota: QuotaEntryV1,
     } = 11,
+    /// The forwarding broker is shutting down (a controlled shutdown): fence
+    /// it now, so that its leaderships are elected elsewhere while it still
+    /// replicates, and keep it fenced until a new process of it registers.
+    /// A controller of an earlier release refuses this tag; the broker then
+    /// stops as before, its leaderships moving once its session expires.
+    LeaveCluster {
+        /// The leaving broker.
+        node_id: u32,
+        /// The incarnation it registered with: an older process cannot
+        /// fence a newer one.
+        incarnation: u64,
+    } = 12,
 }
 
 /// Forwards one change to the controller leader.
@@ -152,7 +164,7 @@ pub struct ControllerOperationResponse {
     /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0;
     /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0;
     /// for `PutQuota` and `PutQuotaV1`, 1 if the entity had no quota, else 0; for
-    /// `DeleteQuota`, 0.
+    /// `DeleteQuota` and `LeaveCluster`, 0.
     /// `-1` on error.
     pub value: i64,
 }
@@ -231,6 +243,12 @@ pub(crate) mod tests {
             ),
             crate::message::describe_quotas::tests::entry_v1()
                 .prop_map(|quota| ControllerOp::PutQuotaV1 { quota }),
+            (any::<u32>(), any::<u64>()).prop_map(|(node_id, incarnation)| {
+                ControllerOp::LeaveCluster {
+                    node_id,
+                    incarnation,
+                }
+            }),
         ]
     }
 
@@ -330,6 +348,11 @@ pub(crate) mod tests {
             groups: None,
         };
         assert_eq!(archived_tag(&ControllerOp::PutQuotaV1 { quota }), 10 + 1);
+        let leave = ControllerOp::LeaveCluster {
+            node_id: 2,
+            incarnation: 9,
+        };
+        assert_eq!(archived_tag(&leave), 12);
     }
 
     proptest! {
