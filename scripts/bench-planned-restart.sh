@@ -52,12 +52,12 @@ for round in $(seq 1 "$rounds"); do
         load=$!
         sleep "$warmup"
         leader=$("$CORELOG" --json --bootstrap "$bootstrap" topic describe stall \
-            | python3 -c 'import json,sys; print(json.load(sys.stdin)["partition_details"][0]["leader"])')
+            | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["partition_details"][0]["leader"])')
         scripts/cluster.sh stop "$leader" >/dev/null
         wait "$load"
         python3 - "$work/report.json" "$name" "$round" <<'EOF'
 import json, sys
-report = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+report = json.load(open(sys.argv[1]))
 print(f"{sys.argv[2]:<10} {sys.argv[3]:>5} {report['max_ack_gap_ms']:>14.1f} {report['errors']:>8} "
       f"{report['append_latency']['p99_us'] / 1000:>10.1f} {report['acknowledged']:>8}")
 EOF
