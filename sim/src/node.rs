@@ -161,7 +161,8 @@ pub struct Stats {
     pub controller_crashes: u64,
     /// Controlled shutdowns: a leading node asked to leave, then stopped.
     pub controlled_stops: u64,
-    /// Of those, the ones whose leadership had moved before the stop.
+    /// Of those, the ones whose leadership had moved before the stop, and
+    /// sooner than its session would have expired.
     pub handed_off: u64,
     /// Controller processes restarted.
     pub controller_restarts: u64,
@@ -326,9 +327,9 @@ struct Process {
     published: RefCell<Option<Published>>,
     registered: Cell<bool>,
     last_heartbeat_ms: Cell<u64>,
-    /// A controlled shutdown began: it stops once its leadership moved,
-    /// or at this time.
-    leaving_until_ms: Cell<Option<u64>>,
+    /// A controlled shutdown began (at the first time): it stops once
+    /// its leadership moved, or at the second.
+    leaving_until_ms: Cell<Option<(u64, u64)>>,
 }
 
 /// One simulated broker.
@@ -692,12 +693,16 @@ impl Node {
         if let Some(replica) = &replica {
             replica.tick();
         }
-        // A leaving process goes silent, as the broker does.
-        if process.leaving_until_ms.get().is_none()
-            && now >= process.last_heartbeat_ms.get() + self.settings.heartbeat_ms
-        {
+        if now >= process.last_heartbeat_ms.get() + self.settings.heartbeat_ms {
             process.last_heartbeat_ms.set(now);
-            let message = if process.registered.get() {
+            // A leaving process sends no heartbeat, and asks again until
+            // it stops, as the broker's call retries.
+            let message = if process.leaving_until_ms.get().is_some() {
+                Message::Leave {
+                    node: self.id,
+                    incarnation: self.incarnation,
+                }
+            } else if process.registered.get() {
                 Message::Heartbeat {
                     node: self.id,
                     incarnation: self.incarnation,
@@ -780,7 +785,12 @@ impl Node {
         let Some(process) = &self.process else {
             return false;
         };
-        if process.leaving_until_ms.replace(Some(until_ms)).is_some() {
+        let now = self.world.now_ms();
+        if process
+            .leaving_until_ms
+            .replace(Some((now, until_ms)))
+            .is_some()
+        {
             return false;
         }
         let message = Message::Leave {
@@ -791,22 +801,24 @@ impl Node {
         true
     }
 
-    /// For a leaving process: `Some(true)` once the published leadership
-    /// is another node's (or none), `Some(false)` when its wait ran out;
-    /// `None` while it should keep serving, or when it is not leaving.
+    /// For a leaving process: `Some(Some(ms))` once the published
+    /// leadership is another node's (or none), `ms` after the leave began;
+    /// `Some(None)` when its wait ran out; `None` while it should keep
+    /// serving, or when it is not leaving.
     #[must_use]
-    pub fn ready_to_stop(&self) -> Option<bool> {
+    pub fn ready_to_stop(&self) -> Option<Option<u64>> {
         let process = self.process.as_ref()?;
-        let until_ms = process.leaving_until_ms.get()?;
+        let (since_ms, until_ms) = process.leaving_until_ms.get()?;
+        let now = self.world.now_ms();
         let moved = process
             .published
             .borrow()
             .as_ref()
             .is_some_and(|published| published.leader != Some(self.id));
         if moved {
-            Some(true)
+            Some(Some(now - since_ms))
         } else {
-            (self.world.now_ms() >= until_ms).then_some(false)
+            (now >= until_ms).then_some(None)
         }
     }
 

@@ -83,9 +83,9 @@ pub struct SimConfig {
     /// majority (Raft fig. 8).
     pub first_ack_crash_per_million: u64,
     /// Chance per tick that a leading node starts a controlled shutdown,
-    /// per million: it asks the controller to move its leadership, stops
-    /// once it moved (or after a session timeout), and restarts after a
-    /// down time.
+    /// per million: it asks the controller to move its leadership (again
+    /// every heartbeat interval), stops once it moved (or three session
+    /// timeouts later), and restarts after a down time.
     pub leave_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
@@ -705,17 +705,21 @@ impl Sim {
                 .chance_per_million(self.config.maintain_per_million);
             node.tick(maintain);
         }
-        let stopping: Vec<(u32, bool)> = self
+        let stopping: Vec<(u32, Option<u64>)> = self
             .nodes
             .values()
             .filter_map(|node| Some((node.id(), node.ready_to_stop()?)))
             .collect();
-        for (id, handed_off) in stopping {
+        let session_ms = self.config.controller.session_timeout.as_millis() as u64;
+        for (id, moved_after_ms) in stopping {
             self.world.log(|| {
                 format!(
-                    "{id}: stops after its controlled shutdown (leadership moved: {handed_off})"
+                    "{id}: stops after its controlled shutdown (leadership moved after {moved_after_ms:?} ms)"
                 )
             });
+            // Moved sooner than a silent node's session expires: the
+            // controller fenced it on its word, not on its silence.
+            let handed_off = moved_after_ms.is_some_and(|ms| ms < session_ms);
             let mut stats = self.stats.borrow_mut();
             stats.controlled_stops += 1;
             stats.handed_off += u64::from(handed_off);
@@ -888,7 +892,9 @@ impl Sim {
             } else if leading.is_some()
                 && self.rng.chance_per_million(self.config.leave_per_million)
             {
-                let until_ms = now_ms + self.config.controller.session_timeout.as_millis() as u64;
+                // The broker waits 10 s against a 2 s session timeout.
+                let until_ms =
+                    now_ms + 3 * self.config.controller.session_timeout.as_millis() as u64;
                 if let Some(node) = self.nodes.get_mut(&id)
                     && node.leave(until_ms)
                 {

@@ -67,7 +67,8 @@ fn slow_seeds_time_out_without_calling_a_replica_unreachable() {
 /// Half the seeds with random faults stop leaders in a controlled
 /// shutdown (the broker's SIGTERM): the controller fences the node at once
 /// and its leadership is elected elsewhere before it stops, under every
-/// invariant the checker holds the other seeds to.
+/// invariant the checker holds the other seeds to. A controller that
+/// ignores the leave (planted by hand) hands off 7 of 27, and fails this.
 #[test]
 fn controlled_shutdowns_move_leadership_before_the_stop() {
     let totals = match run_seeds(0, 100) {
@@ -75,10 +76,19 @@ fn controlled_shutdowns_move_leadership_before_the_stop() {
         Err(failure) => panic!("{failure}"),
     };
     let stats = totals.stats;
+    println!(
+        "{} controlled stops, {} handed their leadership off first",
+        stats.controlled_stops, stats.handed_off
+    );
     assert!(stats.controlled_stops >= 20, "{stats:?}");
-    // Leadership cannot move when no majority of the others is reachable
-    // (a cut, a crash): those stops wait out their time instead.
-    assert!(stats.handed_off * 2 > stats.controlled_stops, "{stats:?}");
+    // Handed off: moved sooner than the node's session would have expired
+    // (a controller that ignores the leave still moves it then). Not all:
+    // with the controller down, or no majority of the others reachable,
+    // a stop waits out its time.
+    assert!(
+        stats.handed_off * 5 >= stats.controlled_stops * 3,
+        "{stats:?}"
+    );
 }
 
 /// Seed 77 runs random faults; seed 0 follows the fig. 8 schedule.
