@@ -171,6 +171,11 @@ impl From<MemberError> for PartitionError {
     }
 }
 
+/// How long a leaving broker waits for the controller to fence it before
+/// it gives up its controlled shutdown: one Raft commit and one metadata
+/// fetch, with room for a loaded machine.
+const FENCE_WAIT: Duration = Duration::from_secs(2);
+
 /// This broker's membership in the cluster.
 pub struct ClusterMember {
     node_id: u32,
@@ -759,8 +764,9 @@ impl ClusterMember {
     ///
     /// # Errors
     /// When the controller cannot be reached or refuses (one of an
-    /// earlier release does not know the request): the broker then stops
-    /// as before, and its leaderships move once its session expires.
+    /// earlier release does not know the request), or does not fence this
+    /// broker within [`FENCE_WAIT`]: the broker then stops as before, and
+    /// its leaderships move once its session expires.
     pub async fn leave(&self, timeout: Duration) -> Result<usize, PartitionError> {
         self.leaving.set(true);
         let request = ControllerOperationRequest {
@@ -771,6 +777,27 @@ impl ClusterMember {
         };
         self.call(&request).await?;
         let node = NodeId(u64::from(self.node_id));
+        // The controller fences at once. If it cannot (no quorum of
+        // voters: the rest of the cluster is stopping too), nothing will
+        // move, and waiting the whole timeout would only delay the stop.
+        let fenced = |state: &MetadataState| {
+            state.brokers().get(&node).is_some_and(|broker| {
+                broker.fenced && broker.incarnation == self.registration.incarnation
+            })
+        };
+        let fence_deadline = Instant::now() + FENCE_WAIT.min(timeout);
+        if !wait_until(&self.published, fence_deadline, || {
+            fenced(&self.state.borrow())
+        })
+        .await
+        {
+            return Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "the controller did not fence this broker within {FENCE_WAIT:?} (is a majority of the controller voters up?)"
+                ),
+            ));
+        }
         let led = |state: &MetadataState| {
             state
                 .topics()
