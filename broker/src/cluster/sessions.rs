@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use corelog_controller::{Command, MetadataState, NodeId};
+use corelog_controller::{BrokerRecord, Command, MetadataState, NodeId};
 
 /// A broker's session as the leader sees it.
 #[derive(Clone, Copy, Debug)]
@@ -121,17 +121,7 @@ impl SessionBook {
         metadata_version: u64,
         now: Instant,
     ) -> Result<Heartbeat, HeartbeatRefusal> {
-        let record = state
-            .brokers()
-            .get(&node)
-            .ok_or(HeartbeatRefusal::NotRegistered { node })?;
-        if record.incarnation != incarnation {
-            return Err(HeartbeatRefusal::StaleIncarnation {
-                node,
-                registered: record.incarnation,
-                got: incarnation,
-            });
-        }
+        let record = registered(state, node, incarnation)?;
         let session = self.sessions.entry(node).or_insert(Session {
             last_heartbeat: now,
             registered_version: 0,
@@ -163,17 +153,7 @@ impl SessionBook {
         node: NodeId,
         incarnation: u64,
     ) -> Result<Option<Command>, HeartbeatRefusal> {
-        let record = state
-            .brokers()
-            .get(&node)
-            .ok_or(HeartbeatRefusal::NotRegistered { node })?;
-        if record.incarnation != incarnation {
-            return Err(HeartbeatRefusal::StaleIncarnation {
-                node,
-                registered: record.incarnation,
-                got: incarnation,
-            });
-        }
+        let record = registered(state, node, incarnation)?;
         self.leaving.insert(node, incarnation);
         Ok((!record.fenced && self.pending.insert(node)).then_some(Command::FenceBroker { node }))
     }
@@ -250,6 +230,26 @@ impl SessionBook {
         // A leaving broker asks the next leader again.
         self.leaving.clear();
     }
+}
+
+/// `node`'s record, if the process `incarnation` is the registered one.
+fn registered(
+    state: &MetadataState,
+    node: NodeId,
+    incarnation: u64,
+) -> Result<&BrokerRecord, HeartbeatRefusal> {
+    let record = state
+        .brokers()
+        .get(&node)
+        .ok_or(HeartbeatRefusal::NotRegistered { node })?;
+    if record.incarnation != incarnation {
+        return Err(HeartbeatRefusal::StaleIncarnation {
+            node,
+            registered: record.incarnation,
+            got: incarnation,
+        });
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
