@@ -90,6 +90,7 @@ const TAG_DELETE_QUOTA: u8 = 15;
 const TAG_CREATE_OWNED_TOPIC: u8 = 16;
 /// A [`Command::PutQuota`] that sets topic, partition or group limits.
 const TAG_PUT_QUOTA_WITH_OBJECT_LIMITS: u8 = 17;
+const TAG_SET_BROKER_MAINTENANCE: u8 = 19;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +117,17 @@ pub enum Command {
     FenceBroker {
         /// Its id.
         node: NodeId,
+    },
+    /// Puts the broker in maintenance (its leaderships are elected on
+    /// other replicas and it takes no new ones, but it still follows) or
+    /// takes it out. At most one broker is in maintenance at a time: with
+    /// two, a replica set of three could lose its majority when the first
+    /// of them restarts.
+    SetBrokerMaintenance {
+        /// Its id.
+        node: NodeId,
+        /// In maintenance or not.
+        enabled: bool,
     },
     /// The broker's current incarnation caught up with metadata and may
     /// take replicas and leaderships again.
@@ -285,6 +297,14 @@ pub enum Outcome {
         /// Whether this command unfenced it.
         changed: bool,
     },
+    /// The broker's maintenance is as asked; `changed` is false if it
+    /// already was.
+    BrokerMaintenance {
+        /// Its id.
+        node: NodeId,
+        /// Whether this command changed it.
+        changed: bool,
+    },
     /// The topic exists with this id.
     TopicCreated {
         /// The new, never reused id.
@@ -384,6 +404,11 @@ impl Command {
             Command::FenceBroker { node } => {
                 writer.u8(TAG_FENCE_BROKER);
                 writer.u64(node.0);
+            }
+            Command::SetBrokerMaintenance { node, enabled } => {
+                writer.u8(TAG_SET_BROKER_MAINTENANCE);
+                writer.u64(node.0);
+                writer.bool(*enabled);
             }
             Command::UnfenceBroker { node, incarnation } => {
                 writer.u8(TAG_UNFENCE_BROKER);
@@ -574,6 +599,10 @@ impl Command {
             },
             TAG_FENCE_BROKER => Command::FenceBroker {
                 node: NodeId(reader.u64("node")?),
+            },
+            TAG_SET_BROKER_MAINTENANCE => Command::SetBrokerMaintenance {
+                node: NodeId(reader.u64("node")?),
+                enabled: reader.bool("maintenance")?,
             },
             TAG_UNFENCE_BROKER => Command::UnfenceBroker {
                 node: NodeId(reader.u64("node")?),
@@ -780,6 +809,10 @@ mod tests {
                 incarnation: 7,
             },
             Command::FenceBroker { node: NodeId(2) },
+            Command::SetBrokerMaintenance {
+                node: NodeId(2),
+                enabled: true,
+            },
             Command::UnfenceBroker {
                 node: NodeId(2),
                 incarnation: 3,

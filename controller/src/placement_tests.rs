@@ -14,6 +14,7 @@ fn broker(id: u64, rack: Option<&str>, shard_count: u16) -> BrokerRecord {
         shard_count,
         incarnation: 1,
         fenced: false,
+        maintenance: false,
     }
 }
 

@@ -18,16 +18,18 @@
 //!      · quotas (version 4 and 5): count u32 · (quota, see [`crate::quotas`])*
 //!      · object limits (version 5): count u32 · (entity str
 //!                              · topics, partitions, groups, see [`crate::quotas`])*
-//!      · topic owners (version 5): count u32 · (topic id u64 · principal str)*
+//!      · topic owners (version 5 and 6): count u32 · (topic id u64 · principal str)*
+//!      · brokers in maintenance (version 6): count u32 · (id u64)*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
 //!
 //! A state is written in the oldest version that holds it: without users,
 //! ACLs or quotas as version 1, with users only as version 2, with ACLs but
 //! no quotas as version 3, with quotas but neither object limits nor topic
-//! owners as version 4. Brokers of the releases before read it, so a
-//! rolling upgrade works until the first user (ACL, quota, owned topic or
-//! object limit) is created. Object limits are listed only for the quotas
+//! owners as version 4, without a broker in maintenance as version 5 or
+//! older. Brokers of the releases before read it, so a rolling upgrade
+//! works until the first user (ACL, quota, owned topic, object limit or
+//! maintenance) is created. Object limits are listed only for the quotas
 //! that set them (in entity order, each a quota of the section before);
 //! owners only for the topics that have one (in id order). A topic of an
 //! older state has no owner: it counts for nobody.
@@ -59,8 +61,9 @@ use crate::users::{
 const MAGIC: [u8; 4] = *b"CLMS";
 /// Version 1: no users; version 2: users after the topics; version 3:
 /// ACLs after the users; version 4: quotas after the ACLs; version 5:
-/// object limits and topic owners after the quotas.
-const VERSION: u8 = 5;
+/// object limits and topic owners after the quotas; version 6: the brokers
+/// in maintenance after the owners.
+const VERSION: u8 = 6;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -110,7 +113,13 @@ impl MetadataState {
             .iter()
             .filter(|(_, limits)| limits.has_object_limits())
             .collect();
-        let newest = !owned.is_empty() || !object_limits.is_empty();
+        let in_maintenance: Vec<NodeId> = self
+            .brokers
+            .values()
+            .filter(|broker| broker.maintenance)
+            .map(|broker| broker.id)
+            .collect();
+        let newest = !owned.is_empty() || !object_limits.is_empty() || !in_maintenance.is_empty();
         if self.users.is_empty() && self.acls.is_empty() && self.quotas.is_empty() && !newest {
             return seal(MAGIC, 1, &writer.bytes);
         }
@@ -146,6 +155,13 @@ impl MetadataState {
         for topic in owned {
             writer.u64(topic.id.0);
             writer.str(topic.owner.as_deref().unwrap_or_default());
+        }
+        if in_maintenance.is_empty() {
+            return seal(MAGIC, 5, &writer.bytes);
+        }
+        writer.len(in_maintenance.len());
+        for node in in_maintenance {
+            writer.u64(node.0);
         }
         seal(MAGIC, VERSION, &writer.bytes)
     }
@@ -270,7 +286,10 @@ impl MetadataState {
         }
         if version >= 5 {
             read_object_limits_section(&mut reader, &mut state)?;
-            read_owners_section(&mut reader, &mut state)?;
+            read_owners_section(&mut reader, &mut state, version)?;
+        }
+        if version >= 6 {
+            read_maintenance_section(&mut reader, &mut state)?;
         }
         reader.finish()?;
         state
@@ -278,6 +297,44 @@ impl MetadataState {
             .map_err(|reason| reader.invalid_at("metadata state", 0, reason))?;
         Ok(state)
     }
+}
+
+/// The brokers in maintenance of version 6: registered ones, in
+/// increasing id order, at least one.
+fn read_maintenance_section(
+    reader: &mut Reader<'_>,
+    state: &mut MetadataState,
+) -> Result<(), DecodeError> {
+    let count = reader.len("brokers in maintenance", state.brokers.len(), 8)?;
+    if count == 0 {
+        return Err(reader.invalid_at(
+            "brokers in maintenance",
+            reader.position(),
+            "a state without a broker in maintenance is written as version 5 or older".to_owned(),
+        ));
+    }
+    let mut last: Option<NodeId> = None;
+    for _ in 0..count {
+        let at = reader.position();
+        let node = NodeId(reader.u64("broker in maintenance")?);
+        if last.is_some_and(|last| last >= node) {
+            return Err(reader.invalid_at(
+                "broker in maintenance",
+                at,
+                "brokers in maintenance out of order".to_owned(),
+            ));
+        }
+        last = Some(node);
+        let Some(broker) = state.brokers.get_mut(&node) else {
+            return Err(reader.invalid_at(
+                "broker in maintenance",
+                at,
+                format!("broker {node} is not registered"),
+            ));
+        };
+        broker.maintenance = true;
+    }
+    Ok(())
 }
 
 /// The object limits of version 5: each names a quota of the section
@@ -317,6 +374,7 @@ fn read_object_limits_section(
 fn read_owners_section(
     reader: &mut Reader<'_>,
     state: &mut MetadataState,
+    version: u8,
 ) -> Result<(), DecodeError> {
     // An id and a name: at least 12 bytes.
     let count = reader.len("topic owners", usize::MAX, 12)?;
@@ -338,7 +396,7 @@ fn read_owners_section(
         .quotas
         .values()
         .any(|limits| limits.has_object_limits());
-    if count == 0 && !limited {
+    if count == 0 && !limited && version == 5 {
         return Err(reader.invalid_at(
             "topic owners",
             reader.position(),
@@ -357,6 +415,7 @@ fn read_broker(reader: &mut Reader<'_>) -> Result<BrokerRecord, DecodeError> {
         shard_count: reader.u16("shard count")?,
         incarnation: reader.u64("incarnation")?,
         fenced: reader.bool("fenced")?,
+        maintenance: false,
     })
 }
 
@@ -404,6 +463,23 @@ mod tests {
         assert!(!state.topics().is_empty());
         let bytes = state.encode();
         assert_eq!(MetadataState::decode(&bytes), Ok(state));
+    }
+
+    #[test]
+    fn a_broker_in_maintenance_is_kept_in_version_6_and_only_then() {
+        let mut state = sample_state();
+        assert!(state.encode()[4] <= 5, "nothing needs version 6 yet");
+        let index = state.version() + 1;
+        let command = crate::Command::SetBrokerMaintenance {
+            node: NodeId(2),
+            enabled: true,
+        };
+        assert!(state.apply(index, &command).is_ok());
+        let bytes = state.encode();
+        assert_eq!(bytes[4], 6);
+        let decoded = MetadataState::decode(&bytes).expect("decodes");
+        assert!(decoded.brokers()[&NodeId(2)].maintenance);
+        assert_eq!(decoded, state);
     }
 
     #[test]

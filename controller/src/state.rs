@@ -56,6 +56,10 @@ pub struct BrokerRecord {
     /// and its replicas' state is unknown, so the controller unfences it
     /// (`UnfenceBroker`) once it heartbeats with a current metadata version.
     pub fenced: bool,
+    /// In maintenance (`SetBrokerMaintenance`): it leads nothing (its
+    /// leaderships are elected elsewhere) but still follows. Kept across
+    /// the broker's restarts until disabled.
+    pub maintenance: bool,
 }
 
 /// One partition: its replica set, leader and leader epoch.
@@ -153,6 +157,16 @@ pub enum CommandError {
     /// No such broker.
     #[error("broker {0} is not registered")]
     UnknownBroker(NodeId),
+    /// Another broker is in maintenance already.
+    #[error(
+        "broker {in_maintenance} is in maintenance already; disable it first (one broker at a time, so that every replica set keeps its majority while it restarts)"
+    )]
+    MaintenanceBusy {
+        /// The broker asked for.
+        node: NodeId,
+        /// The broker in maintenance.
+        in_maintenance: NodeId,
+    },
     /// The broker is fenced and can take no replica or leadership.
     #[error("broker {0} is fenced")]
     BrokerFenced(NodeId),
@@ -404,6 +418,7 @@ impl MetadataState {
                 shard_count: *shard_count,
                 incarnation: *incarnation,
                 fenced: true,
+                maintenance: false,
             }),
             Command::FenceBroker { node } => {
                 let broker = self
@@ -413,6 +428,19 @@ impl MetadataState {
                 let changed = !broker.fenced;
                 broker.fenced = true;
                 Ok(Outcome::BrokerFenced {
+                    node: *node,
+                    changed,
+                })
+            }
+            Command::SetBrokerMaintenance { node, enabled } => {
+                self.check_maintenance(*node, *enabled)?;
+                let broker = self
+                    .brokers
+                    .get_mut(node)
+                    .ok_or(CommandError::UnknownBroker(*node))?;
+                let changed = broker.maintenance != *enabled;
+                broker.maintenance = *enabled;
+                Ok(Outcome::BrokerMaintenance {
                     node: *node,
                     changed,
                 })
@@ -583,7 +611,19 @@ impl MetadataState {
             });
         }
         let incarnation = broker.incarnation;
-        self.brokers.insert(node, broker);
+        // Maintenance outlives the process: it is how an operator restarts
+        // a broker without it taking leaderships back in between.
+        let maintenance = self
+            .brokers
+            .get(&node)
+            .is_some_and(|registered| registered.maintenance);
+        self.brokers.insert(
+            node,
+            BrokerRecord {
+                maintenance,
+                ..broker
+            },
+        );
         // A new process cannot continue its predecessor's leaderships: a
         // replica never leads an epoch twice (it may have lost an unsynced
         // tail its followers kept). Leaderless, they are elected again, as
@@ -910,8 +950,39 @@ impl MetadataState {
                     Err(CommandError::UnknownAcl(binding.to_string()))
                 }
             }
+            Command::SetBrokerMaintenance { node, enabled } => {
+                self.check_maintenance(*node, *enabled)
+            }
             _ => Ok(()),
         }
+    }
+
+    /// Whether `node` may be put in maintenance (`enabled`) or out of it.
+    fn check_maintenance(&self, node: NodeId, enabled: bool) -> Result<(), CommandError> {
+        if !self.brokers.contains_key(&node) {
+            return Err(CommandError::UnknownBroker(node));
+        }
+        if enabled
+            && let Some(other) = self
+                .brokers
+                .values()
+                .find(|broker| broker.maintenance && broker.id != node)
+        {
+            return Err(CommandError::MaintenanceBusy {
+                node,
+                in_maintenance: other.id,
+            });
+        }
+        Ok(())
+    }
+
+    /// The broker in maintenance, if any.
+    #[must_use]
+    pub fn broker_in_maintenance(&self) -> Option<NodeId> {
+        self.brokers
+            .values()
+            .find(|broker| broker.maintenance)
+            .map(|broker| broker.id)
     }
 
     fn validate_replicas(&self, partition: u32, replicas: &[Replica]) -> Result<(), CommandError> {
@@ -1006,6 +1077,15 @@ impl MetadataState {
                 return Err(format!("broker {id} is keyed under another id"));
             }
             validate_broker(broker).map_err(|error| error.to_string())?;
+        }
+        if self
+            .brokers
+            .values()
+            .filter(|broker| broker.maintenance)
+            .count()
+            > 1
+        {
+            return Err("more than one broker is in maintenance".to_owned());
         }
         if self.names.len() != self.topics.len() {
             return Err("the name index does not match the topics".to_owned());

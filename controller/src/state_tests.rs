@@ -994,3 +994,55 @@ fn owners_and_object_limits_survive_a_snapshot_and_older_snapshots_read() {
     let decoded = MetadataState::decode(&state.encode()).unwrap();
     assert_eq!(decoded, state);
 }
+
+#[test]
+fn one_broker_at_a_time_is_in_maintenance_and_it_outlives_a_restart() {
+    let mut state = two_live_brokers();
+    let maintenance = |node: u64, enabled: bool| Command::SetBrokerMaintenance {
+        node: NodeId(node),
+        enabled,
+    };
+    assert_eq!(
+        state.apply(state.version() + 1, &maintenance(1, true)),
+        Ok(Outcome::BrokerMaintenance {
+            node: NodeId(1),
+            changed: true,
+        })
+    );
+    assert_eq!(state.broker_in_maintenance(), Some(NodeId(1)));
+    assert_eq!(
+        state.check(&maintenance(2, true)),
+        Err(CommandError::MaintenanceBusy {
+            node: NodeId(2),
+            in_maintenance: NodeId(1),
+        })
+    );
+    assert!(
+        state
+            .apply(state.version() + 1, &maintenance(2, true))
+            .is_err()
+    );
+    assert_eq!(
+        state.apply(state.version() + 1, &maintenance(9, false)),
+        Err(CommandError::UnknownBroker(NodeId(9)))
+    );
+    // A restart registers a new incarnation: still in maintenance.
+    state
+        .apply(state.version() + 1, &register(1, 2, 2))
+        .unwrap();
+    assert!(state.brokers()[&NodeId(1)].maintenance);
+    assert_eq!(
+        state.apply(state.version() + 1, &maintenance(1, false)),
+        Ok(Outcome::BrokerMaintenance {
+            node: NodeId(1),
+            changed: true,
+        })
+    );
+    assert_eq!(state.broker_in_maintenance(), None);
+    assert!(
+        state
+            .apply(state.version() + 1, &maintenance(2, true))
+            .is_ok()
+    );
+    state.check_invariants().unwrap();
+}

@@ -80,6 +80,12 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
             node: NodeId(node),
             incarnation
         }),
+        (any::<u64>(), any::<bool>()).prop_map(|(node, enabled)| {
+            Command::SetBrokerMaintenance {
+                node: NodeId(node),
+                enabled,
+            }
+        }),
         (
             arb_name(),
             any::<bool>(),
@@ -271,6 +277,8 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
         node.clone().prop_map(|node| Command::FenceBroker { node }),
         (node.clone(), 0u64..4)
             .prop_map(|(node, incarnation)| Command::UnfenceBroker { node, incarnation }),
+        (node.clone(), any::<bool>())
+            .prop_map(|(node, enabled)| Command::SetBrokerMaintenance { node, enabled }),
         (
             prop_oneof![Just("a"), Just("b"), Just("__groups"), Just("c.d")],
             any::<bool>(),
