@@ -20,6 +20,21 @@
 //!   keeps electing someone else (a lagging preferred replica loses the
 //!   round, and each round costs the partition a leader change).
 //!
+//! - the leader's broker is in maintenance (its leaderships go elsewhere);
+//! - an operator asked for the leadership to move to one replica
+//!   ([`ElectionBook::request_transfer`]), until it does or
+//!   [`TRANSFER_TIMEOUT`] passes.
+//!
+//! A round that moves a leadership away from a live leader (a transfer,
+//! maintenance) does not query that leader, so that it cannot win: a
+//! majority of the others must answer, and the new leader, the one with
+//! the greatest log among them, holds every committed record all the same.
+//! The old leader learns of the new epoch from its followers, which
+//! promised it and refuse its pushes, and from the metadata; its
+//! unacknowledged appends fail with a retriable `NOT_LEADER`. A broker in
+//! maintenance is queried only when the others cannot form a majority
+//! without it, and is put last in the tie order.
+//!
 //! The bookkeeping ([`ElectionBook`]) lives only on the controller leader
 //! and starts empty in each Raft term.
 
@@ -54,6 +69,8 @@ pub const PREFERRED_BACKOFF_SHIFT_MAX: u32 = 4;
 /// Deadline of one replica query; a replica that misses it counts as not
 /// answering.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a requested leadership transfer keeps being tried.
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Elections in flight at once, over all partitions: bounds the
 /// connections, fsyncs and memory a mass failure costs.
 pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
@@ -105,6 +122,25 @@ pub enum ElectionReason {
     Retry,
     /// The preferred leader is back and caught up.
     PreferredReturn,
+    /// The leader's broker is in maintenance.
+    Maintenance,
+    /// An operator asked for the leadership to move to this broker.
+    Transfer {
+        /// The broker to lead.
+        to: NodeId,
+    },
+}
+
+impl ElectionReason {
+    /// Whether the round moves the leadership away from a live leader, which
+    /// is then not queried.
+    #[must_use]
+    pub fn moves_away(self) -> bool {
+        matches!(
+            self,
+            ElectionReason::Maintenance | ElectionReason::Transfer { .. }
+        )
+    }
 }
 
 impl fmt::Display for ElectionReason {
@@ -115,6 +151,8 @@ impl fmt::Display for ElectionReason {
             ElectionReason::LeaderUnregistered => "leader unregistered",
             ElectionReason::Retry => "retry",
             ElectionReason::PreferredReturn => "preferred leader return",
+            ElectionReason::Maintenance => "leader in maintenance",
+            ElectionReason::Transfer { .. } => "leadership transfer",
         })
     }
 }
@@ -353,6 +391,8 @@ pub struct ElectionBook {
     /// unfenced.
     unfenced_since: BTreeMap<NodeId, (u64, Instant)>,
     in_flight: BTreeSet<(TopicId, u32)>,
+    /// Requested leadership transfers: to whom, since when.
+    transfers: BTreeMap<(TopicId, u32), (NodeId, Instant)>,
 }
 
 impl ElectionBook {
@@ -392,6 +432,32 @@ impl ElectionBook {
         self.in_flight.len()
     }
 
+    /// Asks for the leadership of `partition` of `topic_id` to move to
+    /// `to`: rounds are planned for it, the first at once, until `to`
+    /// leads or [`TRANSFER_TIMEOUT`] passed. Replaces an earlier request
+    /// for the partition.
+    pub fn request_transfer(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        to: NodeId,
+        now: Instant,
+    ) {
+        self.transfers.insert((topic_id, partition), (to, now));
+        if let Some(book) = self.partitions.get_mut(&(topic_id, partition)) {
+            book.last_attempt = None;
+        }
+    }
+
+    /// The broker a transfer of the partition was asked to, while it is
+    /// being tried.
+    #[must_use]
+    pub fn transfer(&self, topic_id: TopicId, partition: u32) -> Option<NodeId> {
+        self.transfers
+            .get(&(topic_id, partition))
+            .map(|(to, _)| *to)
+    }
+
     /// Plans the rounds due at `now`, at most up to
     /// [`ELECTIONS_IN_FLIGHT_MAX`] in flight, and records them as started.
     /// Each must be handed back to [`ElectionBook::finish`].
@@ -402,6 +468,15 @@ impl ElectionBook {
                 .topics()
                 .get(topic_id)
                 .is_some_and(|topic| (*partition as usize) < topic.partitions.len())
+        });
+        let timeout = TRANSFER_TIMEOUT;
+        self.transfers.retain(|(topic_id, partition), (to, since)| {
+            let pending = state
+                .topics()
+                .get(topic_id)
+                .and_then(|topic| topic.partitions.get(*partition as usize))
+                .is_some_and(|record| record.leader != Some(*to));
+            pending && now.saturating_duration_since(*since) < timeout
         });
         let mut planned = Vec::new();
         for topic in state.topics().values() {
@@ -417,7 +492,8 @@ impl ElectionBook {
                     continue;
                 }
                 let book = self.partitions.get(&id).copied().unwrap_or_default();
-                let Some(reason) = self.reason(state, record, &book, now) else {
+                let transfer = self.transfers.get(&id).map(|(to, _)| *to);
+                let Some(reason) = self.reason(state, record, &book, transfer, now) else {
                     continue;
                 };
                 let Some(due) = self.round(state, id, record, &book, reason) else {
@@ -485,6 +561,7 @@ impl ElectionBook {
         state: &MetadataState,
         record: &PartitionRecord,
         book: &PartitionBook,
+        transfer: Option<NodeId>,
         now: Instant,
     ) -> Option<ElectionReason> {
         let retry_allowed = book
@@ -501,6 +578,18 @@ impl ElectionBook {
         if let Some(reason) = lost {
             return retry_allowed.then_some(reason);
         }
+        let in_maintenance = |node: NodeId| {
+            state
+                .brokers()
+                .get(&node)
+                .is_some_and(|broker| broker.maintenance)
+        };
+        if record.leader.is_some_and(in_maintenance) {
+            return retry_allowed.then_some(ElectionReason::Maintenance);
+        }
+        if let Some(to) = transfer {
+            return retry_allowed.then_some(ElectionReason::Transfer { to });
+        }
         if book.retry_at_epoch == Some(record.leader_epoch) {
             return retry_allowed.then_some(ElectionReason::Retry);
         }
@@ -516,7 +605,11 @@ impl ElectionBook {
         let preferred_allowed = book
             .last_preferred_attempt
             .is_none_or(|last| now.saturating_duration_since(last) >= interval);
-        (record.leader != Some(preferred) && settled && preferred_allowed && retry_allowed)
+        (record.leader != Some(preferred)
+            && !in_maintenance(preferred)
+            && settled
+            && preferred_allowed
+            && retry_allowed)
             .then_some(ElectionReason::PreferredReturn)
     }
 
@@ -528,19 +621,51 @@ impl ElectionBook {
         book: &PartitionBook,
         reason: ElectionReason,
     ) -> Option<DueElection> {
-        let replicas = record
-            .replicas
+        let in_maintenance = |node: NodeId| {
+            state
+                .brokers()
+                .get(&node)
+                .is_some_and(|broker| broker.maintenance)
+        };
+        // Tie order: the transfer's target first, then the preferred order
+        // with a broker in maintenance last.
+        let mut order: Vec<NodeId> = record.replicas.iter().map(|replica| replica.node).collect();
+        order.sort_by_key(|node| match reason {
+            ElectionReason::Transfer { to } if *node == to => 0,
+            _ if in_maintenance(*node) => 2,
+            _ => 1,
+        });
+        let replicas = order
             .iter()
-            .map(|replica| replica_id(replica.node))
+            .map(|node| replica_id(*node))
             .collect::<Option<Vec<_>>>()?;
-        let targets = record
-            .replicas
+        let mut members = replicas.clone();
+        members.sort_unstable();
+        members.dedup();
+        let majority = members.len() / 2 + 1;
+        let mut live: Vec<&BrokerRecord> = order
             .iter()
-            .filter_map(|replica| {
-                let broker: &BrokerRecord = state.brokers().get(&replica.node)?;
-                if broker.fenced {
-                    return None;
-                }
+            .filter_map(|node| state.brokers().get(node))
+            .filter(|broker| !broker.fenced)
+            .filter(|broker| !(reason.moves_away() && Some(broker.id) == record.leader))
+            .collect();
+        if live.iter().filter(|broker| !broker.maintenance).count() >= majority {
+            live.retain(|broker| !broker.maintenance);
+        }
+        if reason.moves_away() {
+            // Without a majority of the others the old leader would have
+            // to answer and could win again: leave it leading.
+            let target_answers = match reason {
+                ElectionReason::Transfer { to } => live.iter().any(|broker| broker.id == to),
+                _ => true,
+            };
+            if live.len() < majority || !target_answers {
+                return None;
+            }
+        }
+        let targets = live
+            .into_iter()
+            .filter_map(|broker| {
                 Some(QueryTarget {
                     replica: replica_id(broker.id)?,
                     host: broker.host.clone(),
@@ -995,5 +1120,125 @@ mod tests {
             book.plan(&state, start + ELECTION_RETRY_INTERVAL)
                 .is_empty()
         );
+    }
+
+    fn queried(due: &DueElection) -> Vec<u32> {
+        due.targets.iter().map(|target| target.replica.0).collect()
+    }
+
+    fn maintenance(state: &mut MetadataState, node: u64, enabled: bool) {
+        apply(
+            state,
+            Command::SetBrokerMaintenance {
+                node: NodeId(node),
+                enabled,
+            },
+        );
+    }
+
+    #[test]
+    fn a_transfer_queries_the_others_with_its_target_first_until_the_target_leads() {
+        let mut state = cluster();
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        book.request_transfer(TOPIC, 0, NodeId(3), start);
+        let due = book.plan(&state, start).remove(0);
+        assert_eq!(due.reason, ElectionReason::Transfer { to: NodeId(3) });
+        // The leader is not asked, so it cannot win again.
+        assert_eq!(queried(&due), vec![3, 2]);
+        assert_eq!(due.replicas, vec![ReplicaId(3), ReplicaId(1), ReplicaId(2)]);
+        // Equal logs: the target wins the tie.
+        let answers = [
+            state_answer(&due, 2, Some(0), 10),
+            state_answer(&due, 3, Some(0), 10),
+        ];
+        assert_eq!(
+            decide(due.new_epoch, &due.replicas, &answers),
+            Decision::Elect {
+                leader: ReplicaId(3),
+                epoch: due.new_epoch,
+            }
+        );
+        book.finish(
+            &due,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(3)),
+            },
+        );
+        set_leader(&mut state, Some(3), due.new_epoch.0);
+        assert_eq!(book.transfer(TOPIC, 0), Some(NodeId(3)));
+        assert!(book.plan(&state, start + ms(600)).is_empty());
+        assert_eq!(book.transfer(TOPIC, 0), None, "done once the target leads");
+    }
+
+    #[test]
+    fn a_transfer_that_cannot_reach_its_target_or_a_majority_waits_and_expires() {
+        let mut state = cluster();
+        apply(&mut state, Command::FenceBroker { node: NodeId(2) });
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        // Without the leader, 3 alone is no majority of three.
+        book.request_transfer(TOPIC, 0, NodeId(3), start);
+        assert!(book.plan(&state, start).is_empty());
+        // The target fenced: nothing to ask.
+        let mut state = cluster();
+        apply(&mut state, Command::FenceBroker { node: NodeId(3) });
+        assert!(book.plan(&state, start + ms(100)).is_empty());
+        assert_eq!(book.transfer(TOPIC, 0), Some(NodeId(3)));
+        assert!(book.plan(&state, start + TRANSFER_TIMEOUT).is_empty());
+        assert_eq!(book.transfer(TOPIC, 0), None, "expired");
+    }
+
+    #[test]
+    fn a_leader_in_maintenance_hands_over_and_its_broker_leads_nothing_again() {
+        let mut state = cluster();
+        maintenance(&mut state, 1, true);
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        let due = book.plan(&state, start).remove(0);
+        assert_eq!(due.reason, ElectionReason::Maintenance);
+        assert_eq!(queried(&due), vec![2, 3]);
+        assert_eq!(due.replicas, vec![ReplicaId(2), ReplicaId(3), ReplicaId(1)]);
+        book.finish(
+            &due,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(2)),
+            },
+        );
+        set_leader(&mut state, Some(2), due.new_epoch.0);
+        // The preferred leader in maintenance gets no leadership back, and
+        // a new election does not ask it while the others can answer.
+        for step in 1..100 {
+            assert!(book.plan(&state, start + ms(step * 1_000)).is_empty());
+        }
+        set_leader(&mut state, None, due.new_epoch.0 + 1);
+        let due = book.plan(&state, start + ms(200_000)).remove(0);
+        assert_eq!(queried(&due), vec![2, 3]);
+        // Out of maintenance, it is preferred again once settled.
+        book.finish(
+            &due,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(2)),
+            },
+        );
+        set_leader(&mut state, Some(2), due.new_epoch.0);
+        maintenance(&mut state, 1, false);
+        let due = book.plan(&state, start + ms(300_000)).remove(0);
+        assert_eq!(due.reason, ElectionReason::PreferredReturn);
+    }
+
+    #[test]
+    fn a_broker_in_maintenance_is_asked_when_the_others_are_no_majority() {
+        let mut state = cluster();
+        maintenance(&mut state, 1, true);
+        apply(&mut state, Command::FenceBroker { node: NodeId(3) });
+        let mut book = ElectionBook::new();
+        // Led by 1 in maintenance, 3 down: moving away needs 2 and 3, so
+        // 1 keeps leading rather than the partition losing its leader.
+        assert!(book.plan(&state, Instant::now()).is_empty());
+        set_leader(&mut state, None, 1);
+        let due = book.plan(&state, Instant::now()).remove(0);
+        assert_eq!(due.reason, ElectionReason::NoLeader);
+        assert_eq!(queried(&due), vec![2, 1]);
     }
 }
