@@ -33,6 +33,7 @@
 mod acls;
 mod cluster_status;
 mod groups;
+mod leadership;
 mod offset_deletion;
 mod quotas;
 mod users;
@@ -65,6 +66,7 @@ pub use self::groups::{
     PartitionLag, PartitionOffset, PartitionReset, ResetOffsets, ResetOutcome, ResetTarget,
     UnansweredBroker,
 };
+pub use self::leadership::{LEADERSHIP_CHANGE_TIMEOUT, Leadership};
 pub use self::offset_deletion::{DeleteOffsets, DeleteOffsetsOutcome, OffsetDeleted};
 pub use self::quotas::Quota;
 pub use self::users::{DEFAULT_ITERATIONS, UserListing};

@@ -8,11 +8,13 @@
 //! which, and which may be asked now: a frozen or cut-off broker would not
 //! answer) and gets the rest as provided methods.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corelog_client::{ClientConfig, Producer, ProducerConfig};
+use corelog_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use corelog_wire::batch::{BatchLimits, batches, decode_records};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::create_topics::{CreatableTopic, CreateTopicsRequest};
@@ -503,4 +505,122 @@ pub trait WireCluster {
             "followers of {topic}/{partition} did not catch up within {PATIENCE:?}: {last}"
         ))
     }
+}
+
+/// One producer appending to one partition at a steady pace on a client
+/// runtime, keeping every acknowledged `(offset, value)` and every failure:
+/// the load of the tests that change a cluster under it.
+#[derive(Debug)]
+pub struct SteadyProducer {
+    acked: Arc<Mutex<Vec<(u64, String)>>>,
+    failed: Arc<Mutex<Vec<(String, String)>>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What a [`SteadyProducer`] saw.
+#[derive(Debug)]
+pub struct SteadyOutcome {
+    /// Every acknowledged record's value, by offset.
+    pub acked: BTreeMap<u64, String>,
+    /// Every failed record's value and error.
+    pub failed: Vec<(String, String)>,
+}
+
+impl SteadyProducer {
+    /// Starts appending `r-0`, `r-1`, … to `partition` of `topic`, one
+    /// record every `pause`, without waiting for acknowledgements.
+    pub fn start(
+        rt: &tokio::runtime::Runtime,
+        producer: Producer,
+        topic: &str,
+        partition: u32,
+        pause: Duration,
+    ) -> SteadyProducer {
+        let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
+        let failed: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let topic = topic.to_owned();
+        let task = {
+            let (acked, failed, stop) = (acked.clone(), failed.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut outcomes = Vec::new();
+                let mut index = 0_u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let value = format!("r-{index}");
+                    index += 1;
+                    let record =
+                        ProducerRecord::new(topic.clone(), value.clone()).partition(partition);
+                    match producer.send(record).await {
+                        Ok(delivery) => {
+                            let (acked, failed) = (acked.clone(), failed.clone());
+                            outcomes.push(tokio::spawn(async move {
+                                match delivery.await {
+                                    Ok(done) => lock(&acked).push((done.offset.0, value)),
+                                    Err(error) => lock(&failed).push((value, error.to_string())),
+                                }
+                            }));
+                        }
+                        Err(error) => lock(&failed).push((value, error.to_string())),
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+                for outcome in outcomes {
+                    let _ = outcome.await;
+                }
+                let _ = producer.close().await;
+            })
+        };
+        SteadyProducer {
+            acked,
+            failed,
+            stop,
+            task,
+        }
+    }
+
+    /// Records acknowledged so far.
+    pub fn acked_count(&self) -> usize {
+        lock(&self.acked).len()
+    }
+
+    /// Records failed so far.
+    pub fn failed_count(&self) -> usize {
+        lock(&self.failed).len()
+    }
+
+    /// Waits until `count` records are acknowledged; panics with `what`
+    /// and the first failures after `patience`.
+    pub fn wait_acked(&self, count: usize, what: &str, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        while self.acked_count() < count {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {} of {count} acknowledged; failures: {:?}",
+                self.acked_count(),
+                lock(&self.failed).iter().take(5).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for `more` acknowledgements beyond those so far.
+    pub fn wait_more(&self, more: usize, what: &str, patience: Duration) {
+        self.wait_acked(self.acked_count() + more, what, patience);
+    }
+
+    /// Stops appending, waits for the outcome of every record sent, and
+    /// returns them.
+    pub fn finish(self, rt: &tokio::runtime::Runtime) -> SteadyOutcome {
+        self.stop.store(true, Ordering::Relaxed);
+        rt.block_on(self.task).expect("the producer task ends");
+        SteadyOutcome {
+            acked: lock(&self.acked).iter().cloned().collect(),
+            failed: lock(&self.failed).clone(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -199,6 +199,10 @@ error_codes! {
         "The broker missed its heartbeats and was fenced; it re-registers.";
     StaleBrokerIncarnation = 74, "STALE_BROKER_INCARNATION", retriable: false,
         "A newer incarnation of this broker registered; this process must stop.";
+    ReplicaNotInSync = 75, "REPLICA_NOT_IN_SYNC", retriable: true,
+        "The replica asked to lead is not in sync with the leader; try again once it has caught up (see `corelog cluster health`).";
+    BrokerInMaintenance = 76, "BROKER_IN_MAINTENANCE", retriable: false,
+        "The broker is in maintenance and takes no leadership; disable its maintenance first, or pick another broker.";
 
     // Authentication and authorization.
     UnsupportedSaslMechanism = 80, "UNSUPPORTED_SASL_MECHANISM", retriable: false,
@@ -339,6 +343,8 @@ mod tests {
         (72, "NOT_CONTROLLER", true),
         (73, "BROKER_FENCED", true),
         (74, "STALE_BROKER_INCARNATION", false),
+        (75, "REPLICA_NOT_IN_SYNC", true),
+        (76, "BROKER_IN_MAINTENANCE", false),
         (80, "UNSUPPORTED_SASL_MECHANISM", false),
         (81, "AUTHENTICATION_FAILED", false),
         (82, "CLUSTER_AUTHORIZATION_FAILED", false),

@@ -110,6 +110,9 @@ pub enum ApiKey {
     DescribeQuotas = 16,
     /// Set or remove a quota.
     AlterQuotas = 17,
+    /// Change the cluster's shape: move a leadership, put a broker in
+    /// maintenance.
+    AlterCluster = 18,
     /// Find the coordinator (broker and shard) of a consumer group.
     FindCoordinator = 20,
     /// Join a consumer group, or rejoin after a rebalance, and get an assignment.
@@ -183,6 +186,7 @@ impl ApiKey {
         ApiKey::AlterAcls,
         ApiKey::DescribeQuotas,
         ApiKey::AlterQuotas,
+        ApiKey::AlterCluster,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
@@ -235,6 +239,7 @@ impl ApiKey {
             15 => Some(ApiKey::AlterAcls),
             16 => Some(ApiKey::DescribeQuotas),
             17 => Some(ApiKey::AlterQuotas),
+            18 => Some(ApiKey::AlterCluster),
             20 => Some(ApiKey::FindCoordinator),
             21 => Some(ApiKey::JoinGroup),
             22 => Some(ApiKey::Heartbeat),
@@ -302,6 +307,7 @@ impl ApiKey {
             ApiKey::AlterAcls => "AlterAcls",
             ApiKey::DescribeQuotas => "DescribeQuotas",
             ApiKey::AlterQuotas => "AlterQuotas",
+            ApiKey::AlterCluster => "AlterCluster",
             ApiKey::PartitionReport => "PartitionReport",
         }
     }
@@ -348,6 +354,7 @@ impl ApiKey {
             | ApiKey::AlterUsers
             | ApiKey::DescribeAcls
             | ApiKey::AlterAcls
+            | ApiKey::AlterCluster
             | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
             // Version 1 also lists the offsets a group holds of deleted
             // topics (issue 35, item 17); version 0 omits them.
@@ -392,6 +399,7 @@ impl ApiKey {
             | ApiKey::AlterAcls
             | ApiKey::DescribeQuotas
             | ApiKey::AlterQuotas
+            | ApiKey::AlterCluster
             | ApiKey::FindCoordinator
             | ApiKey::JoinGroup
             | ApiKey::Heartbeat
@@ -916,6 +924,7 @@ mod tests {
                 (15, "AlterAcls"),
                 (16, "DescribeQuotas"),
                 (17, "AlterQuotas"),
+                (18, "AlterCluster"),
                 (20, "FindCoordinator"),
                 (21, "JoinGroup"),
                 (22, "Heartbeat"),
@@ -942,7 +951,7 @@ mod tests {
         for code in 0..=u16::MAX {
             assert_eq!(
                 ApiKey::from_code(code).map(ApiKey::code),
-                (code <= 17 || (20..=31).contains(&code) || (40..=48).contains(&code))
+                (code <= 18 || (20..=31).contains(&code) || (40..=48).contains(&code))
                     .then_some(code)
             );
         }
@@ -1070,11 +1079,11 @@ mod tests {
     #[test]
     fn unknown_api_key_is_a_typed_error_carrying_the_correlation_id() {
         let mut bytes = request_header().encode(5).unwrap();
-        bytes[4..6].copy_from_slice(&18_u16.to_be_bytes());
+        bytes[4..6].copy_from_slice(&19_u16.to_be_bytes());
         assert_eq!(
             decode_request_header(&bytes, &LIMITS),
             Err(FrameError::UnknownApiKey {
-                api_key: 18,
+                api_key: 19,
                 correlation_id: 0xDEAD_BEEF,
                 body_len: 5
             })

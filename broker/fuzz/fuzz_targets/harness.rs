@@ -486,6 +486,7 @@ fn decode_as(api_key: ApiKey, body: &[u8]) -> Result<(), MessageError> {
         AlterAcls => alter_acls::AlterAclsResponse,
         DescribeQuotas => describe_quotas::DescribeQuotasResponse,
         AlterQuotas => alter_quotas::AlterQuotasResponse,
+        AlterCluster => alter_cluster::AlterClusterResponse,
     )
 }
 

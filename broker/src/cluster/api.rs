@@ -407,6 +407,21 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
             } => controller
                 .leave(NodeId(u64::from(node_id)), incarnation)
                 .map(|()| 0),
+            ControllerOp::ElectLeader {
+                topic_id,
+                partition,
+                to,
+            } => controller
+                .elect_leader(
+                    TopicId(topic_id),
+                    partition,
+                    to.map(|to| NodeId(u64::from(to))),
+                )
+                .map(|to| i64::try_from(to.0).unwrap_or(i64::MAX)),
+            ControllerOp::SetBrokerMaintenance { node_id, enabled } => controller
+                .set_maintenance(NodeId(u64::from(node_id)), enabled)
+                .await
+                .map(i64::from),
             ControllerOp::DeleteAcl { acl } => match super::access_rules::binding(&acl) {
                 Ok(binding) => controller
                     .alter_access(Command::DeleteAcl { binding })

@@ -631,6 +631,131 @@ impl ControllerService {
         }
     }
 
+    /// Asks for the leadership of `partition` of `topic_id` to move to `to`
+    /// (the preferred replica when `None`), if that broker can lead: a
+    /// live, in-sync replica not in maintenance. Returns the broker asked
+    /// to lead; the rounds run in the background (see
+    /// [`super::election::ElectionBook::request_transfer`]) and the caller
+    /// waits for the metadata to show the move.
+    ///
+    /// # Errors
+    /// `NOT_CONTROLLER`; `UNKNOWN_TOPIC_OR_PARTITION`; `INVALID_REQUEST`
+    /// for a broker that holds no replica; `BROKER_FENCED`,
+    /// `BROKER_IN_MAINTENANCE` or `REPLICA_NOT_IN_SYNC` for one that
+    /// cannot lead now.
+    pub fn elect_leader(
+        self: &Rc<Self>,
+        topic_id: corelog_controller::TopicId,
+        partition: u32,
+        to: Option<NodeId>,
+    ) -> Result<NodeId, ControllerRequestError> {
+        if !self.is_leader() {
+            return Err(ControllerRequestError::NotController {
+                leader: self.leader(),
+            });
+        }
+        let node = self.node.borrow();
+        let state = node.state();
+        let unknown = || {
+            ControllerRequestError::refused(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic id {topic_id} has no partition {partition}"),
+            )
+        };
+        let topic = state.topics().get(&topic_id).ok_or_else(unknown)?;
+        let record = topic
+            .partitions
+            .get(partition as usize)
+            .ok_or_else(unknown)?;
+        let name = format!("{}/{partition}", topic.name);
+        let to = match to {
+            Some(to) => to,
+            None => record.replicas.first().ok_or_else(unknown)?.node,
+        };
+        if !record.replicas.iter().any(|replica| replica.node == to) {
+            let replicas: Vec<String> = record
+                .replicas
+                .iter()
+                .map(|replica| replica.node.to_string())
+                .collect();
+            return Err(ControllerRequestError::refused(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "broker {to} holds no replica of {name}; its replicas are on brokers {}",
+                    replicas.join(",")
+                ),
+            ));
+        }
+        match state.brokers().get(&to) {
+            None => {
+                return Err(ControllerRequestError::refused(
+                    ErrorCode::BrokerFenced,
+                    format!("broker {to} is not registered; it cannot lead {name}"),
+                ));
+            }
+            Some(broker) if broker.fenced => {
+                return Err(ControllerRequestError::refused(
+                    ErrorCode::BrokerFenced,
+                    format!("broker {to} is fenced (down or restarting); it cannot lead {name}"),
+                ));
+            }
+            Some(broker) if broker.maintenance => {
+                return Err(ControllerRequestError::refused(
+                    ErrorCode::BrokerInMaintenance,
+                    format!("broker {to} is in maintenance; it cannot lead {name}"),
+                ));
+            }
+            Some(_) => {}
+        }
+        if record.leader == Some(to) {
+            return Ok(to);
+        }
+        let now = Instant::now();
+        let in_sync = self
+            .in_sync
+            .borrow()
+            .in_sync(state, topic_id, partition, record, now);
+        if in_sync.is_some_and(|in_sync| !in_sync.contains(&to)) {
+            return Err(ControllerRequestError::refused(
+                ErrorCode::ReplicaNotInSync,
+                format!("broker {to} is not in sync for {name}; it would lose the election"),
+            ));
+        }
+        drop(node);
+        LeaderWork::request_transfer(self, topic_id, partition, to);
+        Ok(to)
+    }
+
+    /// Puts `node` in maintenance or takes it out (leader only), and starts
+    /// the elections that move its leaderships at once. Returns whether it
+    /// changed.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `BROKER_IN_MAINTENANCE` when
+    /// another broker is in maintenance.
+    pub async fn set_maintenance(
+        self: &Rc<Self>,
+        node: NodeId,
+        enabled: bool,
+    ) -> Result<bool, ControllerRequestError> {
+        let command = Command::SetBrokerMaintenance { node, enabled };
+        self.node
+            .borrow()
+            .state()
+            .check(&command)
+            .map_err(|error| refused(&error))?;
+        match self.propose(command).await? {
+            Outcome::BrokerMaintenance { changed, .. } => {
+                if changed {
+                    tracing::info!(%node, enabled, "broker maintenance changed");
+                    LeaderWork::run_elections(self);
+                }
+                Ok(changed)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Applies a leader's resignation (leader only); returns whether the
     /// partition became leaderless.
     ///
@@ -1012,6 +1137,7 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
         CommandError::UnknownUser(_) => ErrorCode::UserNotFound,
         CommandError::UnknownAcl(_) => ErrorCode::AclNotFound,
         CommandError::UnknownQuota(_) => ErrorCode::QuotaNotFound,
+        CommandError::MaintenanceBusy { .. } => ErrorCode::BrokerInMaintenance,
         _ => ErrorCode::InvalidRequest,
     }
 }

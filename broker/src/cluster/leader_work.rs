@@ -14,7 +14,7 @@ use std::cell::{Ref, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use corelog_controller::{Command, ControllerNode, NodeId};
+use corelog_controller::{Command, ControllerNode, NodeId, TopicId};
 
 use super::election::{ElectionBook, ElectionTimings, RoundHost, run_round};
 use super::sessions::{Heartbeat, HeartbeatRefusal, SessionBook};
@@ -138,6 +138,23 @@ impl LeaderWork {
             LeaderWork::propose_fence(host, node, command);
         }
         Ok(())
+    }
+
+    /// Asks for the leadership of `partition` of `topic_id` to move to `to`
+    /// (see [`ElectionBook::request_transfer`]) and starts the round now.
+    pub fn request_transfer<H: LeaderHost>(
+        host: &Rc<H>,
+        topic_id: TopicId,
+        partition: u32,
+        to: NodeId,
+    ) {
+        let now = host.executor().now();
+        host.leader_work()
+            .elections
+            .borrow_mut()
+            .request_transfer(topic_id, partition, to, now);
+        tracing::info!(topic_id = topic_id.0, partition, %to, "leadership transfer requested");
+        LeaderWork::run_elections(host);
     }
 
     fn fence_expired<H: LeaderHost>(host: &Rc<H>) {

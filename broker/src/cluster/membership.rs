@@ -798,16 +798,116 @@ impl ClusterMember {
                 ),
             ));
         }
-        let led = |state: &MetadataState| {
-            state
-                .topics()
-                .values()
-                .flat_map(|topic| &topic.partitions)
-                .filter(|partition| partition.leader == Some(node))
-                .count()
-        };
+        let led = |state: &MetadataState| led_by(state, node);
         let deadline = Instant::now() + timeout;
         wait_until(&self.published, deadline, || led(&self.state.borrow()) == 0).await;
+        Ok(led(&self.state.borrow()))
+    }
+
+    /// Moves the leadership of `partition` of `topic` to broker `to` (the
+    /// preferred replica when `None`) through the controller, and waits up
+    /// to `timeout` until this broker's metadata shows it. Returns the
+    /// leader and its epoch.
+    ///
+    /// # Errors
+    /// `UNKNOWN_TOPIC_OR_PARTITION`; the controller's refusal (see
+    /// `ControllerService::elect_leader`); `REQUEST_TIMED_OUT` when the
+    /// leadership did not move in time.
+    pub async fn elect_leader(
+        &self,
+        topic: &str,
+        partition: u32,
+        to: Option<u32>,
+        timeout: Duration,
+    ) -> Result<(NodeId, LeaderEpoch), PartitionError> {
+        let topic_id = self
+            .state
+            .borrow()
+            .topic_by_name(topic)
+            .map(|record| record.id)
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {topic:?} does not exist"),
+                )
+            })?;
+        let request = ControllerOperationRequest {
+            op: ControllerOp::ElectLeader {
+                topic_id: topic_id.0,
+                partition,
+                to,
+            },
+        };
+        let value = self.call(&request).await?.message.value;
+        let to = NodeId(u64::try_from(value).unwrap_or_default());
+        let leader = |state: &MetadataState| {
+            state
+                .topics()
+                .get(&topic_id)
+                .and_then(|record| record.partitions.get(partition as usize))
+                .map(|record| (record.leader, record.leader_epoch))
+        };
+        let deadline = Instant::now() + timeout;
+        wait_until(&self.published, deadline, || {
+            leader(&self.state.borrow()).is_some_and(|(leader, _)| leader == Some(to))
+        })
+        .await;
+        match leader(&self.state.borrow()) {
+            Some((Some(leader), epoch)) if leader == to => Ok((leader, epoch)),
+            now => Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "the leadership of {topic}/{partition} did not move to broker {to} within {timeout:?} (leader now: {}); broker {to} may have been behind the other replicas: try again",
+                    now.and_then(|(leader, _)| leader)
+                        .map_or_else(|| "none".to_owned(), |leader| leader.to_string())
+                ),
+            )),
+        }
+    }
+
+    /// Puts broker `node` in maintenance or takes it out through the
+    /// controller, and waits up to `timeout` until this broker's metadata
+    /// shows it and, when enabled, until `node` leads nothing. Returns how
+    /// many partitions it still leads (those whose other replicas are no
+    /// majority stay with it).
+    ///
+    /// # Errors
+    /// The controller's refusal (`BROKER_IN_MAINTENANCE` when another
+    /// broker is in maintenance, `INVALID_REQUEST` for an unknown broker);
+    /// `REQUEST_TIMED_OUT` when the change does not show in time.
+    pub async fn set_maintenance(
+        &self,
+        node: u32,
+        enabled: bool,
+        timeout: Duration,
+    ) -> Result<usize, PartitionError> {
+        let request = ControllerOperationRequest {
+            op: ControllerOp::SetBrokerMaintenance {
+                node_id: node,
+                enabled,
+            },
+        };
+        self.call(&request).await?;
+        let node = NodeId(u64::from(node));
+        let deadline = Instant::now() + timeout;
+        let shown = |state: &MetadataState| {
+            state
+                .brokers()
+                .get(&node)
+                .is_some_and(|broker| broker.maintenance == enabled)
+        };
+        if !wait_until(&self.published, deadline, || shown(&self.state.borrow())).await {
+            return Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "the maintenance of broker {node} was changed but this broker does not show it yet; it will shortly"
+                ),
+            ));
+        }
+        let led = |state: &MetadataState| led_by(state, node);
+        if enabled {
+            wait_until(&self.published, deadline, || led(&self.state.borrow()) == 0).await;
+        }
         Ok(led(&self.state.borrow()))
     }
 
@@ -868,4 +968,14 @@ impl ClusterMember {
         *self.producer_ids.borrow_mut() = start.saturating_add(1)..end;
         Ok((start, 0))
     }
+}
+
+/// How many partitions `node` leads.
+fn led_by(state: &MetadataState, node: NodeId) -> usize {
+    state
+        .topics()
+        .values()
+        .flat_map(|topic| &topic.partitions)
+        .filter(|partition| partition.leader == Some(node))
+        .count()
 }

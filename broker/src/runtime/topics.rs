@@ -12,6 +12,7 @@ use corelog_wire::message::controller_operation::ControllerOp;
 use corelog_wire::message::partition_report::LedPartition;
 use futures::future::LocalBoxFuture;
 
+use corelog_controller::NodeId;
 use corelog_wire::types::LeaderEpoch;
 
 use corelog_wire::types::PartitionId;
@@ -91,6 +92,43 @@ impl Shard {
     pub async fn alter_security(&self, op: ControllerOp) -> Result<bool, PartitionError> {
         self.with_cluster_role(move |role| async move { role.member.alter_security(op).await })
             .await
+    }
+
+    /// Moves a partition's leadership through shard 0's membership (see
+    /// `ClusterMember::elect_leader`).
+    ///
+    /// # Errors
+    /// The controller's refusal, or a timeout.
+    pub async fn elect_leader(
+        &self,
+        topic: String,
+        partition: u32,
+        to: Option<u32>,
+        timeout: Duration,
+    ) -> Result<(NodeId, LeaderEpoch), PartitionError> {
+        self.with_cluster_role(move |role| async move {
+            role.member
+                .elect_leader(&topic, partition, to, timeout)
+                .await
+        })
+        .await
+    }
+
+    /// Puts a broker in maintenance or takes it out through shard 0's
+    /// membership (see `ClusterMember::set_maintenance`).
+    ///
+    /// # Errors
+    /// The controller's refusal, or a timeout.
+    pub async fn set_maintenance(
+        &self,
+        node: u32,
+        enabled: bool,
+        timeout: Duration,
+    ) -> Result<usize, PartitionError> {
+        self.with_cluster_role(move |role| async move {
+            role.member.set_maintenance(node, enabled, timeout).await
+        })
+        .await
     }
 
     /// A producer id from the controller's blocks, or the next epoch of an

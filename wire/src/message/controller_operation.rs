@@ -132,6 +132,24 @@ pub enum ControllerOp {
         /// fence a newer one.
         incarnation: u64,
     } = 12,
+    /// Move a partition's leadership to one of its replicas
+    /// (`AlterCluster`). Answered once the controller took the request;
+    /// the forwarding broker waits for the metadata to show the move.
+    ElectLeader {
+        /// The topic's id.
+        topic_id: u64,
+        /// The partition.
+        partition: u32,
+        /// The broker to lead; `None` for the preferred replica (the first).
+        to: Option<u32>,
+    } = 13,
+    /// Put a broker in maintenance or take it out (`AlterCluster`).
+    SetBrokerMaintenance {
+        /// The broker.
+        node_id: u32,
+        /// In maintenance or not.
+        enabled: bool,
+    } = 14,
 }
 
 /// Forwards one change to the controller leader.
@@ -164,7 +182,8 @@ pub struct ControllerOperationResponse {
     /// for `PutUser`, 1 if the user is new, else 0; for `DeleteUser`, 0;
     /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0;
     /// for `PutQuota` and `PutQuotaV1`, 1 if the entity had no quota, else 0; for
-    /// `DeleteQuota` and `LeaveCluster`, 0.
+    /// `DeleteQuota` and `LeaveCluster`, 0; for `ElectLeader`, the broker
+    /// that is to lead; for `SetBrokerMaintenance`, 1 if it changed, else 0.
     /// `-1` on error.
     pub value: i64,
 }
@@ -248,6 +267,16 @@ pub(crate) mod tests {
                     node_id,
                     incarnation,
                 }
+            }),
+            (any::<u64>(), any::<u32>(), any::<Option<u32>>()).prop_map(
+                |(topic_id, partition, to)| ControllerOp::ElectLeader {
+                    topic_id,
+                    partition,
+                    to,
+                }
+            ),
+            (any::<u32>(), any::<bool>()).prop_map(|(node_id, enabled)| {
+                ControllerOp::SetBrokerMaintenance { node_id, enabled }
             }),
         ]
     }
@@ -353,6 +382,17 @@ pub(crate) mod tests {
             incarnation: 9,
         };
         assert_eq!(archived_tag(&leave), 12);
+        let elect = ControllerOp::ElectLeader {
+            topic_id: 1,
+            partition: 0,
+            to: None,
+        };
+        assert_eq!(archived_tag(&elect), 13);
+        let maintenance = ControllerOp::SetBrokerMaintenance {
+            node_id: 1,
+            enabled: true,
+        };
+        assert_eq!(archived_tag(&maintenance), 14);
     }
 
     proptest! {

@@ -156,13 +156,14 @@ fn checked_in_fuzz_seeds_match_the_current_encoding() {
 
 fn write_all_seeds(dir: &Path) {
     use super::{
-        alter_acls, alter_quotas, alter_users, api_versions, audit, authenticate, broker_heartbeat,
-        broker_register, controller_operation, controller_raft, create_topics, delete_groups,
-        delete_offsets, delete_topics, describe_acls, describe_cluster, describe_groups,
-        describe_quotas, describe_shards, describe_topics, describe_users, fetch, find_coordinator,
-        group_records, heartbeat, init_producer_id, join_group, leave_group, list_groups,
-        list_offsets, metadata, metadata_fetch, offset_commit, offset_fetch, partition_report,
-        produce, replica_push, replica_query, replica_stream, reset_offsets, write_audit,
+        alter_acls, alter_cluster, alter_quotas, alter_users, api_versions, audit, authenticate,
+        broker_heartbeat, broker_register, controller_operation, controller_raft, create_topics,
+        delete_groups, delete_offsets, delete_topics, describe_acls, describe_cluster,
+        describe_groups, describe_quotas, describe_shards, describe_topics, describe_users, fetch,
+        find_coordinator, group_records, heartbeat, init_producer_id, join_group, leave_group,
+        list_groups, list_offsets, metadata, metadata_fetch, offset_commit, offset_fetch,
+        partition_report, produce, replica_push, replica_query, replica_stream, reset_offsets,
+        write_audit,
     };
     write_seeds(
         dir,
@@ -290,6 +291,7 @@ fn write_all_seeds(dir: &Path) {
         alter_acls,
         describe_quotas,
         alter_quotas,
+        alter_cluster,
     );
     write_record_seeds(
         dir,

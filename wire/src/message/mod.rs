@@ -77,6 +77,7 @@ mod common;
 mod stored;
 
 pub mod alter_acls;
+pub mod alter_cluster;
 pub mod alter_quotas;
 pub mod alter_users;
 pub mod api_versions;

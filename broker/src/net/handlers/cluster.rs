@@ -1,13 +1,17 @@
-//! The controller APIs (40–44, 48) and `DescribeCluster` as they arrive on any shard: shard 0 serves
+//! The controller APIs (40–44, 48), `DescribeCluster` and `AlterCluster` as they arrive on any shard: shard 0 serves
 //! them with its cluster role (`crate::cluster::api`), other shards forward
 //! them there.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 
 use corelog_controller::acls::{Operation, ResourceType};
+use corelog_wire::message::alter_cluster::{
+    AlterClusterRequest, AlterClusterResponse, ClusterChange,
+};
 use corelog_wire::message::describe_cluster::DescribeClusterRequest;
 use corelog_wire::message::encode_request;
 
@@ -64,4 +68,54 @@ pub(super) async fn describe(
     request.topics = Some(visible);
     let body = encode_request(&request, &[]).map_err(unencodable)?;
     handle(shard, ApiKey::DescribeCluster, &body).await
+}
+
+/// Longest an `AlterCluster` request waits for its change to show.
+const ALTER_CLUSTER_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+
+/// `AlterCluster`: a leadership move or a broker's maintenance, through
+/// the controller; cluster administrators only.
+pub(super) async fn alter(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    access: &Access,
+) -> Result<Reply, ErrorCode> {
+    let request: AlterClusterRequest = owned(body)?;
+    let timeout = Duration::from_millis(u64::from(request.timeout_ms))
+        .clamp(Duration::from_secs(1), ALTER_CLUSTER_TIMEOUT_MAX);
+    let outcome = match access.cluster_admin() {
+        Err(error) => Err(error),
+        Ok(()) => match request.change {
+            ClusterChange::ElectLeader {
+                topic,
+                partition,
+                to,
+            } => shard
+                .elect_leader(topic, partition, to, timeout)
+                .await
+                .map(|(leader, epoch)| (u32::try_from(leader.0).ok(), epoch.0)),
+            ClusterChange::SetMaintenance { broker, enabled } => shard
+                .set_maintenance(broker, enabled, timeout)
+                .await
+                .map(|led| (None, u32::try_from(led).unwrap_or(u32::MAX))),
+        },
+    };
+    let response = match outcome {
+        Ok((leader, value)) => AlterClusterResponse {
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            leader,
+            value,
+        },
+        Err(error) => {
+            shard.metrics.error(error.code);
+            AlterClusterResponse {
+                error_code: error.code.code(),
+                error_message: Some(error.message),
+                leader: None,
+                value: 0,
+            }
+        }
+    };
+    Reply::encode(&response, Vec::new())
 }

@@ -140,6 +140,7 @@ pub async fn dispatch(
         ApiKey::DescribeQuotas => quotas::describe(shard, &body, api_version, access),
         ApiKey::AlterQuotas => Box::pin(quotas::alter(shard, &body, api_version, access)).await,
         ApiKey::DescribeCluster => Box::pin(cluster::describe(shard, &body, access)).await,
+        ApiKey::AlterCluster => Box::pin(cluster::alter(shard, &body, access)).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft
         | ApiKey::BrokerRegister

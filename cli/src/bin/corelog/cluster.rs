@@ -1,5 +1,7 @@
-//! `corelog cluster …`: the brokers and controller (`info`), and whether
-//! anything is wrong (`health`, which exits non-zero when it is).
+//! `corelog cluster …`: the brokers and controller (`info`), whether
+//! anything is wrong (`health`, which exits non-zero when it is), a broker's
+//! maintenance, and giving every partition back to its preferred leader
+//! (`rebalance-leaders`).
 
 use clap::Subcommand;
 use corelog_client::admin::{ClusterStatus, Problem};
@@ -17,6 +19,29 @@ pub(crate) enum ClusterCommand {
     /// Checks the controller quorum, the brokers and every partition;
     /// lists what is wrong and exits with 1 if anything is.
     Health,
+    /// Puts a broker in maintenance (its leaderships move to other
+    /// replicas and it takes none, across restarts, while it still
+    /// replicates) or takes it out. One broker at a time. `enable` waits
+    /// until the broker leads nothing.
+    Maintenance {
+        /// `enable` or `disable`.
+        #[arg(value_enum)]
+        action: MaintenanceAction,
+        /// The broker.
+        broker: u32,
+    },
+    /// Moves every partition not led by its preferred replica (the first)
+    /// back to it, one at a time; exits with 1 if any could not move.
+    RebalanceLeaders,
+}
+
+/// What `cluster maintenance` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MaintenanceAction {
+    /// Put the broker in maintenance.
+    Enable,
+    /// Take it out.
+    Disable,
 }
 
 /// Runs `command`; `Ok(false)` when `health` found problems.
@@ -49,7 +74,78 @@ pub(crate) async fn run(global: &Global, command: ClusterCommand) -> Result<bool
             }
             Ok(problems.is_empty())
         }
+        ClusterCommand::Maintenance { action, broker } => {
+            let enabled = action == MaintenanceAction::Enable;
+            let still_led = admin.set_maintenance(broker, enabled).await?;
+            if global.json {
+                println!(
+                    "{}",
+                    json!({"broker": broker, "maintenance": enabled, "still_leads": still_led})
+                );
+            } else if !enabled {
+                println!(
+                    "broker {broker} is out of maintenance; preferred leaderships return to it once it is in sync"
+                );
+            } else if still_led == 0 {
+                println!("broker {broker} is in maintenance and leads nothing");
+            } else {
+                println!(
+                    "broker {broker} is in maintenance but still leads {still_led} partition(s): their other replicas are no majority"
+                );
+            }
+            Ok(true)
+        }
+        ClusterCommand::RebalanceLeaders => rebalance_leaders(global, &admin).await,
     }
+}
+
+/// Elects the preferred replica of every partition led by another one.
+async fn rebalance_leaders(global: &Global, admin: &Admin) -> Result<bool, ClientError> {
+    let status = admin.describe_cluster(None).await?;
+    let mut moved = Vec::new();
+    let mut failed = Vec::new();
+    for topic in &status.topics {
+        for partition in &topic.partitions {
+            let Some(&preferred) = partition.replicas.first() else {
+                continue;
+            };
+            if partition.leader == Some(preferred) {
+                continue;
+            }
+            let name = format!("{}/{}", topic.name, partition.partition);
+            match admin
+                .elect_leader(&topic.name, partition.partition, None)
+                .await
+            {
+                Ok(leadership) => moved.push((name, leadership.leader)),
+                Err(error) => failed.push((name, error.to_string())),
+            }
+        }
+    }
+    if global.json {
+        let moved: Vec<_> = moved
+            .iter()
+            .map(|(name, leader)| json!({"partition": name, "leader": leader}))
+            .collect();
+        let failed: Vec<_> = failed
+            .iter()
+            .map(|(name, error)| json!({"partition": name, "error": error}))
+            .collect();
+        println!("{}", json!({"moved": moved, "failed": failed}));
+    } else {
+        for (name, leader) in &moved {
+            println!("{name}: led by broker {leader}");
+        }
+        for (name, error) in &failed {
+            println!("{name}: not moved: {error}");
+        }
+        println!(
+            "{} partition(s) moved to their preferred leader, {} not moved",
+            moved.len(),
+            failed.len()
+        );
+    }
+    Ok(failed.is_empty())
 }
 
 fn controller_line(status: &ClusterStatus) -> String {

@@ -32,6 +32,7 @@ mod group;
 mod lines;
 mod numbers;
 mod output;
+mod partition;
 mod produce;
 mod quota;
 mod reset;
@@ -123,9 +124,13 @@ enum Command {
     /// Produce unique checksummed records, consume them with a group, and
     /// check from the recorded history that nothing acknowledged was lost.
     Verify(verify::VerifyArgs),
-    /// The brokers and the controller, and whether anything is wrong.
+    /// The brokers and the controller, whether anything is wrong, and
+    /// moving leaderships (maintenance, preferred leaders).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// One partition's leadership.
+    #[command(subcommand)]
+    Partition(partition::PartitionCommand),
     /// Create, delete and list users (SCRAM credentials).
     #[command(subcommand)]
     User(user::UserCommand),
@@ -210,6 +215,7 @@ fn main() -> ExitCode {
                 }
                 Ok(())
             }
+            Command::Partition(command) => partition::run(&global, command).await,
             Command::User(command) => user::run(&global, command).await,
             Command::Acl(command) => acl::run(&global, command).await,
             Command::Quota(command) => quota::run(&global, command).await,
