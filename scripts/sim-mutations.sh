@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The simulator's mutation check: plant each of eight known bugs (six in
-# replication, one in the shard journal, one in the controller) in a copy of
+# The simulator's mutation check: plant each of nine known bugs (six in
+# replication, one in the shard journal, two in the controller) in a copy of
 # the tree and make sure the seeds catch it. A mutant the seeds do not catch means the simulator
 # lost its power to find that class of bug.
 #
@@ -31,6 +31,7 @@ mutants=(
     "journal acknowledges before its fdatasync|broker/storage/src/journal.rs|file.sync_data()<NL>            .await<NL>            .map_err(<BAR>error<BAR> StorageError::io(&path, error))?;<NL><NL>        let mut state = self.state.borrow_mut();|drop(file.sync_data());<NL><NL>        let mut state = self.state.borrow_mut();"
     "a late follower is taken for an unreachable one|replication/src/replica/leader.rs|.is_some_and(<BAR>failed<BAR> failed >= since_ms)|.is_none_or(<BAR>_<BAR> true)"
     "a push still on its way is resent|replication/src/replica/leader.rs|                && progress.outstanding == 0<NL>|"
+    "a leadership transfer elects its target even when it lost|broker/src/cluster/election.rs|        Decision::Elect { leader, epoch } => {|        Decision::Elect { leader, epoch } => { let leader = match due.reason { ElectionReason::Transfer { to } => replica_id(to).unwrap_or(leader), _ => leader };"
     "controller applies an uncommitted entry|controller/src/node.rs|let committed = ready.take_committed_entries();|let mut committed = ready.take_committed_entries(); committed.extend(ready.entries().iter().cloned());"
 )
 

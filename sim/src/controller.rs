@@ -324,6 +324,61 @@ impl Controller {
             .map(|core| core.id)
     }
 
+    /// An operator asks the controller leader to move the partition's
+    /// leadership to `to` (`corelog partition elect-leader --to`); false
+    /// when no process leads.
+    pub fn request_transfer(&self, to: u32) -> bool {
+        let Some(core) = self.cores().into_iter().find(|core| core.is_leader()) else {
+            return false;
+        };
+        core.world
+            .log(|| format!("controller {}: transfer to {to} requested", core.id));
+        LeaderWork::request_transfer(&core, TOPIC, 0, NodeId(u64::from(to)));
+        true
+    }
+
+    /// An operator puts `node` in maintenance or takes it out through the
+    /// controller leader (`corelog cluster maintenance`); false when no
+    /// process leads. A refusal (another node in maintenance) is logged.
+    pub fn set_maintenance(&self, node: u32, enabled: bool) -> bool {
+        let Some(core) = self.cores().into_iter().find(|core| core.is_leader()) else {
+            return false;
+        };
+        let command = Command::SetBrokerMaintenance {
+            node: NodeId(u64::from(node)),
+            enabled,
+        };
+        let task = core.clone();
+        core.spawn(async move {
+            match task.propose_and_wait(command).await {
+                Ok(()) => {
+                    task.world
+                        .log(|| format!("controller: {node} maintenance {enabled}"));
+                    LeaderWork::run_elections(&task);
+                }
+                Err(error) => task.world.log(|| {
+                    format!("controller: maintenance {enabled} of {node} refused: {error}")
+                }),
+            }
+        });
+        true
+    }
+
+    /// The node in maintenance in the most advanced process's metadata.
+    #[must_use]
+    pub fn in_maintenance(&self) -> Option<u32> {
+        self.cores()
+            .iter()
+            .map(|core| {
+                let node = core.node.borrow();
+                let state = node.state();
+                (state.version(), state.broker_in_maintenance())
+            })
+            .max_by_key(|(version, _)| *version)
+            .and_then(|(_, node)| node)
+            .and_then(|node| u32::try_from(node.0).ok())
+    }
+
     /// The partition's leadership as the most advanced process publishes it.
     #[must_use]
     pub fn published(&self) -> Option<Published> {

@@ -201,6 +201,9 @@ impl Totals {
         sum.controller_crashes += add.controller_crashes;
         sum.controlled_stops += add.controlled_stops;
         sum.handed_off += add.handed_off;
+        sum.transfers_requested += add.transfers_requested;
+        sum.transfers_done += add.transfers_done;
+        sum.maintenance_changes += add.maintenance_changes;
         sum.controller_restarts += add.controller_restarts;
         sum.controller_terms += add.controller_terms;
         sum.produce_timeouts += add.produce_timeouts;

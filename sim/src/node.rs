@@ -164,6 +164,12 @@ pub struct Stats {
     /// Of those, the ones whose leadership had moved before the stop, and
     /// sooner than its session would have expired.
     pub handed_off: u64,
+    /// Leadership transfers an operator asked for.
+    pub transfers_requested: u64,
+    /// Of those, the ones after which the node asked for led.
+    pub transfers_done: u64,
+    /// Maintenance enabled or disabled by an operator.
+    pub maintenance_changes: u64,
     /// Controller processes restarted.
     pub controller_restarts: u64,
     /// Raft terms in which a controller process led.

@@ -58,6 +58,10 @@ pub fn last_time_ms() -> u64 {
     NOW_MS.with(Cell::get)
 }
 
+/// Mixed into a seed for the operators' generator
+/// ([`SimConfig::draw_operators`]).
+const OPERATOR_SEED: u64 = 0x6f70_6572_6174_6f72;
+
 /// Everything about a run that the seed decides before it starts.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -87,6 +91,12 @@ pub struct SimConfig {
     /// every heartbeat interval), stops once it moved (or three session
     /// timeouts later), and restarts after a down time.
     pub leave_per_million: u64,
+    /// Chance per tick that an operator asks for the leadership to move to
+    /// a random node (`elect-leader --to`), per million.
+    pub transfer_per_million: u64,
+    /// Chance per tick that an operator puts a random node in maintenance,
+    /// or takes the one in maintenance out, per million.
+    pub maintenance_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
     /// Chance per tick that a partition forms, per million.
@@ -250,6 +260,7 @@ impl SimConfig {
                     retry_interval: Duration::from_millis(rng.between(40, 200)),
                     preferred_settle_time: Duration::from_millis(rng.between(200, 800)),
                     preferred_retry_interval: Duration::from_millis(rng.between(300, 1_500)),
+                    transfer_timeout: Duration::from_millis(500),
                 },
                 query_timeout: Duration::from_millis(rng.between(40, 150)),
                 voters: if rng.below(4) == 0 { 1 } else { 3 },
@@ -274,6 +285,8 @@ impl SimConfig {
             },
             fig8_schedule: false,
             leave_per_million: 0,
+            transfer_per_million: 0,
+            maintenance_per_million: 0,
         };
         // One seed in eight follows the fig. 8 schedule: it brings its own
         // crashes and cuts, and a lossy network or random crashes would
@@ -331,6 +344,18 @@ impl SimConfig {
         config
     }
 
+    /// Operators' leadership transfers and maintenance, in half the seeds
+    /// with random faults. Drawn from a generator of their own, so that
+    /// every other draw of a seed, and so its run without operators, stays
+    /// as it was before operators existed.
+    fn draw_operators(&mut self, seed: u64) {
+        let mut rng = SplitMix64::new(seed ^ OPERATOR_SEED);
+        if rng.below(2) == 0 && !self.fig8_schedule && !self.node.faultless {
+            self.transfer_per_million = rng.between(2_000, 20_000);
+            self.maintenance_per_million = rng.between(500, 5_000);
+        }
+    }
+
     /// No random crash (of nodes or controller processes) and no random
     /// partition.
     fn without_random_faults(&mut self) {
@@ -341,6 +366,8 @@ impl SimConfig {
         self.partition_per_million = 0;
         self.controller_crash_per_million = 0;
         self.leave_per_million = 0;
+        self.transfer_per_million = 0;
+        self.maintenance_per_million = 0;
     }
 
     /// An overloaded cluster, as the leaders see it: no crash, cut or
@@ -491,6 +518,8 @@ struct Sim {
     removed: Option<&'static str>,
     /// Each node's current leadership as first seen.
     leaderships: BTreeMap<u32, Leadership>,
+    /// The transfer an operator asked for: to which node, given up when.
+    transfer: Option<(u32, u64)>,
     /// Nodes to crash once the tasks ready now have run.
     crash_soon: Vec<(u32, Restart)>,
     /// The fig. 8 schedule, on the seeds that follow it.
@@ -507,7 +536,8 @@ struct Sim {
 pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
     NOW_MS.with(|now| now.set(0));
     let mut rng = SplitMix64::new(seed);
-    let config = SimConfig::draw(&mut rng);
+    let mut config = SimConfig::draw(&mut rng);
+    config.draw_operators(seed);
     let trace = Trace::new(trace);
     let network = Network::new(config.network, rng.fork());
     let world = Rc::new(World::new(SimExecutor::new(), network, trace));
@@ -558,6 +588,7 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
         watches: BTreeMap::new(),
         removed: None,
         leaderships: BTreeMap::new(),
+        transfer: None,
         crash_soon: Vec::new(),
         schedule,
         rng,
@@ -730,6 +761,56 @@ impl Sim {
         let timestamp = wall_clock(self.world.now_ms());
         for client in self.clients.values_mut() {
             client.tick(&self.world, &mut self.rng, timestamp);
+        }
+    }
+
+    /// An operator's leadership transfers and maintenance, at their
+    /// configured rates; counts the transfers that took effect.
+    fn operate(&mut self) {
+        // No draw at all on the seeds without them, so that they replay as
+        // before.
+        if self.config.transfer_per_million == 0 && self.config.maintenance_per_million == 0 {
+            return;
+        }
+        let now_ms = self.world.now_ms();
+        if let Some((to, give_up_ms)) = self.transfer {
+            if self.leadership(to).is_some() {
+                self.stats.borrow_mut().transfers_done += 1;
+                self.transfer = None;
+            } else if now_ms >= give_up_ms {
+                self.world.log(|| format!("transfer to {to}: given up"));
+                self.transfer = None;
+            }
+        }
+        let ids: Vec<u32> = self.nodes.keys().copied().collect();
+        if self.transfer.is_none()
+            && self
+                .rng
+                .chance_per_million(self.config.transfer_per_million)
+        {
+            // As `elect-leader` checks: a node that is up and not in
+            // maintenance.
+            let to = ids[self.rng.below(ids.len() as u64) as usize];
+            let eligible = !self.nodes[&to].is_down()
+                && self.controller.in_maintenance() != Some(to)
+                && self.leadership(to).is_none();
+            if eligible && self.controller.request_transfer(to) {
+                self.stats.borrow_mut().transfers_requested += 1;
+                let timeout_ms = self.config.controller.elections.retry_interval.as_millis() as u64;
+                self.transfer = Some((to, now_ms + 20 * timeout_ms));
+            }
+        }
+        if self
+            .rng
+            .chance_per_million(self.config.maintenance_per_million)
+        {
+            let change = match self.controller.in_maintenance() {
+                Some(node) => (node, false),
+                None => (ids[self.rng.below(ids.len() as u64) as usize], true),
+            };
+            if self.controller.set_maintenance(change.0, change.1) {
+                self.stats.borrow_mut().maintenance_changes += 1;
+            }
         }
     }
 
@@ -921,6 +1002,7 @@ impl Sim {
         {
             self.form_partition();
         }
+        self.operate();
         if self.config.stall_per_million > 0
             && self.rng.chance_per_million(self.config.stall_per_million)
         {

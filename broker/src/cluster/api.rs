@@ -417,6 +417,7 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                     partition,
                     to.map(|to| NodeId(u64::from(to))),
                 )
+                .await
                 .map(|to| i64::try_from(to.0).unwrap_or(i64::MAX)),
             ControllerOp::SetBrokerMaintenance { node_id, enabled } => controller
                 .set_maintenance(NodeId(u64::from(node_id)), enabled)

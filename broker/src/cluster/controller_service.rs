@@ -143,6 +143,10 @@ pub struct NewTopic {
     pub owner: Option<String>,
 }
 
+/// How often a leadership transfer's requester looks whether its round
+/// ended.
+const TRANSFER_POLL: Duration = Duration::from_millis(20);
+
 /// How much older than a session timeout a partition report may be and
 /// still count.
 const REPORT_FRESHNESS: Duration = Duration::from_secs(2);
@@ -631,19 +635,22 @@ impl ControllerService {
         }
     }
 
-    /// Asks for the leadership of `partition` of `topic_id` to move to `to`
-    /// (the preferred replica when `None`), if that broker can lead: a
-    /// live, in-sync replica not in maintenance. Returns the broker asked
-    /// to lead; the rounds run in the background (see
-    /// [`super::election::ElectionBook::request_transfer`]) and the caller
-    /// waits for the metadata to show the move.
+    /// Moves the leadership of `partition` of `topic_id` to `to` (the
+    /// preferred replica when `None`), if that broker can lead: a live,
+    /// in-sync replica not in maintenance. Asks the election bookkeeping
+    /// for a transfer (see
+    /// [`super::election::ElectionBook::request_transfer`]) and waits for
+    /// its round; returns the new leader.
     ///
     /// # Errors
     /// `NOT_CONTROLLER`; `UNKNOWN_TOPIC_OR_PARTITION`; `INVALID_REQUEST`
     /// for a broker that holds no replica; `BROKER_FENCED`,
     /// `BROKER_IN_MAINTENANCE` or `REPLICA_NOT_IN_SYNC` for one that
-    /// cannot lead now.
-    pub fn elect_leader(
+    /// cannot lead now; `REPLICA_NOT_IN_SYNC` as well when another
+    /// replica's longer log won the round; `REQUEST_TIMED_OUT` when no
+    /// round could run (the target or a majority of the other replicas
+    /// unreachable).
+    pub async fn elect_leader(
         self: &Rc<Self>,
         topic_id: corelog_controller::TopicId,
         partition: u32,
@@ -654,6 +661,55 @@ impl ControllerService {
                 leader: self.leader(),
             });
         }
+        let (to, name, leads_already) = self.transfer_target(topic_id, partition, to)?;
+        if leads_already {
+            return Ok(to);
+        }
+        LeaderWork::request_transfer(self, topic_id, partition, to);
+        let deadline = Instant::now() + self.leader_work.transfer_timeout();
+        let pending = || self.leader_work.transfer_pending(topic_id, partition) == Some(to);
+        let leader = || {
+            self.node
+                .borrow()
+                .state()
+                .topics()
+                .get(&topic_id)
+                .and_then(|topic| topic.partitions.get(partition as usize))
+                .and_then(|record| record.leader)
+        };
+        // The round ends its request only after its result applied, so
+        // a lost round is seen by looking again shortly, not by a wake-up.
+        while pending() && leader() != Some(to) && Instant::now() < deadline {
+            let next = (Instant::now() + TRANSFER_POLL).min(deadline);
+            wait_until(&self.applied, next, || leader() == Some(to)).await;
+        }
+        match leader() {
+            Some(leader) if leader == to => Ok(to),
+            _ if pending() => Err(ControllerRequestError::refused(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "no election could move {name} to broker {to}: it or a majority of the other replicas did not answer"
+                ),
+            )),
+            leader => Err(ControllerRequestError::refused(
+                ErrorCode::ReplicaNotInSync,
+                format!(
+                    "the election for {name} was won by broker {}: its log was longer than broker {to}'s",
+                    leader.map_or_else(|| "none".to_owned(), |leader| leader.to_string())
+                ),
+            )),
+        }
+    }
+
+    /// The broker a transfer of `partition` of `topic_id` goes to (`to`,
+    /// or the preferred replica), the partition's name, and whether it
+    /// leads already, once checked that it can lead.
+    fn transfer_target(
+        &self,
+        topic_id: corelog_controller::TopicId,
+        partition: u32,
+        to: Option<NodeId>,
+    ) -> Result<(NodeId, String, bool), ControllerRequestError> {
         let node = self.node.borrow();
         let state = node.state();
         let unknown = || {
@@ -708,7 +764,7 @@ impl ControllerService {
             Some(_) => {}
         }
         if record.leader == Some(to) {
-            return Ok(to);
+            return Ok((to, name, true));
         }
         let now = Instant::now();
         let in_sync = self
@@ -721,9 +777,7 @@ impl ControllerService {
                 format!("broker {to} is not in sync for {name}; it would lose the election"),
             ));
         }
-        drop(node);
-        LeaderWork::request_transfer(self, topic_id, partition, to);
-        Ok(to)
+        Ok((to, name, false))
     }
 
     /// Puts `node` in maintenance or takes it out (leader only), and starts

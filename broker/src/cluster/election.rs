@@ -22,18 +22,24 @@
 //!
 //! - the leader's broker is in maintenance (its leaderships go elsewhere);
 //! - an operator asked for the leadership to move to one replica
-//!   ([`ElectionBook::request_transfer`]), until it does or
-//!   [`TRANSFER_TIMEOUT`] passes.
+//!   ([`ElectionBook::request_transfer`]): one round, once one can run
+//!   (the target and a majority of the other replicas up) within
+//!   [`TRANSFER_TIMEOUT`]. A round the target loses (another replica's log
+//!   was longer) ends the request: retrying would move the leadership
+//!   again each time.
 //!
 //! A round that moves a leadership away from a live leader (a transfer,
 //! maintenance) does not query that leader, so that it cannot win: a
 //! majority of the others must answer, and the new leader, the one with
 //! the greatest log among them, holds every committed record all the same.
+//! Without that majority it publishes nothing (not "no leader"): the old
+//! leader keeps leading if it still can.
 //! The old leader learns of the new epoch from its followers, which
 //! promised it and refuse its pushes, and from the metadata; its
 //! unacknowledged appends fail with a retriable `NOT_LEADER`. A broker in
-//! maintenance is queried only when the others cannot form a majority
-//! without it, and is put last in the tie order.
+//! maintenance is never queried in such a round; in a round that replaces
+//! a lost leader, only when the others cannot form a majority without it,
+//! and last in the tie order.
 //!
 //! The bookkeeping ([`ElectionBook`]) lives only on the controller leader
 //! and starts empty in each Raft term.
@@ -69,8 +75,9 @@ pub const PREFERRED_BACKOFF_SHIFT_MAX: u32 = 4;
 /// Deadline of one replica query; a replica that misses it counts as not
 /// answering.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long a requested leadership transfer keeps being tried.
-pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a requested leadership transfer waits for a round that can
+/// run.
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Elections in flight at once, over all partitions: bounds the
 /// connections, fsyncs and memory a mass failure costs.
 pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
@@ -85,6 +92,8 @@ pub struct ElectionTimings {
     pub preferred_settle_time: Duration,
     /// See [`PREFERRED_RETRY_INTERVAL`].
     pub preferred_retry_interval: Duration,
+    /// See [`TRANSFER_TIMEOUT`].
+    pub transfer_timeout: Duration,
 }
 
 impl ElectionTimings {
@@ -93,6 +102,7 @@ impl ElectionTimings {
         retry_interval: ELECTION_RETRY_INTERVAL,
         preferred_settle_time: PREFERRED_SETTLE_TIME,
         preferred_retry_interval: PREFERRED_RETRY_INTERVAL,
+        transfer_timeout: TRANSFER_TIMEOUT,
     };
 }
 
@@ -245,6 +255,10 @@ pub fn resolve(due: &DueElection, decision: Decision) -> Resolution {
                 leader: Some(NodeId(u64::from(leader.0))),
                 epoch,
             })
+        }
+        // A round that left a live leader out: it may still lead.
+        Decision::NoQuorum { .. } if due.reason.moves_away() => {
+            Resolution::Retry { fenced_epoch: None }
         }
         Decision::NoQuorum { .. } if due.leader.is_some() => {
             Resolution::Publish(Command::SetLeader {
@@ -426,6 +440,12 @@ impl ElectionBook {
         true
     }
 
+    /// The intervals it keeps.
+    #[must_use]
+    pub fn timings(&self) -> ElectionTimings {
+        self.timings
+    }
+
     /// Rounds in flight.
     #[must_use]
     pub fn in_flight(&self) -> usize {
@@ -433,9 +453,10 @@ impl ElectionBook {
     }
 
     /// Asks for the leadership of `partition` of `topic_id` to move to
-    /// `to`: rounds are planned for it, the first at once, until `to`
-    /// leads or [`TRANSFER_TIMEOUT`] passed. Replaces an earlier request
-    /// for the partition.
+    /// `to`: a round is planned at once, or as soon as one can run within
+    /// the transfer timeout; the request ends with the first round that
+    /// publishes (won by `to` or not). Replaces an earlier request for the
+    /// partition.
     pub fn request_transfer(
         &mut self,
         topic_id: TopicId,
@@ -469,7 +490,7 @@ impl ElectionBook {
                 .get(topic_id)
                 .is_some_and(|topic| (*partition as usize) < topic.partitions.len())
         });
-        let timeout = TRANSFER_TIMEOUT;
+        let timeout = self.timings.transfer_timeout;
         self.transfers.retain(|(topic_id, partition), (to, since)| {
             let pending = state
                 .topics()
@@ -519,6 +540,11 @@ impl ElectionBook {
         }
         let id = (due.topic_id, due.partition);
         self.in_flight.remove(&id);
+        if matches!(due.reason, ElectionReason::Transfer { .. })
+            && !matches!(outcome, AttemptOutcome::Unpublished { .. })
+        {
+            self.transfers.remove(&id);
+        }
         let entry = self.partitions.entry(id).or_default();
         match outcome {
             AttemptOutcome::Published { leader } => {
@@ -649,7 +675,11 @@ impl ElectionBook {
             .filter(|broker| !broker.fenced)
             .filter(|broker| !(reason.moves_away() && Some(broker.id) == record.leader))
             .collect();
-        if live.iter().filter(|broker| !broker.maintenance).count() >= majority {
+        // A move never goes to a broker in maintenance; a lost leader is
+        // replaced by one only when the others are no majority without it.
+        if reason.moves_away()
+            || live.iter().filter(|broker| !broker.maintenance).count() >= majority
+        {
             live.retain(|broker| !broker.maintenance);
         }
         if reason.moves_away() {
@@ -1137,7 +1167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_transfer_queries_the_others_with_its_target_first_until_the_target_leads() {
+    fn a_transfer_queries_the_others_with_its_target_first() {
         let mut state = cluster();
         let mut book = ElectionBook::new();
         let start = Instant::now();
@@ -1166,9 +1196,8 @@ mod tests {
             },
         );
         set_leader(&mut state, Some(3), due.new_epoch.0);
-        assert_eq!(book.transfer(TOPIC, 0), Some(NodeId(3)));
+        assert_eq!(book.transfer(TOPIC, 0), None, "done");
         assert!(book.plan(&state, start + ms(600)).is_empty());
-        assert_eq!(book.transfer(TOPIC, 0), None, "done once the target leads");
     }
 
     #[test]
@@ -1187,6 +1216,55 @@ mod tests {
         assert_eq!(book.transfer(TOPIC, 0), Some(NodeId(3)));
         assert!(book.plan(&state, start + TRANSFER_TIMEOUT).is_empty());
         assert_eq!(book.transfer(TOPIC, 0), None, "expired");
+        // The other replica in maintenance: 3 alone is no majority either,
+        // and a move never counts on a broker in maintenance (it could
+        // win).
+        let mut state = cluster();
+        maintenance(&mut state, 2, true);
+        book.request_transfer(TOPIC, 0, NodeId(3), start);
+        assert!(book.plan(&state, start).is_empty());
+    }
+
+    #[test]
+    fn a_transfer_is_one_round_and_publishes_no_leaderless_partition() {
+        let state = cluster();
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        book.request_transfer(TOPIC, 0, NodeId(3), start);
+        let due = book.plan(&state, start).remove(0);
+        // 2's log is longer: it wins, and the request ends there rather
+        // than moving the leadership again and again.
+        let answers = [
+            state_answer(&due, 2, Some(0), 11),
+            state_answer(&due, 3, Some(0), 10),
+        ];
+        let decision = decide(due.new_epoch, &due.replicas, &answers);
+        assert_eq!(
+            decision,
+            Decision::Elect {
+                leader: ReplicaId(2),
+                epoch: due.new_epoch,
+            }
+        );
+        book.finish(
+            &due,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(2)),
+            },
+        );
+        assert_eq!(book.transfer(TOPIC, 0), None);
+        // Without a majority of answers, nothing is published: the old
+        // leader was not asked and may still lead.
+        book.request_transfer(TOPIC, 0, NodeId(3), start + ms(600));
+        let due = book.plan(&state, start + ms(600)).remove(0);
+        let answers = [state_answer(&due, 3, Some(0), 10)];
+        let decision = decide(due.new_epoch, &due.replicas, &answers);
+        assert_eq!(
+            resolve(&due, decision),
+            Resolution::Retry { fenced_epoch: None }
+        );
+        book.finish(&due, AttemptOutcome::Unpublished { fenced_epoch: None });
+        assert_eq!(book.transfer(TOPIC, 0), Some(NodeId(3)), "tried again");
     }
 
     #[test]

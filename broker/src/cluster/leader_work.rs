@@ -157,6 +157,19 @@ impl LeaderWork {
         LeaderWork::run_elections(host);
     }
 
+    /// The broker a transfer of the partition is asked to, while the
+    /// request is pending.
+    #[must_use]
+    pub fn transfer_pending(&self, topic_id: TopicId, partition: u32) -> Option<NodeId> {
+        self.elections.borrow().transfer(topic_id, partition)
+    }
+
+    /// How long a transfer request waits for a round.
+    #[must_use]
+    pub fn transfer_timeout(&self) -> Duration {
+        self.elections.borrow().timings().transfer_timeout
+    }
+
     fn fence_expired<H: LeaderHost>(host: &Rc<H>) {
         let now = host.executor().now();
         let fences = host.with_node(|controller| {

@@ -41,6 +41,7 @@ use rkyv::rancor;
 
 use futures::future::LocalBoxFuture;
 
+use crate::cluster::election::TRANSFER_TIMEOUT;
 use crate::executor::wait_until;
 use crate::metadata::MetadataSnapshot;
 use crate::partition::PartitionError;
@@ -838,7 +839,9 @@ impl ClusterMember {
                 to,
             },
         };
-        let value = self.call(&request).await?.message.value;
+        // The controller answers once its round ran.
+        let wait = TRANSFER_TIMEOUT + CALL_TIMEOUT;
+        let value = self.call_with_timeout(&request, wait).await?.message.value;
         let to = NodeId(u64::try_from(value).unwrap_or_default());
         let leader = |state: &MetadataState| {
             state
