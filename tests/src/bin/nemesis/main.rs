@@ -18,7 +18,10 @@
 //! proxy chaos (frames delayed, reordered, duplicated, dropped, corrupted,
 //! replies lost); EIO on the next write or fdatasync; the small filesystem
 //! filled, then freed; a file of a stopped broker bit-flipped or
-//! truncated, then a restart that must repair or refuse.
+//! truncated, then a restart that must repair or refuse; a SIGTERM restart
+//! (controlled shutdown); and an operator's commands: a partition's
+//! leadership moved to a chosen broker, and a broker put in maintenance,
+//! restarted with SIGTERM and taken out again.
 //!
 //! Faults that take two or more brokers away are recorded as no-quorum
 //! intervals: any append acknowledged wholly inside one is a violation.
@@ -51,7 +54,7 @@ use corelog_client::{Admin, ClientConfig};
 use serde::Serialize;
 
 use crate::plan::{FaultKind, Target, plan};
-use crate::rig::Rig;
+use crate::rig::{Outcome, Rig};
 use crate::secured::Secured;
 
 /// Topic the workload writes.
@@ -113,6 +116,69 @@ struct Injected {
 }
 
 /// Resolves a target to a broker index (node id - 1).
+/// An operator's command as a fault: a leadership transfer of a random
+/// partition to broker `first`, or `first`'s maintenance around a SIGTERM
+/// restart. A refused command is part of the outcome, not a failure: the
+/// target may be behind, down, or already in maintenance.
+async fn operate(
+    kind: FaultKind,
+    first: usize,
+    hold: Duration,
+    seed: u64,
+    partitions: u32,
+    client: &ClientConfig,
+    rig: &mut Rig,
+) -> Outcome {
+    let node = u32::try_from(first + 1).unwrap_or(1);
+    let mut outcome = Outcome {
+        brokers: vec![node],
+        ..Outcome::default()
+    };
+    let admin = match Admin::connect(client.clone()).await {
+        Ok(admin) => admin,
+        Err(error) => {
+            outcome.detail = format!("no admin client: {error}");
+            return outcome;
+        }
+    };
+    let said = |result: Result<String, corelog_client::ClientError>| match result {
+        Ok(said) => said,
+        Err(error) => format!("refused: {error}"),
+    };
+    match kind {
+        FaultKind::Transfer => {
+            let partition = u32::try_from(seed % u64::from(partitions.max(1))).unwrap_or(0);
+            let moved = admin
+                .elect_leader(TOPIC, partition, Some(node))
+                .await
+                .map(|moved| {
+                    format!(
+                        "partition {partition} led by {} (epoch {})",
+                        moved.leader, moved.epoch
+                    )
+                });
+            outcome.detail = said(moved);
+            tokio::time::sleep(hold).await;
+        }
+        FaultKind::Maintenance => {
+            let enabled = admin
+                .set_maintenance(node, true)
+                .await
+                .map(|still| format!("in maintenance, still leading {still}"));
+            outcome.detail = said(enabled);
+            let restarted = rig.terminate(first);
+            tokio::time::sleep(hold).await;
+            let disabled = admin
+                .set_maintenance(node, false)
+                .await
+                .map(|_| "out of maintenance".to_owned());
+            outcome.detail = format!("{}; {restarted}; {}", outcome.detail, said(disabled));
+        }
+        _ => {}
+    }
+    outcome
+}
+
 async fn resolve(target: Target, fallback: usize, client: &ClientConfig) -> usize {
     let wanted = async {
         let admin = Admin::connect(client.clone()).await.ok()?;
@@ -278,7 +344,13 @@ fn main() -> ExitCode {
             fault.second
         };
         let started = Instant::now();
-        let outcome = rig.inject(kind, first, second, hold, fault.seed);
+        let outcome = if kind.is_operator() {
+            runtime.block_on(operate(
+                kind, first, hold, fault.seed, partitions, &client, &mut rig,
+            ))
+        } else {
+            rig.inject(kind, first, second, hold, fault.seed)
+        };
         if let Some((down, back)) = outcome.no_quorum {
             let from_ms = since(down) + NO_QUORUM_MARGIN_MS;
             let to_ms = since(back).saturating_sub(NO_QUORUM_MARGIN_MS);

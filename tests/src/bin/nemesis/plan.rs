@@ -54,9 +54,25 @@ pub enum FaultKind {
     /// it must repair or refuse to start (then its pristine copy is put
     /// back).
     Corrupt,
+    /// SIGTERM, restart on the same data directory: a controlled shutdown
+    /// (its leaderships move before it stops).
+    Terminate,
+    /// An operator moves a random partition's leadership to a random
+    /// broker (`partition elect-leader --to`).
+    Transfer,
+    /// An operator puts a broker in maintenance (its leaderships move
+    /// away), restarts it with SIGTERM, and takes it out of maintenance
+    /// after the hold.
+    Maintenance,
 }
 
 impl FaultKind {
+    /// Whether an operator's command (through the admin client) makes the
+    /// fault rather than the rig alone.
+    pub fn is_operator(self) -> bool {
+        matches!(self, FaultKind::Transfer | FaultKind::Maintenance)
+    }
+
     /// Whether the fault cuts network links (falls back to a pause where
     /// no private network namespace is available).
     pub fn needs_network(self) -> bool {
@@ -71,7 +87,7 @@ impl FaultKind {
     }
 
     /// Relative weights of the kinds in a schedule.
-    const WEIGHTS: [(FaultKind, u64); 17] = [
+    const WEIGHTS: [(FaultKind, u64); 20] = [
         (FaultKind::Kill, 5),
         (FaultKind::Pause, 5),
         (FaultKind::KillTwo, 3),
@@ -89,6 +105,9 @@ impl FaultKind {
         (FaultKind::EioWrite, 2),
         (FaultKind::DiskFull, 3),
         (FaultKind::Corrupt, 4),
+        (FaultKind::Terminate, 3),
+        (FaultKind::Transfer, 4),
+        (FaultKind::Maintenance, 3),
     ];
 
     fn pick(rng: &mut SplitMix64) -> FaultKind {
@@ -163,6 +182,10 @@ pub fn plan(seed: u64, count: usize, gap_mean: Duration, partitions: u32) -> Vec
                 | FaultKind::PowerLossWhilePartitioned => millis(&mut rng, 1_500, 4_000),
                 FaultKind::ProxyChaos | FaultKind::DiskFull => millis(&mut rng, 3_000, 8_000),
                 FaultKind::EioSync | FaultKind::EioWrite => millis(&mut rng, 1_000, 3_000),
+                // After the restart (or the move), before the next fault.
+                FaultKind::Terminate | FaultKind::Transfer | FaultKind::Maintenance => {
+                    millis(&mut rng, 500, 3_000)
+                }
             };
             Fault {
                 kind,

@@ -395,8 +395,27 @@ impl Rig {
             FaultKind::Corrupt => {
                 outcome.detail = self.corrupt(first, hold, seed);
             }
+            FaultKind::Terminate => {
+                outcome.detail = self.terminate(first);
+                std::thread::sleep(hold);
+            }
+            // Operators' commands: the nemesis runs them with its admin
+            // client, and only the restart here.
+            FaultKind::Transfer | FaultKind::Maintenance => {}
         }
         outcome
+    }
+
+    /// SIGTERM to broker `index` (a controlled shutdown), then a start on
+    /// the same data directory; says whether it exited cleanly.
+    pub fn terminate(&mut self, index: usize) -> String {
+        let clean = self.brokers[index].terminate();
+        self.brokers[index].spawn();
+        if clean {
+            "exited cleanly on SIGTERM".to_owned()
+        } else {
+            "did NOT exit cleanly on SIGTERM".to_owned()
+        }
     }
 
     fn firewall(&self) -> &Firewall {
