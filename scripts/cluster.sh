@@ -263,6 +263,16 @@ up() {
 # SIGKILL, as a crash: the broker gets no chance to shut down.
 # Sends signal $2 (KILL or TERM) to broker $3 for command $1 and returns
 # once the process is gone (SIGKILL after 30 s for a TERM it ignores).
+# Whether process $1 is gone, or a zombie not yet reaped by whoever
+# inherited it. Not merely its main thread: a broker whose main thread
+# returned is a zombie while its executor threads still close their
+# sockets, and a new broker on its ports must wait for those.
+exited() {
+    [ -d "/proc/$1" ] || return 0
+    [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ] || return 1
+    [ "$(find "/proc/$1/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -le 1 ]
+}
+
 signal_node() {
     local command=$1 signal=$2 i node_dir pid
     i=$(node_arg "$command" "${3:-}")
@@ -272,13 +282,11 @@ signal_node() {
         exit 1
     fi
     kill "-$signal" "$pid"
-    # Gone, or a zombie not yet reaped by whoever inherited it.
     for _ in $(seq 1 3000); do
-        [ -d "/proc/$pid" ] || break
-        [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break
+        exited "$pid" && break
         sleep 0.01
     done
-    if [ -d "/proc/$pid" ] && [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+    if ! exited "$pid"; then
         echo "broker $i (pid $pid) ignored SIG$signal for 30 s; killing it"
         kill -KILL "$pid"
     fi
@@ -305,8 +313,8 @@ down() {
         [ -f "$node_dir/pid" ] || continue
         if pid=$(running_pid "$node_dir"); then
             kill -TERM "$pid"
-            for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-            if kill -0 "$pid" 2>/dev/null; then
+            for _ in $(seq 1 150); do exited "$pid" && break; sleep 0.2; done
+            if ! exited "$pid"; then
                 echo "broker $(basename "$node_dir") (pid $pid) ignored SIGTERM for 30 s; killing it"
                 kill -KILL "$pid"
             fi
