@@ -65,6 +65,9 @@ for i in $(seq 1 "$count"); do
     fi
 done
 if [ "$maintenance" = 1 ]; then
-    cli cluster rebalance-leaders
+    # A partition that did not move stays with another replica; the
+    # controller gives it back to its preferred leader by itself later.
+    cli cluster rebalance-leaders \
+        || echo "some partitions stay with another replica for now (see above)"
 fi
 echo "rolling restart of $count brokers done in $((SECONDS - started)) s"

@@ -299,15 +299,39 @@ pub trait RoundHost {
     fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>>;
 }
 
-/// One election round: query every target in parallel, decide, check that
-/// the partition did not move meanwhile, propose the result.
+/// One election round: query the targets, decide, check that the
+/// partition did not move meanwhile, propose the result.
+///
+/// The targets are queried in parallel, but for a transfer's target, which
+/// is queried once the others answered. Until it promises the new epoch it
+/// still follows the old leader, which goes on pushing to it (and may
+/// commit with it, if the two are a majority: its answer then holds those
+/// records); so its answer covers everything the others hold, and it wins
+/// the round unless it was lagging already. Queried at the same time, it
+/// lost to whichever follower had synced a few records more.
 pub async fn run_round(host: &impl RoundHost, due: &DueElection) -> AttemptOutcome {
-    let queries = due.targets.iter().map(|target| host.query(due, target));
-    let answers: Vec<QueryAnswer> = futures::future::join_all(queries)
+    let last = match due.reason {
+        ElectionReason::Transfer { to } => replica_id(to),
+        _ => None,
+    };
+    let first = due
+        .targets
+        .iter()
+        .filter(|target| Some(target.replica) != last)
+        .map(|target| host.query(due, target));
+    let mut answers: Vec<QueryAnswer> = futures::future::join_all(first)
         .await
         .into_iter()
         .flatten()
         .collect();
+    if let Some(target) = due
+        .targets
+        .iter()
+        .find(|target| Some(target.replica) == last)
+        && let Some(answer) = host.query(due, target).await
+    {
+        answers.push(answer);
+    }
     let answered = answers
         .iter()
         .filter(|answer| matches!(answer.result, QueryResult::State { .. }))
@@ -1318,5 +1342,72 @@ mod tests {
         let due = book.plan(&state, Instant::now()).remove(0);
         assert_eq!(due.reason, ElectionReason::NoLeader);
         assert_eq!(queried(&due), vec![2, 1]);
+    }
+
+    /// A round host whose replicas keep taking the old leader's pushes
+    /// until queried: the later one is asked, the longer its log.
+    struct PushedUntilAsked {
+        asked: std::cell::RefCell<Vec<u32>>,
+        published: std::cell::RefCell<Vec<Command>>,
+        epoch: LeaderEpoch,
+    }
+
+    impl RoundHost for PushedUntilAsked {
+        fn query<'a>(
+            &'a self,
+            due: &'a DueElection,
+            target: &'a QueryTarget,
+        ) -> LocalBoxFuture<'a, Option<QueryAnswer>> {
+            let order = {
+                let mut asked = self.asked.borrow_mut();
+                asked.push(target.replica.0);
+                asked.len() as u64
+            };
+            // Replica 2 synced a little more than 3 when the round began.
+            let base = if target.replica.0 == 2 { 12 } else { 10 };
+            let end = if order == 1 {
+                base
+            } else {
+                base + 5 * (order - 1)
+            };
+            Box::pin(async move { Some(state_answer(due, target.replica.0, Some(0), end)) })
+        }
+
+        fn current_epoch(&self, _due: &DueElection) -> Option<LeaderEpoch> {
+            Some(self.epoch)
+        }
+
+        fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>> {
+            self.published.borrow_mut().push(command);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn a_transfers_target_is_asked_last_so_it_holds_what_the_others_hold() {
+        let state = cluster();
+        let mut book = ElectionBook::new();
+        book.request_transfer(TOPIC, 0, NodeId(3), Instant::now());
+        let due = book.plan(&state, Instant::now()).remove(0);
+        let host = PushedUntilAsked {
+            asked: std::cell::RefCell::default(),
+            published: std::cell::RefCell::default(),
+            epoch: record(&state).leader_epoch,
+        };
+        let outcome = futures::executor::block_on(run_round(&host, &due));
+        assert_eq!(*host.asked.borrow(), vec![2, 3], "the target last");
+        assert_eq!(
+            outcome,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(3))
+            }
+        );
+        // Any other round asks in the preferred order, all at once.
+        let mut state = cluster();
+        apply(&mut state, Command::FenceBroker { node: NodeId(1) });
+        let due = ElectionBook::new().plan(&state, Instant::now()).remove(0);
+        host.asked.borrow_mut().clear();
+        let _ = futures::executor::block_on(run_round(&host, &due));
+        assert_eq!(*host.asked.borrow(), vec![2, 3]);
     }
 }
