@@ -515,13 +515,16 @@ pub struct SteadyProducer {
     acked: Arc<Mutex<Vec<(u64, String)>>>,
     failed: Arc<Mutex<Vec<(String, String)>>>,
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<u64>,
 }
 
 /// What a [`SteadyProducer`] saw.
 #[derive(Debug)]
 pub struct SteadyOutcome {
-    /// Every acknowledged record's value, by offset.
+    /// Records sent: `r-0` to `r-{sent - 1}`.
+    pub sent: u64,
+    /// Every acknowledged record's value, by offset (no offset was
+    /// acknowledged for two values: [`SteadyProducer::finish`] checks).
     pub acked: BTreeMap<u64, String>,
     /// Every failed record's value and error.
     pub failed: Vec<(String, String)>,
@@ -569,6 +572,7 @@ impl SteadyProducer {
                     let _ = outcome.await;
                 }
                 let _ = producer.close().await;
+                index
             })
         };
         SteadyProducer {
@@ -611,11 +615,21 @@ impl SteadyProducer {
 
     /// Stops appending, waits for the outcome of every record sent, and
     /// returns them.
+    ///
+    /// # Panics
+    /// If one offset was acknowledged for two records (C1).
     pub fn finish(self, rt: &tokio::runtime::Runtime) -> SteadyOutcome {
         self.stop.store(true, Ordering::Relaxed);
-        rt.block_on(self.task).expect("the producer task ends");
+        let sent = rt.block_on(self.task).expect("the producer task ends");
+        let mut acked = BTreeMap::new();
+        for (offset, value) in lock(&self.acked).iter() {
+            if let Some(other) = acked.insert(*offset, value.clone()) {
+                panic!("offset {offset} was acknowledged for both {other} and {value} (C1)");
+            }
+        }
         SteadyOutcome {
-            acked: lock(&self.acked).iter().cloned().collect(),
+            sent,
+            acked,
             failed: lock(&self.failed).clone(),
         }
     }

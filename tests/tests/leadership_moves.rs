@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use corelog_client::admin::Leadership;
 use corelog_client::{Admin, ClientError};
 use corelog_tests::Broker;
+use corelog_tests::cli::{corelog, failed, succeeded, text};
 use corelog_tests::cluster_client::{
     PartitionLog, SteadyOutcome, SteadyProducer, WireCluster, client_config, client_runtime,
     connect_producer, producer_config, serial,
@@ -254,6 +255,45 @@ fn elect_leader_moves_the_leadership_to_the_broker_named_and_fails_no_record() {
         epochs.windows(2).all(|pair| pair[0] < pair[1]),
         "{epochs:?}"
     );
+    // The command line says where the leadership went.
+    let to = cluster.wait_for_leader(TOPIC, 0, None).id % 3 + 1;
+    cluster.wait_followers_caught_up(TOPIC, 0).unwrap();
+    let addr = cluster.bootstrap().join(",");
+    let deadline = Instant::now() + DEADLINE;
+    let said = loop {
+        let output = corelog(
+            &addr,
+            &[
+                "partition",
+                "elect-leader",
+                TOPIC,
+                "0",
+                "--to",
+                &to.to_string(),
+            ],
+            None,
+        );
+        if output.status.success() || Instant::now() >= deadline {
+            break succeeded(&output);
+        }
+        // Not reported in sync yet after the last move: retriable.
+        assert!(
+            text(&output.stderr).contains("REPLICA_NOT_IN_SYNC"),
+            "{output:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        said.starts_with(&format!("{TOPIC}/0: led by broker {to} (epoch ")),
+        "{said}"
+    );
+    let epoch = said
+        .trim()
+        .strip_suffix(')')
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|epoch| epoch.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no epoch in {said:?}"));
+    epochs.push(epoch);
     // Asking for the broker that leads changes nothing.
     let leader = cluster.wait_for_leader(TOPIC, 0, None);
     let same = rt
@@ -305,24 +345,31 @@ fn a_broker_in_maintenance_leads_nothing_even_after_a_restart_until_disabled() {
     let preferred = cluster.wait_for_leader(TOPIC, 0, None).id;
     cluster.wait_followers_caught_up(TOPIC, 0).unwrap();
 
-    let still_led = rt
-        .block_on(admin.set_maintenance(preferred, true))
-        .expect("maintenance is enabled");
-    assert_eq!(still_led, 0, "broker {preferred} hands its leadership over");
+    // Through the command line, as an operator does.
+    let addr = cluster.bootstrap().join(",");
+    let node = preferred.to_string();
+    let enabled = succeeded(&corelog(
+        &addr,
+        &["cluster", "maintenance", "enable", &node],
+        None,
+    ));
+    assert_eq!(
+        enabled.trim(),
+        format!("broker {preferred} is in maintenance and leads nothing"),
+        "broker {preferred} hands its leadership over"
+    );
     assert_ne!(cluster.wait_for_leader(TOPIC, 0, None).id, preferred);
     producer.wait_more(100, "appends with the leader in maintenance", DEADLINE);
     // One broker at a time.
-    let other = preferred % 3 + 1;
-    let second = rt.block_on(admin.set_maintenance(other, true));
+    let other = (preferred % 3 + 1).to_string();
+    let second = failed(&corelog(
+        &addr,
+        &["cluster", "maintenance", "enable", &other],
+        None,
+    ));
     assert!(
-        matches!(
-            &second,
-            Err(ClientError::Broker {
-                code: ErrorCode::BrokerInMaintenance,
-                ..
-            })
-        ),
-        "{second:?}"
+        second.contains("BROKER_IN_MAINTENANCE") && second.contains(&format!("broker {preferred}")),
+        "{second}"
     );
     // It cannot be elected, and gets nothing back across its restart
     // (the preferred leader returns 3 s after it is back, otherwise).
@@ -354,12 +401,35 @@ fn a_broker_in_maintenance_leads_nothing_even_after_a_restart_until_disabled() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    rt.block_on(admin.set_maintenance(preferred, false))
-        .expect("maintenance is disabled");
+    succeeded(&corelog(
+        &addr,
+        &["cluster", "maintenance", "disable", &node],
+        None,
+    ));
     cluster.wait_followers_caught_up(TOPIC, 0).unwrap();
-    // Out of maintenance, the preferred leader comes back (at once with
-    // rebalance-leaders; by itself within PREFERRED_RETRY_INTERVAL).
-    assert_eq!(elect(&rt, &admin, None).leader, preferred);
+    // Out of maintenance, the preferred leader comes back at once with
+    // rebalance-leaders (again while it is not reported in sync yet).
+    let deadline = Instant::now() + DEADLINE;
+    let rebalanced = loop {
+        let output = corelog(&addr, &["cluster", "rebalance-leaders"], None);
+        if output.status.success() {
+            break text(&output.stdout);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rebalance-leaders: {}{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        rebalanced.contains(&format!("{TOPIC}/0: led by broker {preferred}"))
+            || cluster.wait_for_leader(TOPIC, 0, None).id == preferred,
+        "{rebalanced}"
+    );
+    assert!(rebalanced.contains(", 0 not moved"), "{rebalanced}");
+    cluster.wait_leader_is(preferred, DEADLINE);
     producer.wait_more(100, "appends after maintenance", DEADLINE);
     let outcome = producer.finish(&rt);
     cluster.check_history(&outcome, "maintenance and a restart");

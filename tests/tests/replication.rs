@@ -17,8 +17,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corelog_client::group::{GroupConfig, GroupConsumer, TopicPartition};
@@ -26,8 +24,8 @@ use corelog_client::{
     Admin, ClientError, Consumer, ConsumerConfig, Producer, ProducerRecord, StartFrom,
 };
 use corelog_tests::cluster_client::{
-    Leader, PartitionLog, WireCluster, client_config, client_runtime, connect_producer, error_code,
-    producer_config, serial, try_ask,
+    Leader, PartitionLog, SteadyProducer, WireCluster, client_config, client_runtime,
+    connect_producer, error_code, producer_config, serial, try_ask,
 };
 use corelog_tests::wire_client::{decode_produce, produce_request};
 use corelog_tests::{Broker, Client, batch, start_cluster};
@@ -431,92 +429,31 @@ fn kill_9_of_the_leader_during_appends_loses_no_acknowledged_record() {
         DEADLINE,
     ));
 
-    let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
-    let failed: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let task = {
-        let acked = Arc::clone(&acked);
-        let failed = Arc::clone(&failed);
-        let stop = Arc::clone(&stop);
-        rt.spawn(async move {
-            let mut sent = BTreeSet::new();
-            let mut outcomes = Vec::new();
-            let mut index = 0_u64;
-            while !stop.load(Ordering::Relaxed) {
-                let value = format!("r-{index}");
-                index += 1;
-                sent.insert(value.clone());
-                let record = ProducerRecord::new(TOPIC, value.clone()).partition(0);
-                match producer.send(record).await {
-                    Ok(delivery) => {
-                        let acked = Arc::clone(&acked);
-                        let failed = Arc::clone(&failed);
-                        outcomes.push(tokio::spawn(async move {
-                            match delivery.await {
-                                Ok(delivered) => {
-                                    acked.lock().unwrap().push((delivered.offset.0, value));
-                                }
-                                Err(error) => {
-                                    failed.lock().unwrap().push((value, error.to_string()))
-                                }
-                            }
-                        }));
-                    }
-                    Err(error) => failed.lock().unwrap().push((value, error.to_string())),
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            for outcome in outcomes {
-                outcome.await.unwrap();
-            }
-            producer.close().await.unwrap();
-            sent
-        })
-    };
-    let acked_count = || acked.lock().unwrap().len();
-    let wait_acked = |count: usize, what: &str| {
-        let deadline = Instant::now() + DEADLINE;
-        while acked_count() < count {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: {} of {count} records acknowledged within {DEADLINE:?}; failures: {:?}",
-                acked_count(),
-                failed.lock().unwrap().iter().take(5).collect::<Vec<_>>()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
-
-    wait_acked(100, "appends before the failover");
+    let load = SteadyProducer::start(&rt, producer, TOPIC, 0, Duration::from_millis(2));
+    load.wait_acked(100, "appends before the failover", DEADLINE);
     let old = cluster.wait_for_leader(TOPIC, 0, None);
-    let at_kill = acked_count();
+    let at_kill = load.acked_count();
     let killed_at = Instant::now();
     cluster.kill(old.id);
-    wait_acked(at_kill + 200, "appends after kill -9 of the leader");
+    load.wait_more(200, "appends after kill -9 of the leader", DEADLINE);
     println!(
         "appends resumed after kill -9 of leader {}: {} more acknowledged in {:?}",
         old.id,
-        acked_count() - at_kill,
+        load.acked_count() - at_kill,
         killed_at.elapsed()
     );
-    stop.store(true, Ordering::Relaxed);
-    let sent = rt.block_on(task).unwrap();
-
-    let acked = std::mem::take(&mut *acked.lock().unwrap());
-    let failed = std::mem::take(&mut *failed.lock().unwrap());
+    let outcome = load.finish(&rt);
     println!(
         "{} sent, {} acknowledged, {} failed (first failures: {:?})",
-        sent.len(),
-        acked.len(),
-        failed.len(),
-        failed.iter().take(3).collect::<Vec<_>>()
+        outcome.sent,
+        outcome.acked.len(),
+        outcome.failed.len(),
+        outcome.failed.iter().take(3).collect::<Vec<_>>()
     );
-    let mut by_offset = BTreeMap::new();
-    for (offset, value) in &acked {
-        if let Some(other) = by_offset.insert(*offset, value.clone()) {
-            panic!("offset {offset} was acknowledged for both {other} and {value}");
-        }
-    }
+    let sent: BTreeSet<String> = (0..outcome.sent)
+        .map(|index| format!("r-{index}"))
+        .collect();
+    let by_offset = outcome.acked;
     let through = *by_offset.keys().next_back().unwrap();
     let (reader, log) = cluster.read_committed(TOPIC, through);
     let stored: BTreeMap<u64, &str> = log

@@ -19,12 +19,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corelog_client::{Producer, ProducerRecord};
-use corelog_tests::cluster_client::{WireCluster, client_runtime, producer_config, serial};
+use corelog_tests::cluster_client::{
+    SteadyProducer, WireCluster, client_runtime, connect_producer, producer_config, serial,
+};
 use corelog_tests::power_loss::{self, PowerLossSummary};
 use corelog_tests::process::{EioKind, start_cluster_with_durable_ledgers};
 use corelog_tests::{Broker, start_cluster};
@@ -166,102 +165,23 @@ impl WireCluster for Cluster {
 
 /// A producer appending `r-<n>` to partition 0 with acks=quorum (the
 /// client's default) until stopped, recording what was acknowledged.
-struct Load {
-    acked: Arc<Mutex<Vec<(u64, String)>>>,
-    failed: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
+fn start_load(rt: &tokio::runtime::Runtime, bootstrap: Vec<String>) -> SteadyProducer {
+    let config = producer_config(bootstrap);
+    assert_eq!(config.acks, corelog_client::Acks::Quorum);
+    let producer = rt.block_on(connect_producer(config, DEADLINE));
+    SteadyProducer::start(rt, producer, TOPIC, 0, Duration::from_millis(2))
 }
 
-impl Load {
-    fn start(rt: &tokio::runtime::Runtime, bootstrap: Vec<String>) -> Load {
-        let config = producer_config(bootstrap);
-        let producer = rt.block_on(async {
-            let deadline = Instant::now() + DEADLINE;
-            loop {
-                match Producer::connect(config.clone()).await {
-                    Ok(producer) => break producer,
-                    Err(error) if error.is_retriable() && Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(error) => panic!("the producer could not connect: {error}"),
-                }
-            }
-        });
-        assert_eq!(config.acks, corelog_client::Acks::Quorum);
-        let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
-        let failed: Arc<Mutex<Vec<String>>> = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = {
-            let (acked, failed, stop) = (acked.clone(), failed.clone(), stop.clone());
-            rt.spawn(async move {
-                let mut outcomes = Vec::new();
-                let mut index = 0_u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let value = format!("r-{index}");
-                    index += 1;
-                    let record = ProducerRecord::new(TOPIC, value.clone()).partition(0);
-                    match producer.send(record).await {
-                        Ok(delivery) => {
-                            let (acked, failed) = (acked.clone(), failed.clone());
-                            outcomes.push(tokio::spawn(async move {
-                                match delivery.await {
-                                    Ok(done) => acked.lock().unwrap().push((done.offset.0, value)),
-                                    Err(error) => failed.lock().unwrap().push(error.to_string()),
-                                }
-                            }));
-                        }
-                        Err(error) => failed.lock().unwrap().push(error.to_string()),
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                for outcome in outcomes {
-                    outcome.await.unwrap();
-                }
-                let _closed = producer.close().await;
-            })
-        };
-        Load {
-            acked,
-            failed,
-            stop,
-            task,
-        }
-    }
-
-    fn acked_count(&self) -> usize {
-        self.acked.lock().unwrap().len()
-    }
-
-    /// Waits until `more` records beyond those acknowledged now are.
-    fn wait_more_acked(&self, more: usize, what: &str) {
-        let target = self.acked_count() + more;
-        let deadline = Instant::now() + DEADLINE;
-        while self.acked_count() < target {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: {} of {target} acknowledged within {DEADLINE:?}; failures: {:?}",
-                self.acked_count(),
-                self.failed
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .take(3)
-                    .collect::<Vec<_>>()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Stops, waits for every outcome, and returns the acknowledged records.
-    fn finish(self, rt: &tokio::runtime::Runtime) -> Vec<(u64, String)> {
-        self.stop.store(true, Ordering::Relaxed);
-        rt.block_on(self.task).unwrap();
-        let acked = std::mem::take(&mut *self.acked.lock().unwrap());
-        let failed = self.failed.lock().unwrap().len();
-        println!("{} acknowledged, {failed} failed", acked.len());
-        acked
-    }
+/// Stops `load`, waits for every outcome, and returns the acknowledged
+/// records.
+fn finish(load: SteadyProducer, rt: &tokio::runtime::Runtime) -> Vec<(u64, String)> {
+    let outcome = load.finish(rt);
+    println!(
+        "{} acknowledged, {} failed",
+        outcome.acked.len(),
+        outcome.failed.len()
+    );
+    outcome.acked.into_iter().collect()
 }
 
 fn report(id: u32, summary: PowerLossSummary) {
@@ -277,15 +197,15 @@ fn power_loss_of_the_leader_keeps_every_acknowledged_record_and_it_rejoins() {
     let rt = client_runtime();
     let mut cluster = Cluster::new(start_cluster_with_durable_ledgers(3, CLUSTER_ARGS));
     let leader = cluster.create_replicated_topic(TOPIC).id;
-    let load = Load::start(&rt, cluster.bootstrap());
-    load.wait_more_acked(200, "appends before the power loss");
+    let load = start_load(&rt, cluster.bootstrap());
+    load.wait_more(200, "appends before the power loss", DEADLINE);
 
     let summary = cluster.broker_mut(leader).power_loss();
     report(leader, summary);
-    load.wait_more_acked(200, "appends on the new leader");
+    load.wait_more(200, "appends on the new leader", DEADLINE);
     cluster.broker_mut(leader).spawn();
-    load.wait_more_acked(100, "appends after the restart");
-    let acked = load.finish(&rt);
+    load.wait_more(100, "appends after the restart", DEADLINE);
+    let acked = finish(load, &rt);
 
     cluster.check_acknowledged_readable(&acked);
     cluster.wait_in_sync(leader);
@@ -297,8 +217,8 @@ fn power_loss_of_all_three_brokers_keeps_every_acknowledged_record() {
     let rt = client_runtime();
     let mut cluster = Cluster::new(start_cluster_with_durable_ledgers(3, CLUSTER_ARGS));
     cluster.create_replicated_topic(TOPIC);
-    let load = Load::start(&rt, cluster.bootstrap());
-    load.wait_more_acked(300, "appends before the power loss");
+    let load = start_load(&rt, cluster.bootstrap());
+    load.wait_more(300, "appends before the power loss", DEADLINE);
 
     // All three at once: no process runs while the files are cut.
     for id in 1..=3 {
@@ -315,8 +235,8 @@ fn power_loss_of_all_three_brokers_keeps_every_acknowledged_record() {
     for id in 1..=3 {
         cluster.broker_mut(id).spawn();
     }
-    load.wait_more_acked(100, "appends after the restart");
-    let acked = load.finish(&rt);
+    load.wait_more(100, "appends after the restart", DEADLINE);
+    let acked = finish(load, &rt);
     cluster.check_acknowledged_readable(&acked);
 }
 
@@ -397,8 +317,8 @@ fn eio_on_the_leader(kind: EioKind) {
     let rt = client_runtime();
     let mut cluster = Cluster::new(start_cluster(3, CLUSTER_ARGS));
     let leader = cluster.create_replicated_topic(TOPIC).id;
-    let load = Load::start(&rt, cluster.bootstrap());
-    load.wait_more_acked(200, "appends before the fault");
+    let load = start_load(&rt, cluster.bootstrap());
+    load.wait_more(200, "appends before the fault", DEADLINE);
 
     cluster
         .broker(leader)
@@ -431,8 +351,8 @@ fn eio_on_the_leader(kind: EioKind) {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    load.wait_more_acked(200, "appends on the new leader");
-    let acked = load.finish(&rt);
+    load.wait_more(200, "appends on the new leader", DEADLINE);
+    let acked = finish(load, &rt);
     let reader = cluster.check_acknowledged_readable(&acked);
     println!("leader {leader} failed, {new_leader} took over, {reader} served the reads");
 
