@@ -14,7 +14,7 @@
 # tree's release corelog-bench (it knows max_ack_gap_ms) for every build,
 # so that rounds compare brokers. Builds alternate within each round.
 # Environment: ROUNDS (3), RATE (20000), DURATION (20), WARMUP (8),
-# BASE_PORT (17800).
+# BASE_PORT (17800), BENCH (the load generator; default this tree's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +22,7 @@ rounds=${ROUNDS:-3}
 rate=${RATE:-20000}
 duration=${DURATION:-20}
 warmup=${WARMUP:-8}
-bench=./target/release/corelog-bench
+bench=${BENCH:-./target/release/corelog-bench}
 [ $# -gt 0 ] || { echo "usage: $0 NAME=BUILD_DIR ..." >&2; exit 2; }
 [ -x "$bench" ] || { echo "build $bench first (cargo build --release --workspace)" >&2; exit 2; }
 

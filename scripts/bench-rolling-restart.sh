@@ -17,7 +17,7 @@
 # without it. The load generator is this tree's release corelog-bench for
 # every build. Builds alternate within each round. Environment: ROUNDS (3),
 # RATE (20000), PARTITIONS (3), WARMUP (8), WINDOW (20), REST (10),
-# BASE_PORT (17900).
+# BASE_PORT (17900), BENCH (the load generator; default this tree's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +27,7 @@ partitions=${PARTITIONS:-3}
 warmup=${WARMUP:-8}
 window=${WINDOW:-20}
 rest=${REST:-10}
-bench=./target/release/corelog-bench
+bench=${BENCH:-./target/release/corelog-bench}
 [ $# -gt 0 ] || { echo "usage: $0 NAME=BUILD_DIR[:plain] ..." >&2; exit 2; }
 [ -x "$bench" ] || { echo "build $bench first (cargo build --release --workspace)" >&2; exit 2; }
 

@@ -33,7 +33,10 @@ pub struct ClientConfig {
     /// before anything is allocated for it (C9). Default 64 MiB.
     pub max_response_bytes: u32,
     /// Shortest interval between two metadata refreshes, so that a burst of
-    /// leader errors costs one refresh. Default 100 ms.
+    /// leader errors costs one refresh. Default 25 ms: a refresh that came
+    /// back before the new leader was published is repeated soon enough
+    /// that a planned leadership move stalls a partition tens of
+    /// milliseconds, not a hundred.
     pub metadata_refresh_backoff: Duration,
     /// Wait before reconnecting to a broker that refused or dropped a
     /// connection. Default 100 ms.
@@ -63,7 +66,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(30),
             max_in_flight_per_connection: 32,
             max_response_bytes: 64 << 20,
-            metadata_refresh_backoff: Duration::from_millis(100),
+            metadata_refresh_backoff: Duration::from_millis(25),
             reconnect_backoff: Duration::from_millis(100),
             shard_aware: true,
             tls: None,

@@ -579,9 +579,7 @@ impl Sender {
         };
         let now = Instant::now();
         let exponent = sent.attempts.saturating_sub(1).min(16);
-        let backoff = self
-            .config
-            .retry_backoff
+        let backoff = first_backoff(&error, self.config.retry_backoff)
             .saturating_mul(1 << exponent)
             .min(self.config.retry_backoff_max);
         if sent.batch.created_at + self.config.delivery_timeout <= now + backoff {
@@ -745,5 +743,62 @@ impl std::fmt::Debug for Sender {
             .field("partitions", &self.partitions.len())
             .field("in_flight", &self.in_flight.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The first backoff before resending a batch refused with `error`.
+///
+/// A leadership that moved (a controlled shutdown, `elect-leader`,
+/// maintenance) is settled within one election round, a few milliseconds:
+/// the full `retry_backoff` would stall the partition 100 ms at every
+/// planned move. The resend still doubles its wait while the leader stays
+/// unknown.
+fn first_backoff(error: &ClientError, retry_backoff: Duration) -> Duration {
+    match error.code() {
+        Some(
+            ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch | ErrorCode::LeaderNotAvailable,
+        ) => retry_backoff.min(LEADER_MOVED_BACKOFF),
+        _ => retry_backoff,
+    }
+}
+
+/// See [`first_backoff`].
+const LEADER_MOVED_BACKOFF: Duration = Duration::from_millis(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: ErrorCode) -> ClientError {
+        ClientError::Broker {
+            code,
+            context: "produce to orders/0".to_owned(),
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn a_moved_leadership_is_retried_sooner_than_other_refusals() {
+        let configured = Duration::from_millis(100);
+        for code in [
+            ErrorCode::NotLeader,
+            ErrorCode::FencedLeaderEpoch,
+            ErrorCode::LeaderNotAvailable,
+        ] {
+            assert_eq!(
+                first_backoff(&refused(code), configured),
+                LEADER_MOVED_BACKOFF
+            );
+        }
+        for code in [
+            ErrorCode::NotEnoughReplicas,
+            ErrorCode::QueueFull,
+            ErrorCode::StorageError,
+        ] {
+            assert_eq!(first_backoff(&refused(code), configured), configured);
+        }
+        // A configured backoff below it is kept.
+        let short = Duration::from_millis(2);
+        assert_eq!(first_backoff(&refused(ErrorCode::NotLeader), short), short);
     }
 }
