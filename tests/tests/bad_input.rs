@@ -389,7 +389,7 @@ fn an_unknown_api_key_or_version_is_refused_and_the_connection_kept() {
     // maximum), with and without a body: INVALID_REQUEST, body skipped,
     // connection kept.
     for (api_key, body, correlation_id) in [
-        (18u16, &fetch[..], 101u32),
+        (19u16, &fetch[..], 101u32),
         (32, &[][..], 102),
         (999, &[1, 2, 3, 4][..], 103),
         (u16::MAX, &[0u8; 5000][..], 104),
