@@ -575,6 +575,21 @@ impl ControllerService {
         Ok(())
     }
 
+    /// Checks `command` against the applied state, so that a request the
+    /// state machine would refuse costs no log entry, then proposes it as
+    /// [`ControllerService::propose`] does.
+    ///
+    /// # Errors
+    /// The state machine's refusal, or as [`ControllerService::propose`].
+    async fn propose_checked(&self, command: Command) -> Result<Outcome, ControllerRequestError> {
+        self.node
+            .borrow()
+            .state()
+            .check(&command)
+            .map_err(|error| refused(&error))?;
+        self.propose(command).await
+    }
+
     /// Creates a user or replaces its credentials (leader only); returns
     /// whether the user is new.
     ///
@@ -587,12 +602,7 @@ impl ControllerService {
         credentials: Vec<StoredCredential>,
     ) -> Result<bool, ControllerRequestError> {
         let command = Command::PutUser { name, credentials };
-        self.node
-            .borrow()
-            .state()
-            .check(&command)
-            .map_err(|error| refused(&error))?;
-        match self.propose(command).await? {
+        match self.propose_checked(command).await? {
             Outcome::UserPut { created } => Ok(created),
             other => Err(unexpected(&other)),
         }
@@ -604,12 +614,7 @@ impl ControllerService {
     /// See [`ControllerService::propose`]; `USER_NOT_FOUND`.
     pub async fn delete_user(&self, name: String) -> Result<(), ControllerRequestError> {
         let command = Command::DeleteUser { name };
-        self.node
-            .borrow()
-            .state()
-            .check(&command)
-            .map_err(|error| refused(&error))?;
-        match self.propose(command).await? {
+        match self.propose_checked(command).await? {
             Outcome::UserDeleted => Ok(()),
             other => Err(unexpected(&other)),
         }
@@ -623,12 +628,7 @@ impl ControllerService {
     /// `QUOTA_NOT_FOUND`, or the state machine's refusal of a malformed
     /// rule or quota.
     pub async fn alter_access(&self, command: Command) -> Result<bool, ControllerRequestError> {
-        self.node
-            .borrow()
-            .state()
-            .check(&command)
-            .map_err(|error| refused(&error))?;
-        match self.propose(command).await? {
+        match self.propose_checked(command).await? {
             Outcome::AclPut { created } | Outcome::QuotaPut { created } => Ok(created),
             Outcome::AclDeleted | Outcome::QuotaDeleted => Ok(false),
             other => Err(unexpected(&other)),
@@ -793,12 +793,7 @@ impl ControllerService {
         enabled: bool,
     ) -> Result<bool, ControllerRequestError> {
         let command = Command::SetBrokerMaintenance { node, enabled };
-        self.node
-            .borrow()
-            .state()
-            .check(&command)
-            .map_err(|error| refused(&error))?;
-        match self.propose(command).await? {
+        match self.propose_checked(command).await? {
             Outcome::BrokerMaintenance { changed, .. } => {
                 if changed {
                     tracing::info!(%node, enabled, "broker maintenance changed");
@@ -834,12 +829,7 @@ impl ControllerService {
     /// See [`ControllerService::propose`]; the state machine's refusal of a
     /// conflicting import.
     pub async fn import_topics(&self, command: Command) -> Result<u32, ControllerRequestError> {
-        self.node
-            .borrow()
-            .state()
-            .check(&command)
-            .map_err(|error| refused(&error))?;
-        match self.propose(command).await? {
+        match self.propose_checked(command).await? {
             Outcome::TopicsImported { imported } => Ok(imported),
             other => Err(unexpected(&other)),
         }
