@@ -224,6 +224,14 @@ impl DueElection {
     }
 }
 
+/// Whether broker `node` is in maintenance.
+fn in_maintenance(state: &MetadataState, node: NodeId) -> bool {
+    state
+        .brokers()
+        .get(&node)
+        .is_some_and(|broker| broker.maintenance)
+}
+
 /// What to do with a round's decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
@@ -628,12 +636,7 @@ impl ElectionBook {
         if let Some(reason) = lost {
             return retry_allowed.then_some(reason);
         }
-        let in_maintenance = |node: NodeId| {
-            state
-                .brokers()
-                .get(&node)
-                .is_some_and(|broker| broker.maintenance)
-        };
+        let in_maintenance = |node: NodeId| in_maintenance(state, node);
         if record.leader.is_some_and(in_maintenance) {
             return retry_allowed.then_some(ElectionReason::Maintenance);
         }
@@ -671,12 +674,7 @@ impl ElectionBook {
         book: &PartitionBook,
         reason: ElectionReason,
     ) -> Option<DueElection> {
-        let in_maintenance = |node: NodeId| {
-            state
-                .brokers()
-                .get(&node)
-                .is_some_and(|broker| broker.maintenance)
-        };
+        let in_maintenance = |node: NodeId| in_maintenance(state, node);
         // Tie order: the transfer's target first, then the preferred order
         // with a broker in maintenance last.
         let mut order: Vec<NodeId> = record.replicas.iter().map(|replica| replica.node).collect();

@@ -24,6 +24,17 @@ pub struct Leadership {
     pub epoch: u32,
 }
 
+/// An `AlterCluster` answer without an error.
+struct Altered {
+    /// The partition's leader (`ElectLeader`).
+    leader: Option<u32>,
+    /// Its epoch (`ElectLeader`), or the partitions the broker still leads
+    /// (`SetMaintenance`).
+    value: u32,
+    /// The broker that answered.
+    addr: String,
+}
+
 impl Admin {
     /// Moves the leadership of `partition` of `topic` to broker `to`, or to
     /// the preferred replica (the first) when `None`, and waits until the
@@ -47,17 +58,16 @@ impl Admin {
             partition,
             to,
         };
-        let (leader, value) = self
+        let altered = self
             .alter_cluster(change, || format!("{topic}/{partition}"))
             .await?;
-        let (leader, addr) = leader;
-        let leader = leader.ok_or_else(|| ClientError::Protocol {
-            addr,
+        let leader = altered.leader.ok_or_else(|| ClientError::Protocol {
+            addr: altered.addr,
             detail: format!("AlterCluster moved {topic}/{partition} but named no leader"),
         })?;
         Ok(Leadership {
             leader,
-            epoch: value,
+            epoch: altered.value,
         })
     }
 
@@ -74,17 +84,17 @@ impl Admin {
     /// connection errors.
     pub async fn set_maintenance(&self, broker: u32, enabled: bool) -> Result<u32, ClientError> {
         let change = ClusterChange::SetMaintenance { broker, enabled };
-        let (_, still_led) = self
+        let altered = self
             .alter_cluster(change, || format!("broker {broker}"))
             .await?;
-        Ok(still_led)
+        Ok(altered.value)
     }
 
     async fn alter_cluster(
         &self,
         change: ClusterChange,
         what: impl FnOnce() -> String,
-    ) -> Result<((Option<u32>, String), u32), ClientError> {
+    ) -> Result<Altered, ClientError> {
         let connection = self.cluster.any_connection().await?;
         let request = AlterClusterRequest {
             change,
@@ -98,12 +108,10 @@ impl Admin {
         if let Some(error) = ClientError::from_wire(response.error_code.to_native(), what, detail) {
             return Err(error);
         }
-        Ok((
-            (
-                response.leader.as_ref().map(|leader| leader.to_native()),
-                connection.addr().to_string(),
-            ),
-            response.value.to_native(),
-        ))
+        Ok(Altered {
+            leader: response.leader.as_ref().map(|leader| leader.to_native()),
+            value: response.value.to_native(),
+            addr: connection.addr().to_string(),
+        })
     }
 }
