@@ -315,11 +315,13 @@ impl Broker {
         }
     }
 
-    /// Polls the just-spawned process for up to 20 s until it answers a
+    /// Polls the just-spawned process for up to 60 s until it answers a
     /// handshake (`Ok`) or exits (`Err` with its status); `None` when it
-    /// does neither in time.
+    /// does neither in time. A broker restarted after a crash with a
+    /// thousand partitions syncs each of them before it answers: about 7 s
+    /// here, more than 20 s on a slow CI disk.
     fn poll_ready(&mut self) -> Option<Result<(), std::process::ExitStatus>> {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Some(status) = self
                 .child

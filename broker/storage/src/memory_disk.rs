@@ -56,6 +56,10 @@ struct State {
     capacity_bytes: u64,
     faults: Vec<Fault>,
     syncs: u64,
+    /// `sync_data` calls started and not yet finished, and the most there
+    /// ever were at once.
+    syncs_in_flight: u32,
+    syncs_in_flight_max: u32,
     /// Bumped by every change to any name or byte, synced or not.
     generation: u64,
     /// Whether every operation yields to the executor once before acting,
@@ -114,6 +118,8 @@ impl MemoryDisk {
                 capacity_bytes,
                 faults: Vec::new(),
                 syncs: 0,
+                syncs_in_flight: 0,
+                syncs_in_flight_max: 0,
                 generation: 0,
                 yields: false,
                 descriptor_limit: None,
@@ -249,6 +255,8 @@ impl MemoryDisk {
                 capacity_bytes: state.capacity_bytes,
                 faults: Vec::new(),
                 syncs: 0,
+                syncs_in_flight: 0,
+                syncs_in_flight_max: 0,
                 generation: 0,
                 yields: state.yields,
                 descriptor_limit: state.descriptor_limit,
@@ -265,6 +273,13 @@ impl MemoryDisk {
     #[must_use]
     pub fn sync_count(&self) -> u64 {
         self.state.borrow().syncs
+    }
+
+    /// The most `sync_data` calls that were ever under way at once (with
+    /// [`MemoryDisk::set_yielding`], a sync is under way across a yield).
+    #[must_use]
+    pub fn syncs_in_flight_max(&self) -> u32 {
+        self.state.borrow().syncs_in_flight_max
     }
 
     /// Names of every file, for assertions.
@@ -572,7 +587,13 @@ impl DiskFile for MemoryFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
+        {
+            let mut state = self.state.borrow_mut();
+            state.syncs_in_flight += 1;
+            state.syncs_in_flight_max = state.syncs_in_flight_max.max(state.syncs_in_flight);
+        }
         maybe_yield(&self.state).await;
+        self.state.borrow_mut().syncs_in_flight -= 1;
         take_fault(&self.state, Fault::Sync)?;
         self.with_inode(|inode, _| {
             inode.synced.clone_from(&inode.data);

@@ -2,14 +2,22 @@
 //! holds entries for gets the batches its segments lack, before any log
 //! of the shard opens for appends.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io;
+
+use futures::TryStreamExt;
 use std::path::{Path, PathBuf};
 
 use super::super::disk::Disk;
 use super::super::journal::{JournalConfig, RecoveredPartition, ShardJournal};
 use super::super::{LogConfig, ShardStorage, StorageError};
 use super::PartitionLog;
+
+/// Partitions [`replay_shard_journal`] replays at once: enough to keep an
+/// NVMe queue busy, few enough that their open files fit any descriptor
+/// budget the broker accepts.
+const REPLAYS_AT_ONCE: usize = 16;
 
 /// What [`replay_shard_journal`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,24 +78,35 @@ pub async fn replay_shard_journal<D: Disk>(
         shard.journal.is_none(),
         "replay writes the segments directly"
     );
-    let mut summary = JournalReplay::default();
-    for (dir, partition) in recovered {
-        match disk.list_dir(&dir).await {
-            Ok(_) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                summary.missing += 1;
-                continue;
+    let summary = RefCell::new(JournalReplay::default());
+    // Each replay ends in a sync or two: many at once keep the disk busy
+    // instead of waiting on it one partition at a time (1,200 partitions
+    // took 10 s one by one).
+    futures::stream::iter(recovered.into_iter().map(Ok))
+        .try_for_each_concurrent(REPLAYS_AT_ONCE, |(dir, partition)| {
+            let summary = &summary;
+            async move {
+                match disk.list_dir(&dir).await {
+                    Ok(_) => {}
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                        summary.borrow_mut().missing += 1;
+                        return Ok(());
+                    }
+                    Err(error) => return Err(StorageError::io(&dir, error)),
+                }
+                let log =
+                    PartitionLog::open(disk.clone(), &dir, config, shard.clone(), partition.key)
+                        .await?;
+                let batches = log.replay_journal(partition.entries).await?;
+                log.close().await?;
+                if batches > 0 {
+                    let mut summary = summary.borrow_mut();
+                    summary.partitions += 1;
+                    summary.batches += batches;
+                }
+                Ok(())
             }
-            Err(error) => return Err(StorageError::io(&dir, error)),
-        }
-        let log =
-            PartitionLog::open(disk.clone(), &dir, config, shard.clone(), partition.key).await?;
-        let batches = log.replay_journal(partition.entries).await?;
-        log.close().await?;
-        if batches > 0 {
-            summary.partitions += 1;
-            summary.batches += batches;
-        }
-    }
-    Ok(summary)
+        })
+        .await?;
+    Ok(summary.into_inner())
 }

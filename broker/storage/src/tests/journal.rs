@@ -325,6 +325,40 @@ fn recover_shard_journal_gives_back_every_acknowledged_append_once() {
     assert_eq!(again, JournalReplay::default());
 }
 
+/// A restart replays the partitions the journal holds batches for several
+/// at once, not one after another: their syncs overlap. (One by one, a
+/// broker with 1,200 partitions took 10 s to restart after a crash.)
+#[test]
+fn a_restart_replays_many_partitions_at_once() {
+    let shard = Shard::new();
+    let logs: Vec<_> = (0..8)
+        .map(|index| block_on(shard.open_log(index)))
+        .collect();
+    block_on(append_round(&logs, 0));
+    let expected: Vec<_> = logs.iter().map(|log| block_on(read_all(log))).collect();
+    drop(logs);
+    let disk = &shard.harness.disk;
+    disk.crash();
+    disk.set_yielding(true);
+    let (_, replayed) = block_on(recover_shard_journal(
+        disk,
+        Path::new(JOURNAL_DIR),
+        journal_config(),
+        shard.harness.config,
+        &shard.storage(disk, None),
+    ))
+    .expect("the journal recovers");
+    assert_eq!(replayed.partitions, 8);
+    assert!(
+        disk.syncs_in_flight_max() > 1,
+        "the replays ran one at a time"
+    );
+    for (index, want) in expected.iter().enumerate() {
+        let log = block_on(shard.reopen_plain(disk, index as u64));
+        assert_eq!(&block_on(read_all(&log)), want, "partition {index}");
+    }
+}
+
 #[test]
 fn cutting_the_journal_at_every_byte_of_its_last_frame_recovers_the_frames_before_it() {
     let shard = Shard::new();
