@@ -428,7 +428,9 @@ impl Shard {
                     .chain(
                         followers
                             .iter()
-                            .filter(|follower| follower.in_sync)
+                            // A learner catching up is not in sync: it
+                            // is outside the set elections choose from.
+                            .filter(|follower| follower.voter && follower.in_sync)
                             .map(|follower| follower.replica.0),
                     )
                     .collect();

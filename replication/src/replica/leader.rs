@@ -78,28 +78,7 @@ impl Replica {
         let followers: BTreeMap<ReplicaId, Progress> = replicas
             .iter()
             .filter(|replica| **replica != self.id)
-            .map(|replica| {
-                let progress = Progress {
-                    // Nothing is known durable on the follower in this epoch
-                    // yet; zero is the safe lower bound for counting.
-                    acked_end: Offset(0),
-                    // Optimistic: a caught-up follower takes the marker
-                    // directly; any other answers with a mismatch.
-                    sent_end: self.log_end,
-                    sent_hw: Offset(0),
-                    probe_pending: false,
-                    last_progress_ms: now_ms,
-                    outstanding: 0,
-                    last_answer_ms: None,
-                    last_failure_ms: None,
-                    last_send_ms: 0,
-                    // A new leader presumes its followers in sync until
-                    // they fail to catch up for the in-sync lag.
-                    caught_up_ms: now_ms,
-                    full_send: None,
-                };
-                (*replica, progress)
-            })
+            .map(|replica| (*replica, Progress::fresh(self.log_end, now_ms)))
             .collect();
         // An empty log needs no marker: no older epoch's record exists that
         // counting could commit (Raft fig. 8), so writes start as soon as
@@ -109,6 +88,7 @@ impl Replica {
         self.role = Role::Leader(LeaderState {
             epoch,
             replicas,
+            learners: Vec::new(),
             epoch_start: self.log_end,
             marker_appended: empty,
             leadership_durable: false,
@@ -120,6 +100,39 @@ impl Replica {
         }
         self.check_invariants();
         Ok(actions)
+    }
+
+    /// Sets the learners of a leader: replicas outside its replica set that
+    /// it replicates to like followers (a replica being added by a move
+    /// catches up this way) but never counts toward the high watermark or
+    /// reachability. A learner named again keeps its progress; one left
+    /// out is dropped. Replicas of the set and this replica are not
+    /// learners and are ignored. A no-op when not leading: a new leadership
+    /// starts without learners, and the shell names them again.
+    pub fn set_learners(&mut self, learners: &[ReplicaId], now_ms: u64) {
+        let log_end = self.log_end;
+        let id = self.id;
+        let Role::Leader(leader) = &mut self.role else {
+            return;
+        };
+        let mut wanted: Vec<ReplicaId> = learners
+            .iter()
+            .copied()
+            .filter(|learner| *learner != id && !leader.replicas.contains(learner))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        for dropped in leader.learners.iter().filter(|old| !wanted.contains(old)) {
+            leader.followers.remove(dropped);
+        }
+        for learner in &wanted {
+            leader
+                .followers
+                .entry(*learner)
+                .or_insert_with(|| Progress::fresh(log_end, now_ms));
+        }
+        leader.learners = wanted;
+        self.check_invariants();
     }
 
     /// The shell appended `batch` to the local log (the marker first, then
@@ -291,8 +304,9 @@ impl Replica {
         };
         let unreachable = leader
             .followers
-            .values()
-            .filter(|progress| {
+            .iter()
+            .filter(|(replica, _)| leader.replicas.contains(replica))
+            .filter(|(_, progress)| {
                 progress
                     .last_failure_ms
                     .is_some_and(|failed| failed >= since_ms)

@@ -132,6 +132,32 @@ struct Progress {
     full_send: Option<(Offset, u64)>,
 }
 
+impl Progress {
+    /// A follower (or learner) a leader knows nothing of yet in its epoch,
+    /// as of `now_ms` with its log ending at `log_end`.
+    fn fresh(log_end: Offset, now_ms: u64) -> Self {
+        Progress {
+            // Nothing is known durable on the follower in this epoch yet;
+            // zero is the safe lower bound for counting.
+            acked_end: Offset(0),
+            // Optimistic: a caught-up follower takes the marker directly;
+            // any other answers with a mismatch.
+            sent_end: log_end,
+            sent_hw: Offset(0),
+            probe_pending: false,
+            last_progress_ms: now_ms,
+            outstanding: 0,
+            last_answer_ms: None,
+            last_failure_ms: None,
+            last_send_ms: 0,
+            // Presumed in sync until it fails to catch up for the in-sync
+            // lag.
+            caught_up_ms: now_ms,
+            full_send: None,
+        }
+    }
+}
+
 /// A leader's view of one follower, for reports and metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FollowerStatus {
@@ -146,12 +172,19 @@ pub struct FollowerStatus {
     pub lag_ms: u64,
     /// Whether it caught up within [`ReplicaConfig::in_sync_lag_ms`].
     pub in_sync: bool,
+    /// Whether it is in the replica set (counted toward the high
+    /// watermark), not a learner.
+    pub voter: bool,
 }
 
 #[derive(Clone, Debug)]
 struct LeaderState {
     epoch: LeaderEpoch,
+    /// The replica set, sorted: the high watermark counts a majority of it.
     replicas: Vec<ReplicaId>,
+    /// Replicas outside the set that get pushes and are never counted
+    /// ([`Replica::set_learners`]), sorted.
+    learners: Vec<ReplicaId>,
     /// The offset of this epoch's marker: records below it are older
     /// epochs'; the high watermark may only pass it by counting, never
     /// stop between older records by counting (Raft fig. 8).
@@ -366,17 +399,19 @@ impl Replica {
         }
     }
 
-    /// A leader's replication lag: for each follower, how many offsets of
-    /// the log are not yet acknowledged durable by it, summed. `None` when
-    /// not leading.
+    /// A leader's replication lag: for each follower in the replica set,
+    /// how many offsets of the log are not yet acknowledged durable by it,
+    /// summed (a learner catching up is a move's progress, not lag). `None`
+    /// when not leading.
     #[must_use]
     pub fn follower_lag(&self) -> Option<u64> {
         match &self.role {
             Role::Leader(leader) => Some(
                 leader
                     .followers
-                    .values()
-                    .map(|progress| self.log_end.0.saturating_sub(progress.acked_end.0))
+                    .iter()
+                    .filter(|(replica, _)| leader.replicas.contains(replica))
+                    .map(|(_, progress)| self.log_end.0.saturating_sub(progress.acked_end.0))
                     .sum(),
             ),
             Role::Offline | Role::Follower(_) => None,
@@ -414,6 +449,7 @@ impl Replica {
                     lag_records: self.log_end.0.saturating_sub(progress.acked_end.0),
                     lag_ms,
                     in_sync: lag_ms <= self.config.in_sync_lag_ms,
+                    voter: leader.replicas.contains(&replica),
                 }
             })
             .collect();
@@ -681,6 +717,25 @@ impl Replica {
         match &self.role {
             Role::Leader(leader) => {
                 assert!(leader.epoch == self.meta.fenced_epoch, "leader below fence");
+                assert!(
+                    leader
+                        .learners
+                        .iter()
+                        .all(|learner| *learner != self.id && !leader.replicas.contains(learner)),
+                    "learners {:?} overlap the replica set {:?}",
+                    leader.learners,
+                    leader.replicas
+                );
+                assert!(
+                    leader.followers.keys().all(|follower| {
+                        leader.replicas.contains(follower) || leader.learners.contains(follower)
+                    }) && leader.followers.len() + 1
+                        == leader.replicas.len() + leader.learners.len(),
+                    "followers {:?} are not the replica set {:?} and learners {:?} but the leader",
+                    leader.followers.keys(),
+                    leader.replicas,
+                    leader.learners
+                );
                 assert!(
                     leader.epoch_start <= self.log_end,
                     "epoch start past log end"

@@ -228,6 +228,61 @@ fn a_follower_that_acknowledges_every_push_under_steady_load_stays_in_sync() {
     assert!(!c.in_sync, "{c:?}");
 }
 
+/// A fourth replica, outside the set of three: the learner of a move.
+const LEARNER: ReplicaId = ReplicaId(4);
+
+#[test]
+fn a_learner_gets_pushes_but_never_counts_toward_the_high_watermark() {
+    let mut a = leader(&[(1, 0)], 5, 2);
+    // A voter and the leader itself are never learners.
+    a.set_learners(&[LEARNER, B, A], 0);
+    a.on_local_append(BatchMeta {
+        base: o(6),
+        last: o(6),
+        epoch: e(2),
+    });
+    a.on_local_durable(o(7));
+    let sent: Vec<ReplicaId> = pushes(&a.poll_sends(0))
+        .into_iter()
+        .map(|(to, ..)| to)
+        .collect();
+    assert_eq!(sent, vec![B, C, LEARNER]);
+    let counted = a.on_push_ack(&ok(LEARNER, 2, 7), 10).unwrap();
+    assert!(high_watermarks(&counted).is_empty(), "{counted:?}");
+    assert!(a.high_watermark() < o(6));
+    let learner = status_of(&a, LEARNER, 10);
+    assert!(!learner.voter && learner.lag_records == 0, "{learner:?}");
+    assert!(status_of(&a, B, 10).voter);
+    assert_eq!(a.follower_lag(), Some(14), "only B's and C's");
+    // A voter's acknowledgement commits: A and B are a majority of three.
+    let counted = a.on_push_ack(&ok(B, 2, 7), 20).unwrap();
+    assert_eq!(high_watermarks(&counted), vec![o(7)]);
+}
+
+#[test]
+fn a_learner_named_again_keeps_its_progress_and_one_left_out_is_dropped() {
+    let mut a = leader(&[(1, 0)], 5, 2);
+    a.set_learners(&[LEARNER], 0);
+    a.on_push_ack(&ok(LEARNER, 2, 6), 10).unwrap();
+    a.set_learners(&[LEARNER], 20);
+    assert_eq!(status_of(&a, LEARNER, 20).acked_end, o(6));
+    // A learner that cannot be reached is not a voter gone missing.
+    a.on_push_failed(LEARNER, e(2), 30);
+    assert_eq!(a.reachable_since(25), Some((3, 3)));
+    a.set_learners(&[], 40);
+    let followers: Vec<ReplicaId> = a
+        .follower_status(40)
+        .unwrap()
+        .into_iter()
+        .map(|status| status.replica)
+        .collect();
+    assert_eq!(followers, vec![B, C]);
+    // A follower has no learners to set.
+    let mut b = replica(B, &[(1, 0)], 5, 2);
+    b.set_learners(&[LEARNER], 0);
+    assert_eq!(b.follower_status(0), None);
+}
+
 #[test]
 fn become_leader_persists_the_promise_before_asking_for_the_marker() {
     let mut a = replica(A, &[(1, 0)], 5, 3);
