@@ -91,6 +91,9 @@ const TAG_CREATE_OWNED_TOPIC: u8 = 16;
 /// A [`Command::PutQuota`] that sets topic, partition or group limits.
 const TAG_PUT_QUOTA_WITH_OBJECT_LIMITS: u8 = 17;
 const TAG_SET_BROKER_MAINTENANCE: u8 = 19;
+const TAG_START_REASSIGNMENT: u8 = 20;
+const TAG_CANCEL_REASSIGNMENT: u8 = 21;
+const TAG_CHANGE_REPLICA_SET: u8 = 22;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,6 +174,42 @@ pub enum Command {
         /// The partition.
         partition: u32,
         /// The new leader, a replica; `None` leaves the partition leaderless.
+        leader: Option<NodeId>,
+        /// Must be greater than the current epoch.
+        epoch: LeaderEpoch,
+    },
+    /// Starts moving a partition to `target` (see [`crate::reassignment`]):
+    /// the replicas of `target` outside the set become learners.
+    StartReassignment {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The set to reach, preferred leader first.
+        target: Vec<Replica>,
+        /// Bytes a second each learner copies at most; 0 for no limit.
+        throttle_bytes_per_s: u64,
+        /// When it starts (stamped by the proposer).
+        started_at_ms: i64,
+    },
+    /// Turns a partition's move back toward the set it started from.
+    CancelReassignment {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+    },
+    /// One step of a move: the set with one learner added or one replica
+    /// outside the goal removed, led by `leader` under a new epoch, after
+    /// the election rule picked it over the new set.
+    ChangeReplicaSet {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The new set.
+        replicas: Vec<Replica>,
+        /// The new leader, one of them; `None` leaves it leaderless.
         leader: Option<NodeId>,
         /// Must be greater than the current epoch.
         epoch: LeaderEpoch,
@@ -335,6 +374,28 @@ pub enum Outcome {
         /// One past the last id.
         end: i64,
     },
+    /// The move started.
+    ReassignmentStarted {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+    },
+    /// The move returns to its original set; `changed` is false when it
+    /// was cancelled before.
+    ReassignmentCancelled {
+        /// Whether this cancel turned it.
+        changed: bool,
+    },
+    /// The set changed by one replica under a new leader epoch.
+    ReplicaSetChanged {
+        /// The leader.
+        leader: Option<NodeId>,
+        /// The epoch.
+        epoch: LeaderEpoch,
+        /// The set is the move's goal: the move is over.
+        finished: bool,
+    },
     /// The resignation applied; `changed` is false when the leader no
     /// longer led that epoch.
     LeaderResigned {
@@ -453,6 +514,42 @@ impl Command {
                 writer.u8(TAG_SET_LEADER);
                 writer.u64(topic_id.0);
                 writer.u32(*partition);
+                writer.u64(leader.map_or(0, |leader| leader.0));
+                writer.u32(epoch.0);
+            }
+            Command::StartReassignment {
+                topic_id,
+                partition,
+                target,
+                throttle_bytes_per_s,
+                started_at_ms,
+            } => {
+                writer.u8(TAG_START_REASSIGNMENT);
+                writer.u64(topic_id.0);
+                writer.u32(*partition);
+                write_replicas(writer, target);
+                writer.u64(*throttle_bytes_per_s);
+                writer.i64(*started_at_ms);
+            }
+            Command::CancelReassignment {
+                topic_id,
+                partition,
+            } => {
+                writer.u8(TAG_CANCEL_REASSIGNMENT);
+                writer.u64(topic_id.0);
+                writer.u32(*partition);
+            }
+            Command::ChangeReplicaSet {
+                topic_id,
+                partition,
+                replicas,
+                leader,
+                epoch,
+            } => {
+                writer.u8(TAG_CHANGE_REPLICA_SET);
+                writer.u64(topic_id.0);
+                writer.u32(*partition);
+                write_replicas(writer, replicas);
                 writer.u64(leader.map_or(0, |leader| leader.0));
                 writer.u32(epoch.0);
             }
@@ -614,6 +711,27 @@ impl Command {
             TAG_SET_LEADER => Command::SetLeader {
                 topic_id: TopicId(reader.u64("topic id")?),
                 partition: reader.u32("partition")?,
+                leader: match reader.u64("leader")? {
+                    0 => None,
+                    node => Some(NodeId(node)),
+                },
+                epoch: LeaderEpoch(reader.u32("leader epoch")?),
+            },
+            TAG_START_REASSIGNMENT => Command::StartReassignment {
+                topic_id: TopicId(reader.u64("topic id")?),
+                partition: reader.u32("partition")?,
+                target: read_replicas(reader)?,
+                throttle_bytes_per_s: reader.u64("throttle")?,
+                started_at_ms: reader.i64("start time")?,
+            },
+            TAG_CANCEL_REASSIGNMENT => Command::CancelReassignment {
+                topic_id: TopicId(reader.u64("topic id")?),
+                partition: reader.u32("partition")?,
+            },
+            TAG_CHANGE_REPLICA_SET => Command::ChangeReplicaSet {
+                topic_id: TopicId(reader.u64("topic id")?),
+                partition: reader.u32("partition")?,
+                replicas: read_replicas(reader)?,
                 leader: match reader.u64("leader")? {
                     0 => None,
                     node => Some(NodeId(node)),
@@ -861,6 +979,36 @@ mod tests {
                 partition: 3,
                 leader: None,
                 epoch: LeaderEpoch(4),
+            },
+            Command::StartReassignment {
+                topic_id: TopicId(9),
+                partition: 3,
+                target: vec![
+                    Replica {
+                        node: NodeId(4),
+                        shard: ShardId(1),
+                    },
+                    Replica {
+                        node: NodeId(2),
+                        shard: ShardId(0),
+                    },
+                ],
+                throttle_bytes_per_s: 50 << 20,
+                started_at_ms: 1_700_000_000_000,
+            },
+            Command::CancelReassignment {
+                topic_id: TopicId(9),
+                partition: 3,
+            },
+            Command::ChangeReplicaSet {
+                topic_id: TopicId(9),
+                partition: 3,
+                replicas: vec![Replica {
+                    node: NodeId(4),
+                    shard: ShardId(1),
+                }],
+                leader: Some(NodeId(4)),
+                epoch: LeaderEpoch(5),
             },
             Command::AllocateProducerIds { count: 1024 },
             Command::ResignLeader {

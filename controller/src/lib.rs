@@ -169,6 +169,7 @@ pub mod node;
 pub mod placement;
 pub mod quotas;
 pub mod ready;
+pub mod reassignment;
 pub mod snapshot;
 pub mod state;
 mod storage;

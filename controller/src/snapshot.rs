@@ -19,7 +19,10 @@
 //!      · object limits (version 5): count u32 · (entity str
 //!                              · topics, partitions, groups, see [`crate::quotas`])*
 //!      · topic owners (version 5 and 6): count u32 · (topic id u64 · principal str)*
-//!      · brokers in maintenance (version 6): count u32 · (id u64)*
+//!      · brokers in maintenance (version 6 and 7): count u32 · (id u64)*
+//!      · reassignments (version 7): count u32 · (topic id u64 · partition u32
+//!                              · original replicas · target replicas
+//!                              · throttle u64 · started at i64 · cancelled u8)*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
 //!
@@ -27,9 +30,10 @@
 //! ACLs or quotas as version 1, with users only as version 2, with ACLs but
 //! no quotas as version 3, with quotas but neither object limits nor topic
 //! owners as version 4, without a broker in maintenance as version 5 or
-//! older. Brokers of the releases before read it, so a rolling upgrade
-//! works until the first user (ACL, quota, owned topic, object limit or
-//! maintenance) is created. Object limits are listed only for the quotas
+//! older, without a reassignment in progress as version 6 or older.
+//! Brokers of the releases before read it, so a rolling upgrade works
+//! until the first user (ACL, quota, owned topic, object limit,
+//! maintenance or reassignment) is created. Object limits are listed only for the quotas
 //! that set them (in entity order, each a quota of the section before);
 //! owners only for the topics that have one (in id order). A topic of an
 //! older state has no owner: it counts for nobody.
@@ -52,6 +56,7 @@ use crate::quotas::{
     QUOTA_ENTITY_BYTES_MAX, QUOTAS_MAX, QuotaEntity, read_object_limits, read_quota,
     write_object_limits, write_quota,
 };
+use crate::reassignment::Reassignment;
 use crate::state::{BrokerRecord, MetadataState, PartitionRecord, TopicRecord};
 use crate::types::{LeaderEpoch, NodeId, TopicId};
 use crate::users::{
@@ -62,8 +67,9 @@ const MAGIC: [u8; 4] = *b"CLMS";
 /// Version 1: no users; version 2: users after the topics; version 3:
 /// ACLs after the users; version 4: quotas after the ACLs; version 5:
 /// object limits and topic owners after the quotas; version 6: the brokers
-/// in maintenance after the owners.
-const VERSION: u8 = 6;
+/// in maintenance after the owners; version 7: the reassignments in
+/// progress after them.
+const VERSION: u8 = 7;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -119,7 +125,24 @@ impl MetadataState {
             .filter(|broker| broker.maintenance)
             .map(|broker| broker.id)
             .collect();
-        let newest = !owned.is_empty() || !object_limits.is_empty() || !in_maintenance.is_empty();
+        let moving: Vec<(TopicId, u32, &Reassignment)> = self
+            .topics
+            .values()
+            .flat_map(|topic| {
+                topic
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(index, partition)| {
+                        let reassignment = partition.reassignment.as_ref()?;
+                        Some((topic.id, u32::try_from(index).ok()?, reassignment))
+                    })
+            })
+            .collect();
+        let newest = !owned.is_empty()
+            || !object_limits.is_empty()
+            || !in_maintenance.is_empty()
+            || !moving.is_empty();
         if self.users.is_empty() && self.acls.is_empty() && self.quotas.is_empty() && !newest {
             return seal(MAGIC, 1, &writer.bytes);
         }
@@ -156,12 +179,25 @@ impl MetadataState {
             writer.u64(topic.id.0);
             writer.str(topic.owner.as_deref().unwrap_or_default());
         }
-        if in_maintenance.is_empty() {
+        if in_maintenance.is_empty() && moving.is_empty() {
             return seal(MAGIC, 5, &writer.bytes);
         }
         writer.len(in_maintenance.len());
         for node in in_maintenance {
             writer.u64(node.0);
+        }
+        if moving.is_empty() {
+            return seal(MAGIC, 6, &writer.bytes);
+        }
+        writer.len(moving.len());
+        for (topic_id, partition, reassignment) in moving {
+            writer.u64(topic_id.0);
+            writer.u32(partition);
+            write_replicas(&mut writer, &reassignment.original);
+            write_replicas(&mut writer, &reassignment.target);
+            writer.u64(reassignment.throttle_bytes_per_s);
+            writer.i64(reassignment.started_at_ms);
+            writer.bool(reassignment.cancelled);
         }
         seal(MAGIC, VERSION, &writer.bytes)
     }
@@ -289,7 +325,10 @@ impl MetadataState {
             read_owners_section(&mut reader, &mut state, version)?;
         }
         if version >= 6 {
-            read_maintenance_section(&mut reader, &mut state)?;
+            read_maintenance_section(&mut reader, &mut state, version)?;
+        }
+        if version >= 7 {
+            read_reassignments_section(&mut reader, &mut state)?;
         }
         reader.finish()?;
         state
@@ -304,9 +343,10 @@ impl MetadataState {
 fn read_maintenance_section(
     reader: &mut Reader<'_>,
     state: &mut MetadataState,
+    version: u8,
 ) -> Result<(), DecodeError> {
     let count = reader.len("brokers in maintenance", state.brokers.len(), 8)?;
-    if count == 0 {
+    if count == 0 && version == 6 {
         return Err(reader.invalid_at(
             "brokers in maintenance",
             reader.position(),
@@ -333,6 +373,57 @@ fn read_maintenance_section(
             ));
         };
         broker.maintenance = true;
+    }
+    Ok(())
+}
+
+/// The reassignments of version 7: partitions of known topics, in
+/// increasing (topic, partition) order, at least one. Their consistency
+/// with the replica sets is [`MetadataState::check_invariants`]'.
+fn read_reassignments_section(
+    reader: &mut Reader<'_>,
+    state: &mut MetadataState,
+) -> Result<(), DecodeError> {
+    // Ids, two one-replica sets, throttle, time, flag: at least 53 bytes.
+    let count = reader.len("reassignments", usize::MAX, 53)?;
+    if count == 0 {
+        return Err(reader.invalid_at(
+            "reassignments",
+            reader.position(),
+            "a state without a reassignment is written as version 6 or older".to_owned(),
+        ));
+    }
+    let mut last: Option<(TopicId, u32)> = None;
+    for _ in 0..count {
+        let at = reader.position();
+        let key = (TopicId(reader.u64("topic id")?), reader.u32("partition")?);
+        if last.is_some_and(|last| last >= key) {
+            return Err(reader.invalid_at(
+                "reassignment",
+                at,
+                "reassignments out of order".to_owned(),
+            ));
+        }
+        last = Some(key);
+        let reassignment = Reassignment {
+            original: read_replicas(reader)?,
+            target: read_replicas(reader)?,
+            throttle_bytes_per_s: reader.u64("throttle")?,
+            started_at_ms: reader.i64("start time")?,
+            cancelled: reader.bool("cancelled")?,
+        };
+        let Some(partition) = state
+            .topics
+            .get_mut(&key.0)
+            .and_then(|topic| topic.partitions.get_mut(key.1 as usize))
+        else {
+            return Err(reader.invalid_at(
+                "reassignment",
+                at,
+                format!("topic {} has no partition {}", key.0, key.1),
+            ));
+        };
+        partition.reassignment = Some(reassignment);
     }
     Ok(())
 }
@@ -435,6 +526,7 @@ fn read_topic(reader: &mut Reader<'_>) -> Result<TopicRecord, DecodeError> {
         let leader_epoch = LeaderEpoch(reader.u32("leader epoch")?);
         partitions.push(PartitionRecord {
             replicas: read_replicas(reader)?,
+            reassignment: None,
             leader,
             leader_epoch,
         });

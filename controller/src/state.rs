@@ -27,6 +27,7 @@ use crate::command::{
 };
 use crate::limits::{self, LimitExceeded, ObjectLimits, Usage};
 use crate::quotas::{QUOTAS_MAX, Quotas};
+use crate::reassignment::{self, ChangeError, Reassignment};
 use crate::topic_config::TopicConfig;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
 use crate::users::{USERS_MAX, UserRecord, check_credentials, check_user_name};
@@ -71,6 +72,8 @@ pub struct PartitionRecord {
     pub leader: Option<NodeId>,
     /// Grows with every leader change (C11).
     pub leader_epoch: LeaderEpoch,
+    /// A move of the replica set in progress.
+    pub reassignment: Option<Reassignment>,
 }
 
 impl PartitionRecord {
@@ -170,6 +173,35 @@ pub enum CommandError {
     /// The broker is fenced and can take no replica or leadership.
     #[error("broker {0} is fenced")]
     BrokerFenced(NodeId),
+    /// The partition is being moved already.
+    #[error(
+        "topic {topic_id} partition {partition} is being reassigned already; wait for it or cancel it"
+    )]
+    ReassignmentInProgress {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+    },
+    /// The target is the replica set the partition has.
+    #[error("topic {topic_id} partition {partition} has these replicas already")]
+    NothingToMove {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+    },
+    /// A change of a moving partition's replica set breaks a rule of the
+    /// move (or no move is in progress).
+    #[error("topic {topic_id} partition {partition}: {reason}")]
+    BadReplicaChange {
+        /// The topic.
+        topic_id: TopicId,
+        /// The partition.
+        partition: u32,
+        /// The rule.
+        reason: ChangeError,
+    },
     /// The topic name is not usable.
     #[error("{0}")]
     InvalidTopicName(#[from] InvalidTopicName),
@@ -482,6 +514,52 @@ impl MetadataState {
                 *created_at_ms,
             ),
             Command::DeleteTopic { topic_id } => self.delete_topic(*topic_id),
+            Command::StartReassignment {
+                topic_id,
+                partition,
+                target,
+                throttle_bytes_per_s,
+                started_at_ms,
+            } => self.start_reassignment(
+                *topic_id,
+                *partition,
+                Reassignment {
+                    original: Vec::new(),
+                    target: target.clone(),
+                    throttle_bytes_per_s: *throttle_bytes_per_s,
+                    started_at_ms: *started_at_ms,
+                    cancelled: false,
+                },
+            ),
+            Command::CancelReassignment {
+                topic_id,
+                partition,
+            } => {
+                let record = self.partition_mut(*topic_id, *partition)?;
+                let Some(reassignment) = &mut record.reassignment else {
+                    return Err(CommandError::BadReplicaChange {
+                        topic_id: *topic_id,
+                        partition: *partition,
+                        reason: ChangeError::NoReassignment,
+                    });
+                };
+                let changed = !reassignment.cancelled;
+                reassignment.cancelled = true;
+                if reassignment.reached(&record.replicas) {
+                    // Cancelled before its first change: only learners
+                    // were added, and they are dropped.
+                    record.replicas = reassignment.original.clone();
+                    record.reassignment = None;
+                }
+                Ok(Outcome::ReassignmentCancelled { changed })
+            }
+            Command::ChangeReplicaSet {
+                topic_id,
+                partition,
+                replicas,
+                leader,
+                epoch,
+            } => self.change_replica_set(*topic_id, *partition, replicas, *leader, *epoch),
             Command::ResignLeader {
                 topic_id,
                 partition,
@@ -639,11 +717,19 @@ impl MetadataState {
         Ok(Outcome::BrokerRegistered { node, incarnation })
     }
 
+    /// The highest shard of `node` that holds a replica, or is to hold or
+    /// held one in a move in progress.
     fn highest_shard_used(&self, node: NodeId) -> Option<ShardId> {
         self.topics
             .values()
             .flat_map(|topic| &topic.partitions)
-            .filter_map(|partition| partition.replica_on(node))
+            .flat_map(|partition| {
+                let moving = partition.reassignment.iter().flat_map(|reassignment| {
+                    reassignment.original.iter().chain(&reassignment.target)
+                });
+                partition.replicas.iter().chain(moving)
+            })
+            .filter(|replica| replica.node == node)
             .map(|replica| replica.shard)
             .max()
     }
@@ -730,6 +816,7 @@ impl MetadataState {
                 replicas: replicas.clone(),
                 leader: replicas.first().map(|replica| replica.node),
                 leader_epoch: LeaderEpoch(0),
+                reassignment: None,
             })
             .collect();
         let id = TopicId(self.next_topic_id);
@@ -880,6 +967,7 @@ impl MetadataState {
                         replicas: replicas.clone(),
                         leader: replicas.first().map(|replica| replica.node),
                         leader_epoch: *epoch,
+                        reassignment: None,
                     })
                     .collect(),
                 created_at_ms: topic.created_at_ms,
@@ -1010,6 +1098,121 @@ impl MetadataState {
             }
         }
         Ok(())
+    }
+
+    fn partition_mut(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+    ) -> Result<&mut PartitionRecord, CommandError> {
+        self.topics
+            .get_mut(&topic_id)
+            .ok_or(CommandError::UnknownTopic(topic_id))?
+            .partitions
+            .get_mut(partition as usize)
+            .ok_or(CommandError::UnknownPartition {
+                topic_id,
+                partition,
+            })
+    }
+
+    fn start_reassignment(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        mut reassignment: Reassignment,
+    ) -> Result<Outcome, CommandError> {
+        self.validate_replicas(partition, &reassignment.target)?;
+        let record = self.partition_mut(topic_id, partition)?;
+        if record.reassignment.is_some() {
+            return Err(CommandError::ReassignmentInProgress {
+                topic_id,
+                partition,
+            });
+        }
+        if reassignment::same_brokers(&record.replicas, &reassignment.target) {
+            return Err(CommandError::NothingToMove {
+                topic_id,
+                partition,
+            });
+        }
+        reassignment.original.clone_from(&record.replicas);
+        record.reassignment = Some(reassignment);
+        Ok(Outcome::ReassignmentStarted {
+            topic_id,
+            partition,
+        })
+    }
+
+    /// One step of a move: `replicas` (one replica added or removed, see
+    /// [`reassignment::check_change`]) led by `leader` from `epoch` on.
+    /// The move ends when the set is its goal, in the goal's order.
+    fn change_replica_set(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        replicas: &[Replica],
+        leader: Option<NodeId>,
+        epoch: LeaderEpoch,
+    ) -> Result<Outcome, CommandError> {
+        for replica in replicas {
+            let broker = self
+                .brokers
+                .get(&replica.node)
+                .ok_or(CommandError::UnknownBroker(replica.node))?;
+            if replica.shard.0 >= broker.shard_count {
+                return Err(CommandError::InvalidAssignment {
+                    partition,
+                    reason: format!(
+                        "broker {} has {} shard(s), not shard {}",
+                        replica.node, broker.shard_count, replica.shard
+                    ),
+                });
+            }
+        }
+        let record = self.partition_mut(topic_id, partition)?;
+        reassignment::check_change(record, replicas).map_err(|reason| {
+            CommandError::BadReplicaChange {
+                topic_id,
+                partition,
+                reason,
+            }
+        })?;
+        if epoch <= record.leader_epoch {
+            return Err(CommandError::StaleEpoch {
+                topic_id,
+                partition,
+                current: record.leader_epoch,
+                given: epoch,
+            });
+        }
+        if let Some(node) = leader
+            && !replicas.iter().any(|replica| replica.node == node)
+        {
+            return Err(CommandError::NotAReplica {
+                topic_id,
+                partition,
+                node,
+            });
+        }
+        record.replicas = replicas.to_vec();
+        record.leader = leader;
+        record.leader_epoch = epoch;
+        let finished = record
+            .reassignment
+            .as_ref()
+            .filter(|reassignment| reassignment.reached(replicas))
+            .map(|reassignment| reassignment.goal().to_vec());
+        if let Some(goal) = &finished {
+            // Preferred leader first again, as the goal lists it.
+            record.replicas.clone_from(goal);
+            record.reassignment = None;
+        }
+        Ok(Outcome::ReplicaSetChanged {
+            leader,
+            epoch,
+            finished: finished.is_some(),
+        })
     }
 
     fn set_leader(
@@ -1171,6 +1374,57 @@ impl MetadataState {
             && !seen.contains(&leader)
         {
             return Err(format!("leader {leader} is not a replica"));
+        }
+        if let Some(reassignment) = &partition.reassignment {
+            self.check_reassignment(partition, reassignment)?;
+        }
+        Ok(())
+    }
+}
+
+impl MetadataState {
+    /// A move's sets are usable, it is not finished, and the replica set is
+    /// made of its original and target replicas only.
+    fn check_reassignment(
+        &self,
+        partition: &PartitionRecord,
+        reassignment: &Reassignment,
+    ) -> Result<(), String> {
+        for (what, set) in [
+            ("original", &reassignment.original),
+            ("target", &reassignment.target),
+        ] {
+            if set.is_empty() || set.len() > REPLICAS_MAX {
+                return Err(format!(
+                    "a reassignment's {what} set has {} replicas",
+                    set.len()
+                ));
+            }
+            let distinct: BTreeSet<NodeId> = set.iter().map(|replica| replica.node).collect();
+            if distinct.len() != set.len() {
+                return Err(format!("a reassignment's {what} set repeats a broker"));
+            }
+            if let Some(replica) = set.iter().find(|replica| {
+                self.brokers
+                    .get(&replica.node)
+                    .is_none_or(|broker| replica.shard.0 >= broker.shard_count)
+            }) {
+                return Err(format!(
+                    "a reassignment's {what} set names missing broker {} or shard {}",
+                    replica.node, replica.shard
+                ));
+            }
+        }
+        if reassignment.reached(&partition.replicas) {
+            return Err("a finished reassignment is still in progress".to_owned());
+        }
+        if let Some(stray) = partition.replicas.iter().find(|replica| {
+            !reassignment.original.contains(replica) && !reassignment.target.contains(replica)
+        }) {
+            return Err(format!(
+                "replica on broker {} is in neither set of the reassignment",
+                stray.node
+            ));
         }
         Ok(())
     }

@@ -118,6 +118,46 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
             }
         ),
         any::<u32>().prop_map(|count| Command::AllocateProducerIds { count }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            arb_replicas(),
+            any::<u64>(),
+            any::<i64>()
+        )
+            .prop_map(
+                |(topic, partition, target, throttle_bytes_per_s, started_at_ms)| {
+                    Command::StartReassignment {
+                        topic_id: TopicId(topic),
+                        partition,
+                        target,
+                        throttle_bytes_per_s,
+                        started_at_ms,
+                    }
+                }
+            ),
+        (any::<u64>(), any::<u32>()).prop_map(|(topic, partition)| {
+            Command::CancelReassignment {
+                topic_id: TopicId(topic),
+                partition,
+            }
+        }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            arb_replicas(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(topic, partition, replicas, leader, epoch)| {
+                Command::ChangeReplicaSet {
+                    topic_id: TopicId(topic),
+                    partition,
+                    replicas,
+                    leader: (leader != 0).then_some(NodeId(leader)),
+                    epoch: LeaderEpoch(epoch),
+                }
+            }),
         (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(
             |(topic, partition, leader, epoch)| Command::ResignLeader {
                 topic_id: TopicId(topic),
@@ -282,7 +322,7 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
         (
             prop_oneof![Just("a"), Just("b"), Just("__groups"), Just("c.d")],
             any::<bool>(),
-            proptest::collection::vec(replicas, 0..4),
+            proptest::collection::vec(replicas.clone(), 0..4),
             proptest::option::of(prop_oneof![Just("alice"), Just("bob")]),
         )
             .prop_map(
@@ -306,6 +346,35 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
                 epoch: LeaderEpoch(epoch),
             }
         ),
+        (0u64..6, 0u32..4, replicas.clone(), 0u64..3).prop_map(
+            |(topic, partition, target, throttle)| Command::StartReassignment {
+                topic_id: TopicId(topic),
+                partition,
+                target,
+                throttle_bytes_per_s: throttle << 20,
+                started_at_ms: 0,
+            }
+        ),
+        (0u64..6, 0u32..4).prop_map(|(topic, partition)| Command::CancelReassignment {
+            topic_id: TopicId(topic),
+            partition,
+        }),
+        (
+            0u64..6,
+            0u32..4,
+            replicas.clone(),
+            proptest::option::of(1u64..6),
+            0u32..6
+        )
+            .prop_map(|(topic, partition, replicas, leader, epoch)| {
+                Command::ChangeReplicaSet {
+                    topic_id: TopicId(topic),
+                    partition,
+                    replicas,
+                    leader: leader.map(NodeId),
+                    epoch: LeaderEpoch(epoch),
+                }
+            }),
         (0u32..3000).prop_map(|count| Command::AllocateProducerIds { count }),
         (prop_oneof![Just("alice"), Just("bob")], arb_credentials()).prop_map(
             |(name, credentials)| Command::PutUser {
