@@ -866,6 +866,7 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
         replicas: published.replicas.clone(),
         leader: published.leader,
         epoch: published.epoch,
+        learners: Vec::new(),
         local: true,
     };
     let Some(change) = role_change(replica.role(), &view, id) else {

@@ -18,15 +18,16 @@
 //! `corelog_replication::election::decide` and proposes the `SetLeader`.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
-    Command, ControllerConfig, ControllerNode, NodeId, OutboundMessage, Outcome, PlacementError,
-    PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Resolved, place_within,
+    Command, ControllerConfig, ControllerNode, MetadataState, NodeId, OutboundMessage, Outcome,
+    PlacementError, PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Resolved, TopicId,
+    place_within,
 };
 use corelog_replication::QueryAnswer;
 use corelog_storage::clock::Clock;
@@ -1082,6 +1083,14 @@ impl LeaderHost for ControllerService {
 
     fn leader_work(&self) -> &LeaderWork {
         &self.leader_work
+    }
+
+    fn learners_caught_up(
+        &self,
+        state: &MetadataState,
+        now: Instant,
+    ) -> BTreeMap<(TopicId, u32), BTreeSet<NodeId>> {
+        self.in_sync.borrow().learners_caught_up(state, now)
     }
 }
 

@@ -28,6 +28,15 @@
 //!   was longer) ends the request: retrying would move the leadership
 //!   again each time.
 //!
+//! - a reassignment is in progress (see `corelog_controller::reassignment`):
+//!   its next step adds a caught-up learner or removes a replica outside
+//!   its goal. Such a round runs over the *new* set and publishes
+//!   `ChangeReplicaSet`; it concludes only if a majority of the current set
+//!   answered holding the current epoch (the change before it committed:
+//!   two changes in flight at once could let disjoint majorities commit).
+//!   When the leader must leave, the step is a transfer to the goal's
+//!   first replica.
+//!
 //! A round that moves a leadership away from a live leader (a transfer,
 //! maintenance) does not query that leader, so that it cannot win: a
 //! majority of the others must answer, and the new leader, the one with
@@ -48,8 +57,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use corelog_controller::reassignment::{self, MoveProgress, Step};
 use corelog_controller::{
-    BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, TopicId,
+    BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, Replica, TopicId,
 };
 use corelog_replication::election::{Decision, decide};
 use corelog_replication::{Query, QueryAnswer, QueryResult, ReplicaId};
@@ -139,6 +149,8 @@ pub enum ElectionReason {
         /// The broker to lead.
         to: NodeId,
     },
+    /// A step of a reassignment changes the replica set by one.
+    Reassignment,
 }
 
 impl ElectionReason {
@@ -163,6 +175,7 @@ impl fmt::Display for ElectionReason {
             ElectionReason::PreferredReturn => "preferred leader return",
             ElectionReason::Maintenance => "leader in maintenance",
             ElectionReason::Transfer { .. } => "leadership transfer",
+            ElectionReason::Reassignment => "reassignment step",
         })
     }
 }
@@ -194,13 +207,62 @@ pub struct DueElection {
     /// The round's epoch, above `epoch` and every epoch a replica reported
     /// promising.
     pub new_epoch: LeaderEpoch,
-    /// The whole replica set, preferred first: the majority is of this.
+    /// The whole replica set, preferred first: the majority is of this
+    /// (the new set, for a reassignment step).
     pub replicas: Vec<ReplicaId>,
+    /// For a reassignment step: the set it publishes, and the current set,
+    /// a majority of which must answer holding the current epoch.
+    pub change: Option<ReplicaChange>,
     /// The replicas to query.
     pub targets: Vec<QueryTarget>,
     /// The bookkeeping generation that planned it (see
     /// [`ElectionBook::finish`]).
     pub generation: u64,
+}
+
+/// The two sets of a reassignment step's round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaChange {
+    /// The set the step publishes.
+    pub replicas: Vec<Replica>,
+    /// The set before it.
+    pub current: Vec<ReplicaId>,
+}
+
+impl ReplicaChange {
+    /// Whether `answers` (to the round of `epoch`, planned at
+    /// `current_epoch`) show the change before this one committed: a
+    /// majority of the current set answered with a log of the current
+    /// epoch, or with an empty log (nothing was ever committed).
+    #[must_use]
+    pub fn previous_committed(
+        &self,
+        epoch: LeaderEpoch,
+        current_epoch: LeaderEpoch,
+        answers: &[QueryAnswer],
+    ) -> bool {
+        let mut holding = BTreeSet::new();
+        let mut empty = BTreeSet::new();
+        for answer in answers {
+            if answer.epoch != epoch || !self.current.contains(&answer.from) {
+                continue;
+            }
+            if let QueryResult::State {
+                last_epoch,
+                log_end,
+            } = answer.result
+            {
+                if last_epoch.is_some_and(|last| last >= current_epoch) {
+                    holding.insert(answer.from);
+                }
+                if log_end.0 == 0 {
+                    empty.insert(answer.from);
+                }
+            }
+        }
+        let majority = self.current.len() / 2 + 1;
+        holding.len() >= majority || empty.len() >= majority
+    }
 }
 
 impl DueElection {
@@ -257,12 +319,28 @@ pub fn resolve(due: &DueElection, decision: Decision) -> Resolution {
         Decision::Elect { leader, epoch } => {
             assert_eq!(epoch, due.new_epoch, "decided another round's epoch");
             assert!(due.replicas.contains(&leader), "elected a stranger");
-            Resolution::Publish(Command::SetLeader {
-                topic_id: due.topic_id,
-                partition: due.partition,
-                leader: Some(NodeId(u64::from(leader.0))),
-                epoch,
+            let leader = Some(NodeId(u64::from(leader.0)));
+            Resolution::Publish(match &due.change {
+                Some(change) => Command::ChangeReplicaSet {
+                    topic_id: due.topic_id,
+                    partition: due.partition,
+                    replicas: change.replicas.clone(),
+                    leader,
+                    epoch,
+                },
+                None => Command::SetLeader {
+                    topic_id: due.topic_id,
+                    partition: due.partition,
+                    leader,
+                    epoch,
+                },
             })
+        }
+        // A step that found no majority of the new set publishes nothing:
+        // the set stays as it is, and a plain election follows if the
+        // queries stopped the leader.
+        Decision::NoQuorum { .. } if due.change.is_some() => {
+            Resolution::Retry { fenced_epoch: None }
         }
         // A round that left a live leader out: it may still lead.
         Decision::NoQuorum { .. } if due.reason.moves_away() => {
@@ -344,6 +422,15 @@ pub async fn run_round(host: &impl RoundHost, due: &DueElection) -> AttemptOutco
         .iter()
         .filter(|answer| matches!(answer.result, QueryResult::State { .. }))
         .count();
+    if let Some(change) = &due.change
+        && !change.previous_committed(due.new_epoch, due.epoch, &answers)
+    {
+        tracing::debug!(
+            topic_id = %due.topic_id, partition = due.partition, epoch = %due.new_epoch, answered,
+            "the replica set's last change is not committed yet; the reassignment step waits"
+        );
+        return AttemptOutcome::Unpublished { fenced_epoch: None };
+    }
     let decision = decide(due.new_epoch, &due.replicas, &answers);
     let command = match resolve(due, decision) {
         Resolution::Publish(command) => command,
@@ -356,8 +443,9 @@ pub async fn run_round(host: &impl RoundHost, due: &DueElection) -> AttemptOutco
             return AttemptOutcome::Unpublished { fenced_epoch };
         }
     };
-    let Command::SetLeader { leader, .. } = command else {
-        unreachable!("resolve publishes only SetLeader");
+    let leader = match &command {
+        Command::SetLeader { leader, .. } | Command::ChangeReplicaSet { leader, .. } => *leader,
+        other => unreachable!("resolve published {other:?}"),
     };
     if host.current_epoch(due) != Some(due.epoch) {
         tracing::debug!(topic_id = %due.topic_id, partition = due.partition, "partition changed during its election round; result dropped");
@@ -515,6 +603,19 @@ impl ElectionBook {
     /// [`ELECTIONS_IN_FLIGHT_MAX`] in flight, and records them as started.
     /// Each must be handed back to [`ElectionBook::finish`].
     pub fn plan(&mut self, state: &MetadataState, now: Instant) -> Vec<DueElection> {
+        self.plan_with_moves(state, now, &BTreeMap::new())
+    }
+
+    /// [`ElectionBook::plan`], with the learners of moving partitions that
+    /// hold their leader's committed log (`caught_up`, from the leaders'
+    /// reports in the current epoch): the steps of reassignments are
+    /// planned too.
+    pub fn plan_with_moves(
+        &mut self,
+        state: &MetadataState,
+        now: Instant,
+        caught_up: &BTreeMap<(TopicId, u32), BTreeSet<NodeId>>,
+    ) -> Vec<DueElection> {
         self.observe_brokers(state, now);
         self.partitions.retain(|(topic_id, partition), _| {
             state
@@ -546,12 +647,18 @@ impl ElectionBook {
                 }
                 let book = self.partitions.get(&id).copied().unwrap_or_default();
                 let transfer = self.transfers.get(&id).map(|(to, _)| *to);
-                let Some(reason) = self.reason(state, record, &book, transfer, now) else {
+                let due = match self.reason(state, record, &book, transfer, now) {
+                    Some(reason) => self.round(state, id, record, &book, reason),
+                    None => {
+                        let nobody = BTreeSet::new();
+                        let caught_up = caught_up.get(&id).unwrap_or(&nobody);
+                        self.move_step(state, id, record, &book, caught_up, now)
+                    }
+                };
+                let Some(due) = due else {
                     continue;
                 };
-                let Some(due) = self.round(state, id, record, &book, reason) else {
-                    continue;
-                };
+                let reason = due.reason;
                 let entry = self.partitions.entry(id).or_default();
                 entry.last_attempt = Some(now);
                 if reason == ElectionReason::PreferredReturn {
@@ -666,6 +773,58 @@ impl ElectionBook {
             .then_some(ElectionReason::PreferredReturn)
     }
 
+    /// The round of a reassignment's next step, when one is due: a
+    /// change of the set by one replica, or a transfer when the leader is
+    /// the one to leave.
+    fn move_step(
+        &self,
+        state: &MetadataState,
+        id: (TopicId, u32),
+        record: &PartitionRecord,
+        book: &PartitionBook,
+        caught_up: &BTreeSet<NodeId>,
+        now: Instant,
+    ) -> Option<DueElection> {
+        record.reassignment.as_ref()?;
+        let retry_allowed = book
+            .last_attempt
+            .is_none_or(|last| now.saturating_duration_since(last) >= self.timings.retry_interval);
+        if !retry_allowed {
+            return None;
+        }
+        // The round itself checks that the last change committed.
+        let progress = MoveProgress {
+            committed: true,
+            caught_up,
+        };
+        let mut replicas = record.replicas.clone();
+        match reassignment::next_step(record, &progress) {
+            Step::Add(learner) => replicas.push(learner),
+            Step::Remove(node) => replicas.retain(|replica| replica.node != node),
+            Step::MoveLeader { to } => {
+                return self.round(state, id, record, book, ElectionReason::Transfer { to });
+            }
+            Step::AwaitCommit | Step::CatchUp { .. } | Step::Finished => return None,
+        }
+        let current = record
+            .replicas
+            .iter()
+            .map(|replica| replica_id(replica.node))
+            .collect::<Option<Vec<_>>>()?;
+        let mut due = self.round(
+            state,
+            id,
+            &PartitionRecord {
+                replicas: replicas.clone(),
+                ..record.clone()
+            },
+            book,
+            ElectionReason::Reassignment,
+        )?;
+        due.change = Some(ReplicaChange { replicas, current });
+        Some(due)
+    }
+
     fn round(
         &self,
         state: &MetadataState,
@@ -680,6 +839,8 @@ impl ElectionBook {
         let mut order: Vec<NodeId> = record.replicas.iter().map(|replica| replica.node).collect();
         order.sort_by_key(|node| match reason {
             ElectionReason::Transfer { to } if *node == to => 0,
+            // A step keeps the leader if its log is as long as any.
+            ElectionReason::Reassignment if Some(*node) == record.leader => 0,
             _ if in_maintenance(*node) => 2,
             _ => 1,
         });
@@ -737,6 +898,7 @@ impl ElectionBook {
             epoch: record.leader_epoch,
             new_epoch,
             replicas,
+            change: None,
             targets,
             generation: self.generation,
         })
@@ -1407,5 +1569,147 @@ mod tests {
         host.asked.borrow_mut().clear();
         let _ = futures::executor::block_on(run_round(&host, &due));
         assert_eq!(*host.asked.borrow(), vec![2, 3]);
+    }
+
+    /// Brokers 1-4 unfenced; the partition on [1, 2, 3] led by 1 is moving
+    /// to [1, 2, 4].
+    fn moving_cluster() -> MetadataState {
+        let mut state = cluster();
+        register(&mut state, 4);
+        apply(
+            &mut state,
+            Command::StartReassignment {
+                topic_id: TOPIC,
+                partition: 0,
+                target: [1, 2, 4]
+                    .into_iter()
+                    .map(|node| Replica {
+                        node: NodeId(node),
+                        shard: corelog_controller::ShardId(0),
+                    })
+                    .collect(),
+                throttle_bytes_per_s: 0,
+                started_at_ms: 0,
+            },
+        );
+        state
+    }
+
+    /// A round host whose replicas answer with fixed logs.
+    struct FixedLogs {
+        logs: BTreeMap<u32, (Option<u32>, u64)>,
+        published: std::cell::RefCell<Vec<Command>>,
+    }
+
+    impl RoundHost for FixedLogs {
+        fn query<'a>(
+            &'a self,
+            due: &'a DueElection,
+            target: &'a QueryTarget,
+        ) -> LocalBoxFuture<'a, Option<QueryAnswer>> {
+            let answer = self
+                .logs
+                .get(&target.replica.0)
+                .map(|(last, end)| state_answer(due, target.replica.0, *last, *end));
+            Box::pin(async move { answer })
+        }
+
+        fn current_epoch(&self, due: &DueElection) -> Option<LeaderEpoch> {
+            Some(due.epoch)
+        }
+
+        fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>> {
+            self.published.borrow_mut().push(command);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn a_move_adds_a_caught_up_learner_through_a_round_over_the_new_set() {
+        let state = moving_cluster();
+        let mut book = ElectionBook::new();
+        // Not caught up: nothing to do yet.
+        assert!(book.plan(&state, Instant::now()).is_empty());
+        let caught_up = BTreeMap::from([((TOPIC, 0), BTreeSet::from([NodeId(4)]))]);
+        let due = book
+            .plan_with_moves(&state, Instant::now(), &caught_up)
+            .remove(0);
+        assert_eq!(due.reason, ElectionReason::Reassignment);
+        assert_eq!(
+            due.replicas,
+            vec![ReplicaId(1), ReplicaId(2), ReplicaId(3), ReplicaId(4)]
+        );
+        assert_eq!(queried(&due), vec![1, 2, 3, 4]);
+        let change = due.change.clone().expect("a step");
+        assert_eq!(
+            change.current,
+            vec![ReplicaId(1), ReplicaId(2), ReplicaId(3)]
+        );
+        let host = FixedLogs {
+            logs: BTreeMap::from([
+                (1, (Some(0), 10)),
+                (2, (Some(0), 10)),
+                (3, (Some(0), 10)),
+                (4, (Some(0), 10)),
+            ]),
+            published: std::cell::RefCell::default(),
+        };
+        let outcome = futures::executor::block_on(run_round(&host, &due));
+        // The leader keeps leading: first in the tie order.
+        assert_eq!(
+            outcome,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(1))
+            }
+        );
+        assert_eq!(
+            *host.published.borrow(),
+            vec![Command::ChangeReplicaSet {
+                topic_id: TOPIC,
+                partition: 0,
+                replicas: change.replicas,
+                leader: Some(NodeId(1)),
+                epoch: LeaderEpoch(1),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_move_step_waits_while_the_last_change_is_not_held_by_a_majority() {
+        let mut state = moving_cluster();
+        // The epoch moved to 3 (say, the change that added a replica), and
+        // only the leader holds a record of it yet.
+        set_leader(&mut state, Some(1), 3);
+        let caught_up = BTreeMap::from([((TOPIC, 0), BTreeSet::from([NodeId(4)]))]);
+        let due = ElectionBook::new()
+            .plan_with_moves(&state, Instant::now(), &caught_up)
+            .remove(0);
+        let host = FixedLogs {
+            logs: BTreeMap::from([
+                (1, (Some(3), 11)),
+                (2, (Some(0), 10)),
+                (3, (Some(0), 10)),
+                (4, (Some(0), 10)),
+            ]),
+            published: std::cell::RefCell::default(),
+        };
+        let outcome = futures::executor::block_on(run_round(&host, &due));
+        assert_eq!(outcome, AttemptOutcome::Unpublished { fenced_epoch: None });
+        assert!(host.published.borrow().is_empty());
+        // Once a majority of the current set holds epoch 3, it goes on.
+        let host = FixedLogs {
+            logs: BTreeMap::from([
+                (1, (Some(3), 11)),
+                (2, (Some(3), 11)),
+                (3, (Some(0), 10)),
+                (4, (Some(0), 10)),
+            ]),
+            published: std::cell::RefCell::default(),
+        };
+        let outcome = futures::executor::block_on(run_round(&host, &due));
+        assert!(
+            matches!(outcome, AttemptOutcome::Published { .. }),
+            "{outcome:?}"
+        );
     }
 }

@@ -10,7 +10,7 @@
 //! `stale_after` tells nothing. Commitment never reads any of this: the
 //! high watermark counts a majority of acknowledgements.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use corelog_controller::{MetadataState, NodeId, PartitionRecord, TopicId};
@@ -139,15 +139,7 @@ impl InSyncBook {
         record: &PartitionRecord,
         now: Instant,
     ) -> Option<Vec<NodeId>> {
-        let leader = record.leader?;
-        let report = self
-            .reports
-            .get(&leader)
-            .filter(|report| now.saturating_duration_since(report.received) <= self.stale_after)?;
-        let (epoch, reported) = report.partitions.get(&(topic_id, index))?;
-        if *epoch != record.leader_epoch.0 {
-            return None;
-        }
+        let reported = self.reported(topic_id, index, record, now)?;
         Some(
             record
                 .replicas
@@ -156,6 +148,56 @@ impl InSyncBook {
                 .filter(|node| reported.contains(node) && !is_fenced(state, *node))
                 .collect(),
         )
+    }
+
+    /// The learners of each moving partition that its published leader
+    /// reported caught up (holding its committed log) in the published
+    /// epoch, less fenced brokers; partitions with none are left out.
+    #[must_use]
+    pub fn learners_caught_up(
+        &self,
+        state: &MetadataState,
+        now: Instant,
+    ) -> BTreeMap<(TopicId, u32), BTreeSet<NodeId>> {
+        let mut caught_up = BTreeMap::new();
+        for topic in state.topics().values() {
+            for (index, record) in (0u32..).zip(&topic.partitions) {
+                let Some(moving) = &record.reassignment else {
+                    continue;
+                };
+                let Some(reported) = self.reported(topic.id, index, record, now) else {
+                    continue;
+                };
+                let learners: BTreeSet<NodeId> = moving
+                    .learners(&record.replicas)
+                    .iter()
+                    .map(|learner| learner.node)
+                    .filter(|node| reported.contains(node) && !is_fenced(state, *node))
+                    .collect();
+                if !learners.is_empty() {
+                    caught_up.insert((topic.id, index), learners);
+                }
+            }
+        }
+        caught_up
+    }
+
+    /// What the published leader of the partition last reported in sync,
+    /// if its report is fresh and of the published epoch.
+    fn reported(
+        &self,
+        topic_id: TopicId,
+        index: u32,
+        record: &PartitionRecord,
+        now: Instant,
+    ) -> Option<&Vec<NodeId>> {
+        let leader = record.leader?;
+        let report = self
+            .reports
+            .get(&leader)
+            .filter(|report| now.saturating_duration_since(report.received) <= self.stale_after)?;
+        let (epoch, reported) = report.partitions.get(&(topic_id, index))?;
+        (*epoch == record.leader_epoch.0).then_some(reported)
     }
 
     /// Every partition's health.

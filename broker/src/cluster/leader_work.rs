@@ -11,10 +11,11 @@
 //! to consult them and spawns the proposals and rounds they call for.
 
 use std::cell::{Ref, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use corelog_controller::{Command, ControllerNode, NodeId, TopicId};
+use corelog_controller::{Command, ControllerNode, MetadataState, NodeId, TopicId};
 
 use super::election::{ElectionBook, ElectionTimings, RoundHost, run_round};
 use super::sessions::{Heartbeat, HeartbeatRefusal, SessionBook};
@@ -30,6 +31,17 @@ pub trait LeaderHost: RoundHost + 'static {
 
     /// This process's leader work.
     fn leader_work(&self) -> &LeaderWork;
+
+    /// The learners of moving partitions that their leaders reported
+    /// caught up (see `InSyncBook::learners_caught_up`); none by default.
+    fn learners_caught_up(
+        &self,
+        state: &MetadataState,
+        now: Instant,
+    ) -> BTreeMap<(TopicId, u32), BTreeSet<NodeId>> {
+        let _ = (state, now);
+        BTreeMap::new()
+    }
 }
 
 /// The leader's session and election bookkeeping.
@@ -225,7 +237,8 @@ impl LeaderWork {
                     "controller leader: election bookkeeping reset"
                 );
             }
-            book.plan(controller.state(), now)
+            let caught_up = host.learners_caught_up(controller.state(), now);
+            book.plan_with_moves(controller.state(), now, &caught_up)
         });
         let started = planned.len();
         for due in planned {

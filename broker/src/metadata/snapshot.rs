@@ -49,7 +49,12 @@ pub struct ReplicationView {
     pub leader: Option<u32>,
     /// The leadership's epoch.
     pub epoch: LeaderEpoch,
-    /// Whether this broker holds a replica (on shard `owner`).
+    /// Brokers catching up outside the set while a reassignment adds them
+    /// (see `corelog_controller::reassignment`): the leader pushes to them
+    /// and never counts them.
+    pub learners: Vec<u32>,
+    /// Whether this broker holds a replica (on shard `owner`), in the set
+    /// or as a learner.
     pub local: bool,
 }
 
@@ -158,7 +163,17 @@ impl MetadataSnapshot {
                 .iter()
                 .enumerate()
                 .map(|(index, partition)| {
-                    let local = partition.replica_on(node);
+                    let learners = partition
+                        .reassignment
+                        .as_ref()
+                        .map(|moving| moving.learners(&partition.replicas))
+                        .unwrap_or_default();
+                    let local = partition.replica_on(node).or_else(|| {
+                        learners
+                            .iter()
+                            .copied()
+                            .find(|learner| learner.node == node)
+                    });
                     let data_signal = before
                         .and_then(|view| view.partitions.get(index))
                         .map_or_else(|| Arc::new(Event::new()), |view| view.data_signal.clone());
@@ -173,6 +188,10 @@ impl MetadataSnapshot {
                                 .collect(),
                             leader: partition.leader.map(broker_id),
                             epoch: partition.leader_epoch,
+                            learners: learners
+                                .iter()
+                                .map(|learner| broker_id(learner.node))
+                                .collect(),
                             local: local.is_some(),
                         },
                     }

@@ -195,6 +195,16 @@ impl<D: Disk> ReplicatedPartition<D> {
         }
     }
 
+    /// Names the learners this replica pushes to while it leads (brokers a
+    /// reassignment adds, catching up outside the set; see
+    /// `corelog_replication::Replica::set_learners`); a no-op otherwise.
+    pub fn set_learners(self: &Rc<Self>, learners: &[ReplicaId]) {
+        self.replica
+            .borrow_mut()
+            .set_learners(learners, self.now_ms());
+        self.wake_pump();
+    }
+
     /// Timers: a leader sends what is due by now (new batches, resends,
     /// heartbeats); other roles do nothing. The shard calls it every few
     /// milliseconds.

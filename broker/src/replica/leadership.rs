@@ -88,6 +88,7 @@ mod tests {
             replicas: vec![1, 2, 3],
             leader,
             epoch: LeaderEpoch(epoch),
+            learners: Vec::new(),
             local: true,
         }
     }

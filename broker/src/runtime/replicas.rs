@@ -208,7 +208,15 @@ impl Shard {
     ) {
         let index = id.partition;
         let me = self.config.node_id;
+        let learners: Vec<ReplicaId> = replication
+            .learners
+            .iter()
+            .copied()
+            .map(ReplicaId)
+            .collect();
         let Some(change) = role_change(replica.role(), replication, me) else {
+            // Still leading the same epoch: the learners may have changed.
+            replica.set_learners(&learners);
             return;
         };
         let groups = topic == GROUPS_TOPIC;
@@ -233,6 +241,8 @@ impl Shard {
             match result {
                 Ok(()) => {
                     tracing::info!(%topic, partition = index, ?change, "replica role follows metadata");
+                    // A new leadership starts without learners.
+                    replica.set_learners(&learners);
                     // A `__groups` leader's change is done once its
                     // coordinator serves.
                     if groups
@@ -424,13 +434,21 @@ impl Shard {
                     return None;
                 };
                 let followers = replica.follower_status()?;
+                let committed = replica.high_watermark();
+                // A voter within the lag; a learner only once it holds the
+                // whole committed log (a new one is presumed in sync for
+                // the lag, which would let a move add it empty).
                 let in_sync = std::iter::once(node_id)
                     .chain(
                         followers
                             .iter()
-                            // A learner catching up is not in sync: it
-                            // is outside the set elections choose from.
-                            .filter(|follower| follower.voter && follower.in_sync)
+                            .filter(|follower| {
+                                if follower.voter {
+                                    follower.in_sync
+                                } else {
+                                    follower.acked_end >= committed
+                                }
+                            })
                             .map(|follower| follower.replica.0),
                     )
                     .collect();
