@@ -36,6 +36,7 @@ mod groups;
 mod leadership;
 mod offset_deletion;
 mod quotas;
+mod reassignment;
 mod users;
 
 use std::collections::BTreeMap;

@@ -1041,6 +1041,28 @@ impl MetadataState {
             Command::SetBrokerMaintenance { node, enabled } => {
                 self.check_maintenance(*node, *enabled)
             }
+            Command::StartReassignment {
+                topic_id,
+                partition,
+                target,
+                ..
+            } => self
+                .check_start_reassignment(*topic_id, *partition, target)
+                .map(drop),
+            Command::CancelReassignment {
+                topic_id,
+                partition,
+            } => {
+                let record = self.existing_partition(*topic_id, *partition)?;
+                if record.reassignment.is_none() {
+                    return Err(CommandError::BadReplicaChange {
+                        topic_id: *topic_id,
+                        partition: *partition,
+                        reason: ChangeError::NoReassignment,
+                    });
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -1116,27 +1138,56 @@ impl MetadataState {
             })
     }
 
-    fn start_reassignment(
-        &mut self,
+    fn existing_partition(
+        &self,
         topic_id: TopicId,
         partition: u32,
-        mut reassignment: Reassignment,
-    ) -> Result<Outcome, CommandError> {
-        self.validate_replicas(partition, &reassignment.target)?;
-        let record = self.partition_mut(topic_id, partition)?;
+    ) -> Result<&PartitionRecord, CommandError> {
+        self.topics
+            .get(&topic_id)
+            .ok_or(CommandError::UnknownTopic(topic_id))?
+            .partitions
+            .get(partition as usize)
+            .ok_or(CommandError::UnknownPartition {
+                topic_id,
+                partition,
+            })
+    }
+
+    /// Whether a move of the partition to `target` may start; returns the
+    /// partition's current set.
+    fn check_start_reassignment(
+        &self,
+        topic_id: TopicId,
+        partition: u32,
+        target: &[Replica],
+    ) -> Result<Vec<Replica>, CommandError> {
+        self.validate_replicas(partition, target)?;
+        let record = self.existing_partition(topic_id, partition)?;
         if record.reassignment.is_some() {
             return Err(CommandError::ReassignmentInProgress {
                 topic_id,
                 partition,
             });
         }
-        if reassignment::same_brokers(&record.replicas, &reassignment.target) {
+        if reassignment::same_brokers(&record.replicas, target) {
             return Err(CommandError::NothingToMove {
                 topic_id,
                 partition,
             });
         }
-        reassignment.original.clone_from(&record.replicas);
+        Ok(record.replicas.clone())
+    }
+
+    fn start_reassignment(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        mut reassignment: Reassignment,
+    ) -> Result<Outcome, CommandError> {
+        reassignment.original =
+            self.check_start_reassignment(topic_id, partition, &reassignment.target)?;
+        let record = self.partition_mut(topic_id, partition)?;
         record.reassignment = Some(reassignment);
         Ok(Outcome::ReassignmentStarted {
             topic_id,

@@ -203,6 +203,10 @@ error_codes! {
         "The replica asked to lead is not in sync with the leader; try again once it has caught up (see `corelog cluster health`).";
     BrokerInMaintenance = 76, "BROKER_IN_MAINTENANCE", retriable: false,
         "The broker is in maintenance and takes no leadership; disable its maintenance first, or pick another broker.";
+    ReassignmentInProgress = 77, "REASSIGNMENT_IN_PROGRESS", retriable: false,
+        "The partition is being reassigned already; wait for the move to finish or cancel it (`corelog partition reassign --cancel`).";
+    NoReassignmentInProgress = 78, "NO_REASSIGNMENT_IN_PROGRESS", retriable: false,
+        "The partition is not being reassigned; there is nothing to cancel.";
 
     // Authentication and authorization.
     UnsupportedSaslMechanism = 80, "UNSUPPORTED_SASL_MECHANISM", retriable: false,
@@ -345,6 +349,8 @@ mod tests {
         (74, "STALE_BROKER_INCARNATION", false),
         (75, "REPLICA_NOT_IN_SYNC", true),
         (76, "BROKER_IN_MAINTENANCE", false),
+        (77, "REASSIGNMENT_IN_PROGRESS", false),
+        (78, "NO_REASSIGNMENT_IN_PROGRESS", false),
         (80, "UNSUPPORTED_SASL_MECHANISM", false),
         (81, "AUTHENTICATION_FAILED", false),
         (82, "CLUSTER_AUTHORIZATION_FAILED", false),

@@ -423,6 +423,28 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                 .set_maintenance(NodeId(u64::from(node_id)), enabled)
                 .await
                 .map(i64::from),
+            ControllerOp::StartReassignment {
+                topic_id,
+                partition,
+                replicas,
+                throttle_bytes_per_s,
+            } => {
+                let nodes: Vec<NodeId> = replicas
+                    .iter()
+                    .map(|node| NodeId(u64::from(*node)))
+                    .collect();
+                controller
+                    .start_reassignment(TopicId(topic_id), partition, &nodes, throttle_bytes_per_s)
+                    .await
+                    .map(|()| 0)
+            }
+            ControllerOp::CancelReassignment {
+                topic_id,
+                partition,
+            } => controller
+                .cancel_reassignment(TopicId(topic_id), partition)
+                .await
+                .map(|()| 0),
             ControllerOp::DeleteAcl { acl } => match super::access_rules::binding(&acl) {
                 Ok(binding) => controller
                     .alter_access(Command::DeleteAcl { binding })

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, MetadataState, NodeId, OutboundMessage, Outcome,
-    PlacementError, PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Resolved, TopicId,
-    place_within,
+    PlacementError, PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Replica, Resolved,
+    ShardId, TopicId, place_within,
 };
 use corelog_replication::QueryAnswer;
 use corelog_storage::clock::Clock;
@@ -781,6 +781,91 @@ impl ControllerService {
         Ok((to, name, false))
     }
 
+    /// Starts moving `partition` of `topic_id` to the brokers `nodes`
+    /// (preferred leader first; leader only): a broker that holds a replica
+    /// keeps its shard, a new one gets shard `partition % shards`. The
+    /// election rounds run the move's steps from here on.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `UNKNOWN_TOPIC_OR_PARTITION`;
+    /// `REASSIGNMENT_IN_PROGRESS`; `INVALID_REQUEST` for an unknown or
+    /// repeated broker, or a target equal to the current set;
+    /// `BROKER_FENCED`.
+    pub async fn start_reassignment(
+        self: &Rc<Self>,
+        topic_id: TopicId,
+        partition: u32,
+        nodes: &[NodeId],
+        throttle_bytes_per_s: u64,
+    ) -> Result<(), ControllerRequestError> {
+        let target = {
+            let node = self.node.borrow();
+            let state = node.state();
+            let record = state
+                .topics()
+                .get(&topic_id)
+                .and_then(|topic| topic.partitions.get(partition as usize))
+                .ok_or_else(|| {
+                    ControllerRequestError::refused(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {topic_id} has no partition {partition}"),
+                    )
+                })?;
+            nodes
+                .iter()
+                .map(|node| {
+                    let shard = record.replica_on(*node).map_or_else(
+                        || {
+                            let shards = state
+                                .brokers()
+                                .get(node)
+                                .map_or(1, |broker| broker.shard_count.max(1));
+                            ShardId(u16::try_from(partition % u32::from(shards)).unwrap_or(0))
+                        },
+                        |replica| replica.shard,
+                    );
+                    Replica { node: *node, shard }
+                })
+                .collect()
+        };
+        let command = Command::StartReassignment {
+            topic_id,
+            partition,
+            target,
+            throttle_bytes_per_s,
+            started_at_ms: self.clock.now().0,
+        };
+        match self.propose_checked(command).await? {
+            Outcome::ReassignmentStarted { .. } => {
+                tracing::info!(%topic_id, partition, ?nodes, throttle_bytes_per_s, "reassignment started");
+                Ok(())
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Turns a partition's move back to its original set (leader only).
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `NO_REASSIGNMENT_IN_PROGRESS`.
+    pub async fn cancel_reassignment(
+        self: &Rc<Self>,
+        topic_id: TopicId,
+        partition: u32,
+    ) -> Result<(), ControllerRequestError> {
+        let command = Command::CancelReassignment {
+            topic_id,
+            partition,
+        };
+        match self.propose_checked(command).await? {
+            Outcome::ReassignmentCancelled { changed } => {
+                tracing::info!(%topic_id, partition, changed, "reassignment cancelled");
+                Ok(())
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Puts `node` in maintenance or takes it out (leader only), and starts
     /// the elections that move its leaderships at once. Returns whether it
     /// changed.
@@ -1191,6 +1276,12 @@ fn refusal_code(error: &corelog_controller::CommandError) -> ErrorCode {
         CommandError::UnknownAcl(_) => ErrorCode::AclNotFound,
         CommandError::UnknownQuota(_) => ErrorCode::QuotaNotFound,
         CommandError::MaintenanceBusy { .. } => ErrorCode::BrokerInMaintenance,
+        CommandError::BrokerFenced(_) => ErrorCode::BrokerFenced,
+        CommandError::ReassignmentInProgress { .. } => ErrorCode::ReassignmentInProgress,
+        CommandError::BadReplicaChange {
+            reason: corelog_controller::reassignment::ChangeError::NoReassignment,
+            ..
+        } => ErrorCode::NoReassignmentInProgress,
         _ => ErrorCode::InvalidRequest,
     }
 }

@@ -753,6 +753,11 @@ impl ElectionBook {
         if book.retry_at_epoch == Some(record.leader_epoch) {
             return retry_allowed.then_some(ElectionReason::Retry);
         }
+        // A move puts the leadership where its goal wants it: giving it back
+        // to the old set's first replica would only undo a step's transfer.
+        if record.reassignment.is_some() {
+            return None;
+        }
         let preferred = record.replicas.first()?.node;
         let settled = self
             .unfenced_since
@@ -1672,6 +1677,18 @@ mod tests {
                 epoch: LeaderEpoch(1),
             }]
         );
+    }
+
+    #[test]
+    fn a_moving_partition_gets_no_preferred_leader_return() {
+        let mut state = moving_cluster();
+        let mut book = ElectionBook::new();
+        let start = Instant::now();
+        let _ = book.plan(&state, start);
+        // Broker 2 leads; 1 is the preferred replica and settled.
+        set_leader(&mut state, Some(2), 1);
+        let later = start + ms(60_000);
+        assert!(book.plan(&state, later).is_empty());
     }
 
     #[test]

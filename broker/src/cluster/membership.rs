@@ -868,6 +868,74 @@ impl ClusterMember {
         }
     }
 
+    /// Starts moving `partition` of `topic` to the brokers `replicas`
+    /// (preferred leader first) through the controller, or with `replicas`
+    /// `None` cancels its move, and waits up to `timeout` until this
+    /// broker's metadata shows the move started or turned back (or already
+    /// over).
+    ///
+    /// # Errors
+    /// `UNKNOWN_TOPIC_OR_PARTITION`; the controller's refusal (see
+    /// `ControllerService::start_reassignment`, `cancel_reassignment`);
+    /// `REQUEST_TIMED_OUT`.
+    pub async fn reassign(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: Option<Vec<u32>>,
+        throttle_bytes_per_s: u64,
+        timeout: Duration,
+    ) -> Result<(), PartitionError> {
+        let topic_id = self
+            .state
+            .borrow()
+            .topic_by_name(topic)
+            .map(|record| record.id)
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {topic:?} does not exist"),
+                )
+            })?;
+        let cancel = replicas.is_none();
+        let op = match replicas {
+            Some(replicas) => ControllerOp::StartReassignment {
+                topic_id: topic_id.0,
+                partition,
+                replicas,
+                throttle_bytes_per_s,
+            },
+            None => ControllerOp::CancelReassignment {
+                topic_id: topic_id.0,
+                partition,
+            },
+        };
+        self.call_with_timeout(&ControllerOperationRequest { op }, CALL_TIMEOUT)
+            .await?;
+        let shows = |state: &MetadataState| {
+            let moving = state
+                .topics()
+                .get(&topic_id)
+                .and_then(|record| record.partitions.get(partition as usize))
+                .and_then(|record| record.reassignment.as_ref());
+            match moving {
+                Some(moving) => moving.cancelled == cancel,
+                None => true,
+            }
+        };
+        let deadline = Instant::now() + timeout;
+        if wait_until(&self.published, deadline, || shows(&self.state.borrow())).await {
+            Ok(())
+        } else {
+            Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "the controller took the change of {topic}/{partition}, but this broker's metadata did not show it within {timeout:?}"
+                ),
+            ))
+        }
+    }
+
     /// Puts broker `node` in maintenance or takes it out through the
     /// controller, and waits up to `timeout` until this broker's metadata
     /// shows it and, when enabled, until `node` leads nothing. Returns how

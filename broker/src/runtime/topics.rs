@@ -114,6 +114,27 @@ impl Shard {
         .await
     }
 
+    /// Starts or cancels a partition's move through shard 0's membership
+    /// (see `ClusterMember::reassign`).
+    ///
+    /// # Errors
+    /// The controller's refusal, or a timeout.
+    pub async fn reassign(
+        &self,
+        topic: String,
+        partition: u32,
+        replicas: Option<Vec<u32>>,
+        throttle_bytes_per_s: u64,
+        timeout: Duration,
+    ) -> Result<(), PartitionError> {
+        self.with_cluster_role(move |role| async move {
+            role.member
+                .reassign(&topic, partition, replicas, throttle_bytes_per_s, timeout)
+                .await
+        })
+        .await
+    }
+
     /// Puts a broker in maintenance or takes it out through shard 0's
     /// membership (see `ClusterMember::set_maintenance`).
     ///

@@ -25,7 +25,7 @@ pub struct Leadership {
 }
 
 /// An `AlterCluster` answer without an error.
-struct Altered {
+pub(super) struct Altered {
     /// The partition's leader (`ElectLeader`).
     leader: Option<u32>,
     /// Its epoch (`ElectLeader`), or the partitions the broker still leads
@@ -90,7 +90,7 @@ impl Admin {
         Ok(altered.value)
     }
 
-    async fn alter_cluster(
+    pub(super) async fn alter_cluster(
         &self,
         change: ClusterChange,
         what: impl FnOnce() -> String,

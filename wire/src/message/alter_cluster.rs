@@ -1,8 +1,9 @@
 //! AlterCluster: change the cluster's shape — move a partition's
-//! leadership to one of its replicas, or put a broker in maintenance.
+//! leadership to one of its replicas, put a broker in maintenance, or move
+//! a partition's replicas to other brokers.
 //!
 //! Sent by operators (`corelog partition elect-leader`, `corelog cluster
-//! maintenance`) to any broker, which forwards the change to the controller
+//! maintenance`, `corelog partition reassign`) to any broker, which forwards the change to the controller
 //! leader and answers once its own metadata shows it. Needs the cluster
 //! `Alter` permission.
 
@@ -39,6 +40,26 @@ pub enum ClusterChange {
         /// In maintenance or not.
         enabled: bool,
     } = 1,
+    /// Start moving one partition to the brokers `replicas` (preferred
+    /// leader first): each new one catches up as a learner, then the set
+    /// changes one replica at a time. Answered once the move started.
+    Reassign {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The brokers to hold it.
+        replicas: Vec<u32>,
+        /// Bytes a second each new replica copies at most; 0 for no limit.
+        throttle_bytes_per_s: u64,
+    } = 2,
+    /// Turn a partition's move back to the set it started from.
+    CancelReassignment {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+    } = 3,
 }
 
 /// Asks for one change.
@@ -83,8 +104,8 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::message::test_support::{
-        arbitrary_bodies_never_panic, archived_tag, name, noise, optional_name, round_trip_request,
-        round_trip_response,
+        arbitrary_bodies_never_panic, archived_tag, few, name, noise, optional_name,
+        round_trip_request, round_trip_response,
     };
 
     fn change() -> impl Strategy<Value = ClusterChange> {
@@ -98,6 +119,17 @@ pub(crate) mod tests {
             }),
             (any::<u32>(), any::<bool>())
                 .prop_map(|(broker, enabled)| ClusterChange::SetMaintenance { broker, enabled }),
+            (name(), any::<u32>(), few(any::<u32>()), any::<u64>()).prop_map(
+                |(topic, partition, replicas, throttle_bytes_per_s)| ClusterChange::Reassign {
+                    topic,
+                    partition,
+                    replicas,
+                    throttle_bytes_per_s,
+                }
+            ),
+            (name(), any::<u32>()).prop_map(|(topic, partition)| {
+                ClusterChange::CancelReassignment { topic, partition }
+            }),
         ]
     }
 
@@ -136,6 +168,18 @@ pub(crate) mod tests {
             enabled: true,
         };
         assert_eq!(archived_tag(&maintenance), 1);
+        let reassign = ClusterChange::Reassign {
+            topic: "t".to_owned(),
+            partition: 0,
+            replicas: vec![1],
+            throttle_bytes_per_s: 0,
+        };
+        assert_eq!(archived_tag(&reassign), 2);
+        let cancel = ClusterChange::CancelReassignment {
+            topic: "t".to_owned(),
+            partition: 0,
+        };
+        assert_eq!(archived_tag(&cancel), 3);
     }
 
     proptest! {

@@ -150,6 +150,25 @@ pub enum ControllerOp {
         /// In maintenance or not.
         enabled: bool,
     } = 14,
+    /// Start moving a partition to other brokers (`AlterCluster`); the
+    /// controller picks the new replicas' shards.
+    StartReassignment {
+        /// The topic's id.
+        topic_id: u64,
+        /// The partition.
+        partition: u32,
+        /// The brokers to hold it, preferred leader first.
+        replicas: Vec<u32>,
+        /// Bytes a second each new replica copies at most; 0 for no limit.
+        throttle_bytes_per_s: u64,
+    } = 15,
+    /// Turn a partition's move back (`AlterCluster`).
+    CancelReassignment {
+        /// The topic's id.
+        topic_id: u64,
+        /// The partition.
+        partition: u32,
+    } = 16,
 }
 
 /// Forwards one change to the controller leader.
@@ -278,6 +297,22 @@ pub(crate) mod tests {
             (any::<u32>(), any::<bool>()).prop_map(|(node_id, enabled)| {
                 ControllerOp::SetBrokerMaintenance { node_id, enabled }
             }),
+            (any::<u64>(), any::<u32>(), few(any::<u32>()), any::<u64>()).prop_map(
+                |(topic_id, partition, replicas, throttle_bytes_per_s)| {
+                    ControllerOp::StartReassignment {
+                        topic_id,
+                        partition,
+                        replicas,
+                        throttle_bytes_per_s,
+                    }
+                }
+            ),
+            (any::<u64>(), any::<u32>()).prop_map(|(topic_id, partition)| {
+                ControllerOp::CancelReassignment {
+                    topic_id,
+                    partition,
+                }
+            }),
         ]
     }
 
@@ -393,6 +428,18 @@ pub(crate) mod tests {
             enabled: true,
         };
         assert_eq!(archived_tag(&maintenance), 14);
+        let reassign = ControllerOp::StartReassignment {
+            topic_id: 1,
+            partition: 0,
+            replicas: vec![2],
+            throttle_bytes_per_s: 0,
+        };
+        assert_eq!(archived_tag(&reassign), 15);
+        let cancel = ControllerOp::CancelReassignment {
+            topic_id: 1,
+            partition: 0,
+        };
+        assert_eq!(archived_tag(&cancel), 16);
     }
 
     proptest! {

@@ -73,8 +73,9 @@ pub(super) async fn describe(
 /// Longest an `AlterCluster` request waits for its change to show.
 const ALTER_CLUSTER_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 
-/// `AlterCluster`: a leadership move or a broker's maintenance, through
-/// the controller; cluster administrators only.
+/// `AlterCluster`: a leadership move, a broker's maintenance or a
+/// partition's reassignment, through the controller; cluster
+/// administrators only.
 pub(super) async fn alter(
     shard: &Rc<Shard>,
     body: &[u8],
@@ -98,6 +99,25 @@ pub(super) async fn alter(
                 .set_maintenance(broker, enabled, timeout)
                 .await
                 .map(|led| (None, u32::try_from(led).unwrap_or(u32::MAX))),
+            ClusterChange::Reassign {
+                topic,
+                partition,
+                replicas,
+                throttle_bytes_per_s,
+            } => shard
+                .reassign(
+                    topic,
+                    partition,
+                    Some(replicas),
+                    throttle_bytes_per_s,
+                    timeout,
+                )
+                .await
+                .map(|()| (None, 0)),
+            ClusterChange::CancelReassignment { topic, partition } => shard
+                .reassign(topic, partition, None, 0, timeout)
+                .await
+                .map(|()| (None, 0)),
         },
     };
     let response = match outcome {

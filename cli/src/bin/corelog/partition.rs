@@ -1,4 +1,5 @@
-//! `corelog partition …`: one partition's leadership (`elect-leader`).
+//! `corelog partition …`: one partition's leadership (`elect-leader`) and
+//! replicas (`reassign`).
 
 use clap::Subcommand;
 use corelog_client::{Admin, ClientError};
@@ -20,6 +21,27 @@ pub(crate) enum PartitionCommand {
         /// The broker to lead [default: the preferred replica, the first].
         #[arg(long)]
         to: Option<u32>,
+    },
+    /// Moves a partition to other brokers: each new replica copies the log
+    /// outside the commit quorum, then the replica set changes one broker
+    /// at a time, each change an election, so nothing acknowledged is lost
+    /// and producers only retry. Returns once the move started; watch it
+    /// with `corelog cluster info`. `--cancel` turns a move back.
+    Reassign {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The brokers to hold it, preferred leader first (`2,3,4`).
+        #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
+        replicas: Vec<u32>,
+        /// Bytes a second each new replica copies at most [default: no
+        /// limit].
+        #[arg(long, default_value_t = 0)]
+        throttle: u64,
+        /// Turn the partition's move back to the replicas it started from.
+        #[arg(long, conflicts_with_all = ["replicas", "throttle"])]
+        cancel: bool,
     },
 }
 
@@ -46,6 +68,39 @@ pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<()
                 println!(
                     "{topic}/{partition}: led by broker {} (epoch {})",
                     leadership.leader, leadership.epoch
+                );
+            }
+            Ok(())
+        }
+        PartitionCommand::Reassign {
+            topic,
+            partition,
+            replicas,
+            throttle,
+            cancel,
+        } => {
+            if cancel {
+                admin.cancel_reassignment(&topic, partition).await?;
+            } else {
+                admin
+                    .reassign_partition(&topic, partition, &replicas, throttle)
+                    .await?;
+            }
+            if global.json {
+                println!(
+                    "{}",
+                    json!({
+                        "topic": topic,
+                        "partition": partition,
+                        "cancelled": cancel,
+                        "replicas": replicas,
+                    })
+                );
+            } else if cancel {
+                println!("{topic}/{partition}: moving back to its original replicas");
+            } else {
+                println!(
+                    "{topic}/{partition}: moving to brokers {replicas:?}; watch `corelog cluster info`"
                 );
             }
             Ok(())

@@ -1,0 +1,260 @@
+//! Moving a partition's replicas to other brokers (issue 38, item 1) under
+//! a producer writing at a steady rate: the new replica catches up as a
+//! learner, the set changes one broker at a time, the leader hands off
+//! before it leaves, no record fails, and every acknowledged record is read
+//! back from the new set. A cancel before the first change leaves the
+//! partition where it was.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use corelog_client::{Admin, ClientError};
+use corelog_tests::Broker;
+use corelog_tests::cli::{corelog, failed, succeeded, text};
+use corelog_tests::cluster_client::{
+    PartitionLog, SteadyProducer, WireCluster, client_config, client_runtime, connect_producer,
+    producer_config, serial,
+};
+use corelog_tests::process::{as_strs, free_port, member_args, voters_list};
+use corelog_wire::error::ErrorCode;
+
+const TOPIC: &str = "orders";
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Four brokers: 1 to 3 are the controller voters, 4 only a broker.
+struct Cluster {
+    brokers: Vec<Broker>,
+    _dirs: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dirs = tempfile::tempdir().unwrap();
+        let addrs: Vec<SocketAddr> = (0..4)
+            .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+            .collect();
+        let voters = voters_list(&addrs[..3]);
+        let brokers = addrs
+            .iter()
+            .enumerate()
+            .map(|(index, addr)| {
+                let args = member_args(index, &voters, None, &[]);
+                let data = dirs.path().join(format!("data-{}", index + 1));
+                let mut broker = Broker::unstarted(*addr, &data, &as_strs(&args));
+                broker.spawn();
+                broker
+            })
+            .collect();
+        let cluster = Cluster {
+            brokers,
+            _dirs: dirs,
+        };
+        for id in cluster.ids() {
+            cluster.wait_metadata(id, "four registered brokers and a controller", |found| {
+                found.brokers.len() == 4 && found.controller_id.is_some()
+            });
+        }
+        // A move refuses a fenced broker (BROKER_FENCED): wait until the
+        // controller unfenced all four.
+        let rt = client_runtime();
+        let admin = cluster.admin(&rt);
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let status = rt.block_on(admin.describe_cluster(Some(Vec::new())));
+            if let Ok(status) = &status
+                && status.authoritative
+                && status.brokers.len() == 4
+                && status.brokers.iter().all(|broker| !broker.fenced)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "brokers not all unfenced: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    fn bootstrap(&self) -> Vec<String> {
+        self.brokers
+            .iter()
+            .map(|broker| broker.addr.to_string())
+            .collect()
+    }
+
+    fn admin(&self, rt: &tokio::runtime::Runtime) -> Admin {
+        rt.block_on(Admin::connect(client_config(self.bootstrap())))
+            .expect("an admin client connects")
+    }
+
+    /// The partition's replicas as every broker's metadata shows them,
+    /// once they agree.
+    fn replicas(&self) -> Vec<u32> {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let seen: Vec<Option<Vec<u32>>> = self
+                .ids()
+                .into_iter()
+                .map(|id| {
+                    self.partition_metadata(id, TOPIC, 0)
+                        .map(|partition| partition.replicas)
+                })
+                .collect();
+            if let Some(Some(first)) = seen.first()
+                && seen.iter().all(|other| other.as_ref() == Some(first))
+            {
+                return first.clone();
+            }
+            assert!(Instant::now() < deadline, "brokers disagree: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_replicas(&self, expected: &[u32]) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let replicas = self.replicas();
+            if replicas == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{TOPIC}/0 is on {replicas:?}, not {expected:?}, after {DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every record of `acked` is at its offset on the partition's leader.
+    fn check_read_back(&self, acked: &BTreeMap<u64, String>) {
+        let through = *acked.keys().next_back().expect("records acknowledged");
+        let leader = self.wait_for_leader(TOPIC, 0, None);
+        let deadline = Instant::now() + DEADLINE;
+        let stored = loop {
+            match self.read_partition(leader.id, TOPIC, 0, Duration::from_secs(3)) {
+                Ok(PartitionLog {
+                    records,
+                    high_watermark,
+                }) if high_watermark > through => break records,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "{TOPIC}/0 not readable through {through} from broker {}: {:?}",
+                    leader.id,
+                    other.map(|log| log.high_watermark)
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let stored: BTreeMap<u64, String> = stored.into_iter().collect();
+        for (offset, value) in acked {
+            assert_eq!(stored.get(offset), Some(value), "record at offset {offset}");
+        }
+    }
+}
+
+impl WireCluster for Cluster {
+    fn broker(&self, id: u32) -> &Broker {
+        &self.brokers[id as usize - 1]
+    }
+
+    fn ids(&self) -> Vec<u32> {
+        (1..=4).collect()
+    }
+}
+
+#[test]
+fn a_partition_moves_off_its_leaders_broker_under_load_and_loses_nothing() {
+    let _serial = serial();
+    let rt = client_runtime();
+    let cluster = Cluster::start();
+    cluster.create_replicated_topic(TOPIC);
+    let before = cluster.replicas();
+    let leader = cluster.wait_for_leader(TOPIC, 0, None);
+    let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
+    // The leader leaves: the spare broker comes in as the preferred one.
+    let target: Vec<u32> = std::iter::once(spare)
+        .chain(before.iter().copied().filter(|id| *id != leader.id))
+        .collect();
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
+    let producer = SteadyProducer::start(&rt, producer, TOPIC, 0, Duration::from_millis(2));
+    producer.wait_acked(500, "appends before the move", DEADLINE);
+    let admin = cluster.admin(&rt);
+    rt.block_on(admin.reassign_partition(TOPIC, 0, &target, 0))
+        .unwrap_or_else(|error| panic!("reassign to {target:?}: {error}"));
+    // A second move while this one runs is refused with its own code.
+    match rt.block_on(admin.reassign_partition(TOPIC, 0, &before, 0)) {
+        Err(ClientError::Broker { code, .. }) => {
+            assert_eq!(code, ErrorCode::ReassignmentInProgress);
+        }
+        // The move may be over already.
+        other => assert!(cluster.replicas() == target, "{other:?}"),
+    }
+    cluster.wait_replicas(&target);
+    producer.wait_more(500, "appends after the move", DEADLINE);
+    let outcome = producer.finish(&rt);
+    assert!(
+        outcome.failed.is_empty(),
+        "no record fails across the move; {} did, first: {:?}",
+        outcome.failed.len(),
+        outcome.failed.iter().take(3).collect::<Vec<_>>()
+    );
+    let now_leader = cluster.wait_for_leader(TOPIC, 0, None);
+    assert!(target.contains(&now_leader.id), "led by {}", now_leader.id);
+    cluster.check_read_back(&outcome.acked);
+    // Nothing to cancel once it is over.
+    match rt.block_on(admin.cancel_reassignment(TOPIC, 0)) {
+        Err(ClientError::Broker { code, .. }) => {
+            assert_eq!(code, ErrorCode::NoReassignmentInProgress);
+        }
+        other => panic!("cancel after the move: {other:?}"),
+    }
+}
+
+#[test]
+fn a_cancelled_move_leaves_the_partition_on_its_replicas() {
+    let _serial = serial();
+    let cluster = Cluster::start();
+    cluster.create_replicated_topic(TOPIC);
+    let before = cluster.replicas();
+    let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
+    let target = format!("{spare},{},{}", before[1], before[2]);
+    let addr = cluster.brokers[0].addr.to_string();
+    let started = succeeded(&corelog(
+        &addr,
+        &["partition", "reassign", TOPIC, "0", "--replicas", &target],
+        None,
+    ));
+    assert!(started.contains("moving to brokers"), "{started}");
+    // Right away (before the new replica caught up, or after it joined:
+    // either way the move walks back to where it started).
+    succeeded(&corelog(
+        &addr,
+        &["partition", "reassign", TOPIC, "0", "--cancel"],
+        None,
+    ));
+    cluster.wait_replicas(&before);
+    // Once back, there is nothing left to cancel.
+    let deadline = Instant::now() + DEADLINE;
+    let refused = loop {
+        let output = corelog(
+            &addr,
+            &["partition", "reassign", TOPIC, "0", "--cancel"],
+            None,
+        );
+        if !output.status.success() {
+            failed(&output);
+            break text(&output.stderr);
+        }
+        assert!(Instant::now() < deadline, "the cancelled move never ended");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(refused.contains("NO_REASSIGNMENT_IN_PROGRESS"), "{refused}");
+}
