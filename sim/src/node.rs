@@ -867,6 +867,7 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
         leader: published.leader,
         epoch: published.epoch,
         learners: Vec::new(),
+        learner_throttle_bytes_per_s: 0,
         local: true,
     };
     let Some(change) = role_change(replica.role(), &view, id) else {

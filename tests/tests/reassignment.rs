@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use corelog_client::{Admin, ClientError};
+use corelog_client::{Admin, ClientError, ProducerRecord};
 use corelog_tests::Broker;
 use corelog_tests::cli::{corelog, failed, succeeded, text};
 use corelog_tests::cluster_client::{
@@ -257,4 +257,58 @@ fn a_cancelled_move_leaves_the_partition_on_its_replicas() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(refused.contains("NO_REASSIGNMENT_IN_PROGRESS"), "{refused}");
+}
+
+/// A throttled move copies no faster than its throttle: 6 MB at 1 MB/s
+/// take 5 s at least (unthrottled, the same move is over in about 2 s,
+/// most of it the controller's report and retry intervals).
+#[test]
+fn a_throttled_move_copies_no_faster_than_its_throttle() {
+    const RECORDS: usize = 6_000;
+    const RECORD_BYTES: usize = 1_000;
+    const THROTTLE: u64 = 1_000_000;
+    let _serial = serial();
+    let rt = client_runtime();
+    let cluster = Cluster::start();
+    cluster.create_replicated_topic(TOPIC);
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
+    rt.block_on(async {
+        let mut deliveries = Vec::new();
+        for index in 0..RECORDS {
+            let value = format!("{index:0>width$}", width = RECORD_BYTES);
+            let record = ProducerRecord::new(TOPIC, value).partition(0);
+            deliveries.push(producer.send(record).await.expect("queued"));
+        }
+        for delivery in deliveries {
+            delivery.await.expect("acknowledged");
+        }
+    });
+    let before = cluster.replicas();
+    let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
+    let target = vec![before[0], before[1], spare];
+    let admin = cluster.admin(&rt);
+    let started = Instant::now();
+    rt.block_on(admin.reassign_partition(TOPIC, 0, &target, THROTTLE))
+        .unwrap_or_else(|error| panic!("reassign to {target:?}: {error}"));
+    cluster.wait_replicas(&target);
+    let took = started.elapsed();
+    let copied = (RECORDS * RECORD_BYTES) as f64;
+    assert!(
+        took.as_secs_f64() >= 0.8 * copied / THROTTLE as f64,
+        "{copied} bytes moved in {took:?} at a throttle of {THROTTLE} bytes/s"
+    );
+    // And the moved partition serves everything from its new set.
+    let last = cluster.wait_for_leader(TOPIC, 0, None);
+    let log = cluster
+        .read_partition(last.id, TOPIC, 0, Duration::from_secs(5))
+        .expect("readable");
+    assert!(
+        log.high_watermark >= RECORDS as u64,
+        "{}",
+        log.high_watermark
+    );
+    rt.block_on(producer.close()).ok();
 }

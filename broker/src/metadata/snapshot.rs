@@ -53,6 +53,9 @@ pub struct ReplicationView {
     /// (see `corelog_controller::reassignment`): the leader pushes to them
     /// and never counts them.
     pub learners: Vec<u32>,
+    /// Bytes a second the leader copies to each learner at most; 0 for no
+    /// limit.
+    pub learner_throttle_bytes_per_s: u64,
     /// Whether this broker holds a replica (on shard `owner`), in the set
     /// or as a learner.
     pub local: bool,
@@ -192,6 +195,10 @@ impl MetadataSnapshot {
                                 .iter()
                                 .map(|learner| broker_id(learner.node))
                                 .collect(),
+                            learner_throttle_bytes_per_s: partition
+                                .reassignment
+                                .as_ref()
+                                .map_or(0, |moving| moving.throttle_bytes_per_s),
                             local: local.is_some(),
                         },
                     }

@@ -11,6 +11,7 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 use futures::future::{Either, select};
 
 use super::batches;
+use super::throttle::ByteRate;
 use super::{Acks, EndedTerm, Pump, ReplicaError, ReplicatedPartition, TransportError};
 use crate::partition::{ProduceStart, Produced};
 use corelog_storage::disk::Disk;
@@ -197,11 +198,24 @@ impl<D: Disk> ReplicatedPartition<D> {
 
     /// Names the learners this replica pushes to while it leads (brokers a
     /// reassignment adds, catching up outside the set; see
-    /// `corelog_replication::Replica::set_learners`); a no-op otherwise.
-    pub fn set_learners(self: &Rc<Self>, learners: &[ReplicaId]) {
-        self.replica
-            .borrow_mut()
-            .set_learners(learners, self.now_ms());
+    /// `corelog_replication::Replica::set_learners`), each copied at
+    /// `throttle_bytes_per_s` at most (0: no limit); a no-op otherwise.
+    pub fn set_learners(self: &Rc<Self>, learners: &[ReplicaId], throttle_bytes_per_s: u64) {
+        let now_ms = self.now_ms();
+        self.replica.borrow_mut().set_learners(learners, now_ms);
+        {
+            let mut rates = self.learner_rates.borrow_mut();
+            rates.retain(|learner, rate| {
+                learners.contains(learner) && rate.bytes_per_s() == throttle_bytes_per_s
+            });
+            if throttle_bytes_per_s > 0 {
+                for learner in learners {
+                    rates
+                        .entry(*learner)
+                        .or_insert_with(|| ByteRate::new(throttle_bytes_per_s, now_ms));
+                }
+            }
+        }
         self.wake_pump();
     }
 
@@ -259,9 +273,20 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// reports it sent, and sends it on its own task (pushes to one follower
     /// are pipelined).
     async fn send(self: &Rc<Self>, to: ReplicaId, mut push: Push, max_bytes: u64) {
+        // A throttled learner's push carries nothing while its rate is
+        // spent: it goes as a heartbeat, and the next tick tries again.
+        let max_bytes = match self.learner_rates.borrow_mut().get_mut(&to) {
+            Some(rate) => max_bytes.min(rate.allowance(self.now_ms())),
+            None => max_bytes,
+        };
         if max_bytes > 0 {
             match self.read_for_push(&push, max_bytes).await {
-                Ok(batches) => push.batches = batches,
+                Ok(batches) => {
+                    if let Some(rate) = self.learner_rates.borrow_mut().get_mut(&to) {
+                        rate.charge(batches.iter().map(|batch| batch.bytes.len() as u64).sum());
+                    }
+                    push.batches = batches;
+                }
                 Err(error) => {
                     tracing::warn!(to = to.0, start = push.start.0, %error, "no batches for a push; the resend timeout retries");
                     return;

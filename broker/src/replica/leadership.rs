@@ -89,6 +89,7 @@ mod tests {
             leader,
             epoch: LeaderEpoch(epoch),
             learners: Vec::new(),
+            learner_throttle_bytes_per_s: 0,
             local: true,
         }
     }

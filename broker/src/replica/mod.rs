@@ -80,6 +80,7 @@ mod leadership;
 pub mod meta_file;
 pub mod peer_transport;
 pub mod stream;
+mod throttle;
 mod transport;
 
 #[cfg(test)]
@@ -202,6 +203,8 @@ pub struct ReplicatedPartition<D: Disk> {
     /// watermark would serve the old, uncommitted tail (sim seed 541).
     high_watermark: Cell<Offset>,
     pump: Cell<Pump>,
+    /// The byte rate each throttled learner is copied at, at most.
+    learner_rates: RefCell<std::collections::BTreeMap<ReplicaId, throttle::ByteRate>>,
     broken: RefCell<Option<String>>,
     /// The fence came from a full disk: the shard reopens the replica once
     /// space is back.
@@ -277,6 +280,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             ended_term: Cell::new(None),
             high_watermark: Cell::new(high_watermark),
             pump: Cell::new(Pump::Idle),
+            learner_rates: RefCell::default(),
             broken: RefCell::new(None),
             broken_no_space: Cell::new(false),
             broken_out_of_descriptors: Cell::new(false),

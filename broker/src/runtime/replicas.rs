@@ -214,9 +214,10 @@ impl Shard {
             .copied()
             .map(ReplicaId)
             .collect();
+        let throttle = replication.learner_throttle_bytes_per_s;
         let Some(change) = role_change(replica.role(), replication, me) else {
             // Still leading the same epoch: the learners may have changed.
-            replica.set_learners(&learners);
+            replica.set_learners(&learners, replication.learner_throttle_bytes_per_s);
             return;
         };
         let groups = topic == GROUPS_TOPIC;
@@ -242,7 +243,7 @@ impl Shard {
                 Ok(()) => {
                     tracing::info!(%topic, partition = index, ?change, "replica role follows metadata");
                     // A new leadership starts without learners.
-                    replica.set_learners(&learners);
+                    replica.set_learners(&learners, throttle);
                     // A `__groups` leader's change is done once its
                     // coordinator serves.
                     if groups
