@@ -413,6 +413,12 @@ fn a_move_is_refused_while_another_runs_or_when_there_is_nothing_to_move() {
         cluster.start(&[1, 2, 2]),
         Err(CommandError::InvalidAssignment { .. })
     ));
+    // A broker that is down cannot be a target.
+    cluster.ok(&Command::FenceBroker { node: NodeId(6) });
+    assert_eq!(
+        cluster.start(&[1, 2, 6]),
+        Err(CommandError::BrokerFenced(NodeId(6)))
+    );
     cluster.start(&[1, 2, 5]).unwrap();
     assert!(matches!(
         cluster.start(&[1, 2, 4]),
