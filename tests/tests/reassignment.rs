@@ -24,7 +24,8 @@ use corelog_wire::error::ErrorCode;
 const TOPIC: &str = "orders";
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Four brokers: 1 to 3 are the controller voters, 4 only a broker.
+/// Brokers 1 to 3 are the controller voters; the others (a fourth, or a
+/// fourth and a fifth) only brokers.
 struct Cluster {
     brokers: Vec<Broker>,
     _dirs: tempfile::TempDir,
@@ -32,8 +33,12 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::with_brokers(4)
+    }
+
+    fn with_brokers(count: usize) -> Cluster {
         let dirs = tempfile::tempdir().unwrap();
-        let addrs: Vec<SocketAddr> = (0..4)
+        let addrs: Vec<SocketAddr> = (0..count)
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
             .collect();
         let voters = voters_list(&addrs[..3]);
@@ -53,12 +58,12 @@ impl Cluster {
             _dirs: dirs,
         };
         for id in cluster.ids() {
-            cluster.wait_metadata(id, "four registered brokers and a controller", |found| {
-                found.brokers.len() == 4 && found.controller_id.is_some()
+            cluster.wait_metadata(id, "every broker registered and a controller", |found| {
+                found.brokers.len() == count && found.controller_id.is_some()
             });
         }
         // A move refuses a fenced broker (BROKER_FENCED): wait until the
-        // controller unfenced all four.
+        // controller unfenced them all.
         let rt = client_runtime();
         let admin = cluster.admin(&rt);
         let deadline = Instant::now() + DEADLINE;
@@ -66,7 +71,7 @@ impl Cluster {
             let status = rt.block_on(admin.describe_cluster(Some(Vec::new())));
             if let Ok(status) = &status
                 && status.authoritative
-                && status.brokers.len() == 4
+                && status.brokers.len() == count
                 && status.brokers.iter().all(|broker| !broker.fenced)
             {
                 break;
@@ -163,7 +168,7 @@ impl WireCluster for Cluster {
     }
 
     fn ids(&self) -> Vec<u32> {
-        (1..=4).collect()
+        (1..=self.brokers.len() as u32).collect()
     }
 }
 
@@ -271,21 +276,7 @@ fn a_throttled_move_copies_no_faster_than_its_throttle() {
     let rt = client_runtime();
     let cluster = Cluster::start();
     cluster.create_replicated_topic(TOPIC);
-    let producer = rt.block_on(connect_producer(
-        producer_config(cluster.bootstrap()),
-        DEADLINE,
-    ));
-    rt.block_on(async {
-        let mut deliveries = Vec::new();
-        for index in 0..RECORDS {
-            let value = format!("{index:0>width$}", width = RECORD_BYTES);
-            let record = ProducerRecord::new(TOPIC, value).partition(0);
-            deliveries.push(producer.send(record).await.expect("queued"));
-        }
-        for delivery in deliveries {
-            delivery.await.expect("acknowledged");
-        }
-    });
+    preload(&rt, &cluster, RECORDS, RECORD_BYTES);
     let before = cluster.replicas();
     let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
     let target = vec![before[0], before[1], spare];
@@ -310,5 +301,82 @@ fn a_throttled_move_copies_no_faster_than_its_throttle() {
         "{}",
         log.high_watermark
     );
-    rt.block_on(producer.close()).ok();
+}
+
+/// Appends `records` records of `bytes` bytes to the partition and waits
+/// for their acknowledgements.
+fn preload(rt: &tokio::runtime::Runtime, cluster: &Cluster, records: usize, bytes: usize) {
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
+    rt.block_on(async {
+        let mut deliveries = Vec::new();
+        for index in 0..records {
+            let value = format!("{index:0>bytes$}");
+            let record = ProducerRecord::new(TOPIC, value).partition(0);
+            deliveries.push(producer.send(record).await.expect("queued"));
+        }
+        for delivery in deliveries {
+            delivery.await.expect("acknowledged");
+        }
+        producer.close().await.ok();
+    });
+}
+
+/// kill -9 of the leader, then of the learner, in the middle of a move
+/// (slowed by its throttle): each move still finishes once the broker is
+/// back, and every acknowledged record survives. Five brokers, so that each
+/// move's learner is a broker that never held the partition (see the
+/// closing note of issue 38: a broker that gets a partition back which it
+/// held before can fail to restart after a crash).
+#[test]
+fn a_move_survives_kill_9_of_its_leader_and_of_its_learner() {
+    let _serial = serial();
+    let rt = client_runtime();
+    let mut cluster = Cluster::with_brokers(5);
+    cluster.create_replicated_topic(TOPIC);
+    preload(&rt, &cluster, 4_000, 1_000);
+    let admin = cluster.admin(&rt);
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
+    let producer = SteadyProducer::start(&rt, producer, TOPIC, 0, Duration::from_millis(5));
+    let mut held: Vec<u32> = cluster.replicas();
+    for victim in ["leader", "learner"] {
+        let before = cluster.replicas();
+        let spare = (1..=5).find(|id| !held.contains(id)).unwrap();
+        held.push(spare);
+        let leader = cluster.wait_for_leader(TOPIC, 0, None).id;
+        let keep: Vec<u32> = before.iter().copied().filter(|id| *id != leader).collect();
+        // The leader stays in the target: the move is slowed by catch-up,
+        // not ended by a transfer.
+        let target = vec![leader, keep[0], spare];
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            match rt.block_on(admin.reassign_partition(TOPIC, 0, &target, 1_000_000)) {
+                Ok(()) => break,
+                Err(error) => assert!(
+                    error.is_retriable() && Instant::now() < deadline,
+                    "reassign to {target:?}: {error}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_millis(1_500));
+        assert_ne!(
+            cluster.replicas(),
+            target,
+            "the move ended before the {victim} was killed"
+        );
+        let killed = if victim == "leader" { leader } else { spare };
+        cluster.brokers[killed as usize - 1].kill();
+        std::thread::sleep(Duration::from_millis(1_000));
+        cluster.brokers[killed as usize - 1].spawn();
+        cluster.wait_replicas(&target);
+        producer.wait_more(100, &format!("appends after the {victim}'s kill"), DEADLINE);
+    }
+    let outcome = producer.finish(&rt);
+    cluster.check_read_back(&outcome.acked);
 }
