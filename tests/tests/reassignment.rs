@@ -326,15 +326,16 @@ fn preload(rt: &tokio::runtime::Runtime, cluster: &Cluster, records: usize, byte
 
 /// kill -9 of the leader, then of the learner, in the middle of a move
 /// (slowed by its throttle): each move still finishes once the broker is
-/// back, and every acknowledged record survives. Five brokers, so that each
-/// move's learner is a broker that never held the partition (see the
-/// closing note of issue 38: a broker that gets a partition back which it
-/// held before can fail to restart after a crash).
+/// back, and every acknowledged record survives. On four brokers the
+/// second move's learner is the broker the first move removed: it gets the
+/// partition back in the same directory, whose old frames the shard
+/// journal may still hold (before the fix it failed to restart: "log ends
+/// with epoch 2, history says epoch 0").
 #[test]
 fn a_move_survives_kill_9_of_its_leader_and_of_its_learner() {
     let _serial = serial();
     let rt = client_runtime();
-    let mut cluster = Cluster::with_brokers(5);
+    let mut cluster = Cluster::start();
     cluster.create_replicated_topic(TOPIC);
     preload(&rt, &cluster, 4_000, 1_000);
     let admin = cluster.admin(&rt);
@@ -343,11 +344,9 @@ fn a_move_survives_kill_9_of_its_leader_and_of_its_learner() {
         DEADLINE,
     ));
     let producer = SteadyProducer::start(&rt, producer, TOPIC, 0, Duration::from_millis(5));
-    let mut held: Vec<u32> = cluster.replicas();
     for victim in ["leader", "learner"] {
         let before = cluster.replicas();
-        let spare = (1..=5).find(|id| !held.contains(id)).unwrap();
-        held.push(spare);
+        let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
         let leader = cluster.wait_for_leader(TOPIC, 0, None).id;
         let keep: Vec<u32> = before.iter().copied().filter(|id| *id != leader).collect();
         // The leader stays in the target: the move is slowed by catch-up,

@@ -116,7 +116,17 @@ pub(super) async fn recover<D: Disk>(
         log_start,
         ledger,
         tail_block,
-        journal_generation: checkpoint.map_or(0, |checkpoint| checkpoint.journal_generation),
+        journal_generation: match checkpoint {
+            Some(checkpoint) => checkpoint.journal_generation,
+            // A new log may be in the directory of one this shard removed
+            // (a replica that moved away and came back), whose frames the
+            // shard journal may still hold under this path at generations
+            // counted from 0: starting at the clock's milliseconds puts
+            // this log above them, and replay applies only the newest
+            // generation.
+            None if bases.is_empty() => u64::try_from(now.0).unwrap_or(0),
+            None => 0,
+        },
     })
 }
 

@@ -359,6 +359,36 @@ fn a_restart_replays_many_partitions_at_once() {
     }
 }
 
+/// A replica that moved away from a shard and came back gets its old
+/// directory path again while the journal may still hold the first
+/// replica's frames under it. A restart must replay only the new log's
+/// frames: replaying the old ones made the directory unopenable (a log of
+/// epochs its fresh replica metadata never heard of).
+#[test]
+fn a_log_recreated_in_a_removed_directory_gets_none_of_the_old_logs_frames() {
+    let shard = Shard::new();
+    let old = block_on(shard.open_log(0));
+    for tag in 0..3 {
+        block_on(append_round(std::slice::from_ref(&old), tag));
+    }
+    // The replica moves away: closed, forgotten by the journal, removed.
+    block_on(old.close()).expect("closes");
+    drop(old);
+    shard.journal.forget(test_partition(0));
+    block_on(shard.harness.disk.remove_dir_all(&Shard::dir(0))).expect("removed");
+    // It comes back later, as a new, empty log in the same directory.
+    shard.harness.clock.advance(60_000);
+    let new = block_on(shard.open_log(0));
+    block_on(append_round(std::slice::from_ref(&new), 7));
+    let expected = block_on(read_all(&new));
+    assert_eq!(expected.len(), 1, "one batch of its own");
+    drop(new);
+    shard.harness.disk.crash();
+    let (_, _) = block_on(shard.restart(&shard.harness.disk)).expect("restart");
+    let reopened = block_on(shard.reopen_plain(&shard.harness.disk, 0));
+    assert_eq!(block_on(read_all(&reopened)), expected);
+}
+
 #[test]
 fn cutting_the_journal_at_every_byte_of_its_last_frame_recovers_the_frames_before_it() {
     let shard = Shard::new();
