@@ -1229,23 +1229,13 @@ impl MetadataState {
                 reason,
             }
         })?;
-        if epoch <= record.leader_epoch {
-            return Err(CommandError::StaleEpoch {
-                topic_id,
-                partition,
-                current: record.leader_epoch,
-                given: epoch,
-            });
-        }
-        if let Some(node) = leader
-            && !replicas.iter().any(|replica| replica.node == node)
-        {
-            return Err(CommandError::NotAReplica {
-                topic_id,
-                partition,
-                node,
-            });
-        }
+        check_leadership(
+            (topic_id, partition),
+            record.leader_epoch,
+            replicas,
+            leader,
+            epoch,
+        )?;
         record.replicas = replicas.to_vec();
         record.leader = leader;
         record.leader_epoch = epoch;
@@ -1280,35 +1270,14 @@ impl MetadataState {
                 Some(_) => {}
             }
         }
-        let topic = self
-            .topics
-            .get_mut(&topic_id)
-            .ok_or(CommandError::UnknownTopic(topic_id))?;
-        let record =
-            topic
-                .partitions
-                .get_mut(partition as usize)
-                .ok_or(CommandError::UnknownPartition {
-                    topic_id,
-                    partition,
-                })?;
-        if epoch <= record.leader_epoch {
-            return Err(CommandError::StaleEpoch {
-                topic_id,
-                partition,
-                current: record.leader_epoch,
-                given: epoch,
-            });
-        }
-        if let Some(node) = leader
-            && record.replica_on(node).is_none()
-        {
-            return Err(CommandError::NotAReplica {
-                topic_id,
-                partition,
-                node,
-            });
-        }
+        let record = self.partition_mut(topic_id, partition)?;
+        check_leadership(
+            (topic_id, partition),
+            record.leader_epoch,
+            &record.replicas,
+            leader,
+            epoch,
+        )?;
         record.leader = leader;
         record.leader_epoch = epoch;
         Ok(Outcome::LeaderSet {
@@ -1479,6 +1448,35 @@ impl MetadataState {
         }
         Ok(())
     }
+}
+
+/// A new leadership of a partition at `current` epoch: `epoch` above it,
+/// and `leader` (if any) one of `replicas`.
+fn check_leadership(
+    (topic_id, partition): (TopicId, u32),
+    current: LeaderEpoch,
+    replicas: &[Replica],
+    leader: Option<NodeId>,
+    epoch: LeaderEpoch,
+) -> Result<(), CommandError> {
+    if epoch <= current {
+        return Err(CommandError::StaleEpoch {
+            topic_id,
+            partition,
+            current,
+            given: epoch,
+        });
+    }
+    if let Some(node) = leader
+        && !replicas.iter().any(|replica| replica.node == node)
+    {
+        return Err(CommandError::NotAReplica {
+            topic_id,
+            partition,
+            node,
+        });
+    }
+    Ok(())
 }
 
 fn validate_broker(broker: &BrokerRecord) -> Result<(), CommandError> {

@@ -470,6 +470,45 @@ pub trait WireCluster {
         }
     }
 
+    /// Checks that every record of `acked` (by offset) reads back at its
+    /// offset from the current leader of partition 0 of `topic`, waiting up
+    /// to `patience` for the leader's high watermark to pass them; `what`
+    /// names the change the records lived through.
+    fn check_read_back(
+        &self,
+        topic: &str,
+        acked: &BTreeMap<u64, String>,
+        what: &str,
+        patience: Duration,
+    ) {
+        let through = *acked.keys().next_back().expect("records acknowledged");
+        let leader = self.wait_for_leader(topic, 0, None);
+        let deadline = Instant::now() + patience;
+        let stored = loop {
+            match self.read_partition(leader.id, topic, 0, Duration::from_secs(3)) {
+                Ok(PartitionLog {
+                    records,
+                    high_watermark,
+                }) if high_watermark > through => break records,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "{topic}/0 not readable through {through} from broker {}: {:?}",
+                    leader.id,
+                    other.map(|log| log.high_watermark)
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let stored: BTreeMap<u64, String> = stored.into_iter().collect();
+        for (offset, value) in acked {
+            assert_eq!(
+                stored.get(offset),
+                Some(value),
+                "acknowledged record {value} at offset {offset} after {what}"
+            );
+        }
+    }
+
     /// Waits until every answering broker names the same leader of
     /// `topic/partition` and that leader reports nothing outstanding on
     /// its followers ([`Broker::replica_lag`] at 0): every replica holds

@@ -16,7 +16,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -25,8 +24,8 @@ use corelog_client::{Admin, ClientError};
 use corelog_tests::Broker;
 use corelog_tests::cli::{corelog, failed, succeeded, text};
 use corelog_tests::cluster_client::{
-    PartitionLog, SteadyOutcome, SteadyProducer, WireCluster, client_config, client_runtime,
-    connect_producer, producer_config, serial,
+    SteadyOutcome, SteadyProducer, WireCluster, client_config, client_runtime, connect_producer,
+    producer_config, serial,
 };
 use corelog_tests::process::{as_strs, free_port, member_args, voters_list};
 use corelog_wire::error::ErrorCode;
@@ -103,36 +102,7 @@ impl Cluster {
             outcome.failed.len(),
             outcome.failed.iter().take(3).collect::<Vec<_>>()
         );
-        let through = *outcome
-            .acked
-            .keys()
-            .next_back()
-            .expect("records acknowledged");
-        let leader = self.wait_for_leader(TOPIC, 0, None);
-        let deadline = Instant::now() + DEADLINE;
-        let stored = loop {
-            match self.read_partition(leader.id, TOPIC, 0, Duration::from_secs(3)) {
-                Ok(PartitionLog {
-                    records,
-                    high_watermark,
-                }) if high_watermark > through => break records,
-                other => assert!(
-                    Instant::now() < deadline,
-                    "{TOPIC}/0 not readable through {through} from broker {}: {:?}",
-                    leader.id,
-                    other.map(|log| log.high_watermark)
-                ),
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let stored: BTreeMap<u64, String> = stored.into_iter().collect();
-        for (offset, value) in &outcome.acked {
-            assert_eq!(
-                stored.get(offset),
-                Some(value),
-                "acknowledged record {value} at offset {offset} after {what}"
-            );
-        }
+        self.check_read_back(TOPIC, &outcome.acked, what, DEADLINE);
     }
 
     /// The partition's leader once it is `expected` (and stays it for a

@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -15,8 +14,8 @@ use corelog_client::{Admin, ClientError, ProducerRecord};
 use corelog_tests::Broker;
 use corelog_tests::cli::{corelog, failed, succeeded, text};
 use corelog_tests::cluster_client::{
-    PartitionLog, SteadyProducer, WireCluster, client_config, client_runtime, connect_producer,
-    producer_config, serial,
+    SteadyProducer, WireCluster, client_config, client_runtime, connect_producer, producer_config,
+    serial,
 };
 use corelog_tests::process::{as_strs, free_port, member_args, voters_list};
 use corelog_wire::error::ErrorCode;
@@ -134,32 +133,6 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-
-    /// Every record of `acked` is at its offset on the partition's leader.
-    fn check_read_back(&self, acked: &BTreeMap<u64, String>) {
-        let through = *acked.keys().next_back().expect("records acknowledged");
-        let leader = self.wait_for_leader(TOPIC, 0, None);
-        let deadline = Instant::now() + DEADLINE;
-        let stored = loop {
-            match self.read_partition(leader.id, TOPIC, 0, Duration::from_secs(3)) {
-                Ok(PartitionLog {
-                    records,
-                    high_watermark,
-                }) if high_watermark > through => break records,
-                other => assert!(
-                    Instant::now() < deadline,
-                    "{TOPIC}/0 not readable through {through} from broker {}: {:?}",
-                    leader.id,
-                    other.map(|log| log.high_watermark)
-                ),
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let stored: BTreeMap<u64, String> = stored.into_iter().collect();
-        for (offset, value) in acked {
-            assert_eq!(stored.get(offset), Some(value), "record at offset {offset}");
-        }
-    }
 }
 
 impl WireCluster for Cluster {
@@ -213,7 +186,7 @@ fn a_partition_moves_off_its_leaders_broker_under_load_and_loses_nothing() {
     );
     let now_leader = cluster.wait_for_leader(TOPIC, 0, None);
     assert!(target.contains(&now_leader.id), "led by {}", now_leader.id);
-    cluster.check_read_back(&outcome.acked);
+    cluster.check_read_back(TOPIC, &outcome.acked, "the move", DEADLINE);
     // Nothing to cancel once it is over.
     match rt.block_on(admin.cancel_reassignment(TOPIC, 0)) {
         Err(ClientError::Broker { code, .. }) => {
@@ -377,5 +350,5 @@ fn a_move_survives_kill_9_of_its_leader_and_of_its_learner() {
         producer.wait_more(100, &format!("appends after the {victim}'s kill"), DEADLINE);
     }
     let outcome = producer.finish(&rt);
-    cluster.check_read_back(&outcome.acked);
+    cluster.check_read_back(TOPIC, &outcome.acked, "the move", DEADLINE);
 }

@@ -21,7 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corelog_controller::{LeaderEpoch, MetadataState, NodeId};
+use corelog_controller::{LeaderEpoch, MetadataState, NodeId, TopicId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::ConfigEntry;
 use corelog_wire::message::Request;
@@ -821,17 +821,7 @@ impl ClusterMember {
         to: Option<u32>,
         timeout: Duration,
     ) -> Result<(NodeId, LeaderEpoch), PartitionError> {
-        let topic_id = self
-            .state
-            .borrow()
-            .topic_by_name(topic)
-            .map(|record| record.id)
-            .ok_or_else(|| {
-                PartitionError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic {topic:?} does not exist"),
-                )
-            })?;
+        let topic_id = self.topic_id(topic)?;
         let request = ControllerOperationRequest {
             op: ControllerOp::ElectLeader {
                 topic_id: topic_id.0,
@@ -868,6 +858,23 @@ impl ClusterMember {
         }
     }
 
+    /// The id of the topic named `topic` in this broker's metadata.
+    ///
+    /// # Errors
+    /// `UNKNOWN_TOPIC_OR_PARTITION`.
+    fn topic_id(&self, topic: &str) -> Result<TopicId, PartitionError> {
+        self.state
+            .borrow()
+            .topic_by_name(topic)
+            .map(|record| record.id)
+            .ok_or_else(|| {
+                PartitionError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {topic:?} does not exist"),
+                )
+            })
+    }
+
     /// Starts moving `partition` of `topic` to the brokers `replicas`
     /// (preferred leader first) through the controller, or with `replicas`
     /// `None` cancels its move, and waits up to `timeout` until this
@@ -886,17 +893,7 @@ impl ClusterMember {
         throttle_bytes_per_s: u64,
         timeout: Duration,
     ) -> Result<(), PartitionError> {
-        let topic_id = self
-            .state
-            .borrow()
-            .topic_by_name(topic)
-            .map(|record| record.id)
-            .ok_or_else(|| {
-                PartitionError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic {topic:?} does not exist"),
-                )
-            })?;
+        let topic_id = self.topic_id(topic)?;
         let cancel = replicas.is_none();
         let op = match replicas {
             Some(replicas) => ControllerOp::StartReassignment {
