@@ -352,3 +352,43 @@ fn a_move_survives_kill_9_of_its_leader_and_of_its_learner() {
     let outcome = producer.finish(&rt);
     cluster.check_read_back(TOPIC, &outcome.acked, "the move", DEADLINE);
 }
+
+/// `reassign --plan FILE` starts every move the file lists, reports the
+/// ones refused and exits with 1 for them; a file that is no plan is
+/// refused with what it should look like.
+#[test]
+fn a_plan_starts_each_move_it_lists_and_names_the_refused_ones() {
+    let _serial = serial();
+    let cluster = Cluster::start();
+    cluster.create_replicated_topic(TOPIC);
+    let before = cluster.replicas();
+    let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
+    let target = vec![before[0], before[1], spare];
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        format!(
+            r#"{{"version": 1, "partitions": [
+                {{"topic": "{TOPIC}", "partition": 0, "replicas": {target:?}}},
+                {{"topic": "{TOPIC}", "partition": 9, "replicas": {target:?}}}
+            ]}}"#
+        ),
+    )
+    .unwrap();
+    let addr = cluster.brokers[0].addr.to_string();
+    let plan_arg = plan.display().to_string();
+    let output = corelog(&addr, &["partition", "reassign", "--plan", &plan_arg], None);
+    failed(&output);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("1 move(s) started, 1 refused"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{TOPIC}/9: not started")),
+        "{stdout}"
+    );
+    cluster.wait_replicas(&target);
+    std::fs::write(&plan, r#"{"moves": []}"#).unwrap();
+    let output = corelog(&addr, &["partition", "reassign", "--plan", &plan_arg], None);
+    let stderr = failed(&output);
+    assert!(stderr.contains("is not a reassignment plan"), "{stderr}");
+}

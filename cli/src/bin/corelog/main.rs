@@ -215,7 +215,12 @@ fn main() -> ExitCode {
                 }
                 Ok(())
             }
-            Command::Partition(command) => partition::run(&global, command).await,
+            Command::Partition(command) => {
+                if !partition::run(&global, command).await? {
+                    return Ok(ExitCode::FAILURE);
+                }
+                Ok(())
+            }
             Command::User(command) => user::run(&global, command).await,
             Command::Acl(command) => acl::run(&global, command).await,
             Command::Quota(command) => quota::run(&global, command).await,

@@ -1,8 +1,11 @@
 //! `corelog partition …`: one partition's leadership (`elect-leader`) and
 //! replicas (`reassign`).
 
+use std::path::PathBuf;
+
 use clap::Subcommand;
 use corelog_client::{Admin, ClientError};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::Global;
@@ -26,15 +29,27 @@ pub(crate) enum PartitionCommand {
     /// outside the commit quorum, then the replica set changes one broker
     /// at a time, each change an election, so nothing acknowledged is lost
     /// and producers only retry. Returns once the move started; watch it
-    /// with `corelog cluster info`. `--cancel` turns a move back.
+    /// with `corelog cluster info`. `--cancel` turns a move back. `--plan
+    /// FILE` starts the moves a JSON file lists (Kafka's shape:
+    /// `{"partitions": [{"topic": "orders", "partition": 0, "replicas":
+    /// [4, 1, 3]}]}`) and exits with 1 if any was refused.
     Reassign {
         /// The topic.
-        topic: String,
+        #[arg(required_unless_present = "plan")]
+        topic: Option<String>,
         /// The partition.
-        partition: u32,
+        #[arg(required_unless_present = "plan")]
+        partition: Option<u32>,
         /// The brokers to hold it, preferred leader first (`2,3,4`).
-        #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            required_unless_present_any = ["cancel", "plan"]
+        )]
         replicas: Vec<u32>,
+        /// A JSON file of moves, instead of one topic and partition.
+        #[arg(long, conflicts_with_all = ["topic", "partition", "replicas", "cancel"])]
+        plan: Option<PathBuf>,
         /// Bytes a second each new replica copies at most [default: no
         /// limit].
         #[arg(long, default_value_t = 0)]
@@ -45,7 +60,22 @@ pub(crate) enum PartitionCommand {
     },
 }
 
-pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<(), ClientError> {
+/// A `--plan` file: Kafka's reassignment JSON (its `version` is ignored).
+#[derive(Debug, Deserialize)]
+struct Plan {
+    partitions: Vec<PlannedMove>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PlannedMove {
+    topic: String,
+    partition: u32,
+    replicas: Vec<u32>,
+}
+
+/// Runs `command`; `Ok(false)` when a move of a plan was refused (each is
+/// reported).
+pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<bool, ClientError> {
     let admin = Admin::connect(global.client.clone()).await?;
     match command {
         PartitionCommand::ElectLeader {
@@ -70,15 +100,26 @@ pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<()
                     leadership.leader, leadership.epoch
                 );
             }
-            Ok(())
+            Ok(true)
         }
+        PartitionCommand::Reassign {
+            plan: Some(plan),
+            throttle,
+            ..
+        } => run_plan(global, &admin, &plan, throttle).await,
         PartitionCommand::Reassign {
             topic,
             partition,
             replicas,
             throttle,
             cancel,
+            ..
         } => {
+            let (Some(topic), Some(partition)) = (topic, partition) else {
+                return Err(ClientError::InvalidArgument(
+                    "name a topic and a partition, or give --plan FILE".to_owned(),
+                ));
+            };
             if cancel {
                 admin.cancel_reassignment(&topic, partition).await?;
             } else {
@@ -103,7 +144,67 @@ pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<()
                     "{topic}/{partition}: moving to brokers {replicas:?}; watch `corelog cluster info`"
                 );
             }
-            Ok(())
+            Ok(true)
         }
     }
+}
+
+/// Starts every move of the plan in `path`, in order; reports each, and
+/// whether all started.
+async fn run_plan(
+    global: &Global,
+    admin: &Admin,
+    path: &std::path::Path,
+    throttle: u64,
+) -> Result<bool, ClientError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ClientError::InvalidArgument(format!("cannot read the plan {}: {error}", path.display()))
+    })?;
+    let plan: Plan = serde_json::from_str(&text).map_err(|error| {
+        ClientError::InvalidArgument(format!(
+            "the plan {} is not a reassignment plan ({{\"partitions\": [{{\"topic\", \"partition\", \"replicas\"}}]}}): {error}",
+            path.display()
+        ))
+    })?;
+    let mut started = Vec::new();
+    let mut refused = Vec::new();
+    for planned in &plan.partitions {
+        let name = format!("{}/{}", planned.topic, planned.partition);
+        match admin
+            .reassign_partition(
+                &planned.topic,
+                planned.partition,
+                &planned.replicas,
+                throttle,
+            )
+            .await
+        {
+            Ok(()) => started.push((name, planned.replicas.clone())),
+            Err(error) => refused.push((name, error.to_string())),
+        }
+    }
+    if global.json {
+        let started: Vec<_> = started
+            .iter()
+            .map(|(name, replicas)| json!({"partition": name, "replicas": replicas}))
+            .collect();
+        let refused: Vec<_> = refused
+            .iter()
+            .map(|(name, error)| json!({"partition": name, "error": error}))
+            .collect();
+        println!("{}", json!({"started": started, "refused": refused}));
+    } else {
+        for (name, replicas) in &started {
+            println!("{name}: moving to brokers {replicas:?}");
+        }
+        for (name, error) in &refused {
+            println!("{name}: not started: {error}");
+        }
+        println!(
+            "{} move(s) started, {} refused; watch `corelog cluster info`",
+            started.len(),
+            refused.len()
+        );
+    }
+    Ok(refused.is_empty())
 }
