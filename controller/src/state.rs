@@ -566,16 +566,7 @@ impl MetadataState {
                 leader,
                 epoch,
             } => {
-                let record = self
-                    .topics
-                    .get_mut(topic_id)
-                    .ok_or(CommandError::UnknownTopic(*topic_id))?
-                    .partitions
-                    .get_mut(*partition as usize)
-                    .ok_or(CommandError::UnknownPartition {
-                        topic_id: *topic_id,
-                        partition: *partition,
-                    })?;
+                let record = self.partition_mut(*topic_id, *partition)?;
                 let changed = record.leader == Some(*leader) && record.leader_epoch == *epoch;
                 if changed {
                     record.leader = None;

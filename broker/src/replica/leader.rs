@@ -201,6 +201,14 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// `corelog_replication::Replica::set_learners`), each copied at
     /// `throttle_bytes_per_s` at most (0: no limit); a no-op otherwise.
     pub fn set_learners(self: &Rc<Self>, learners: &[ReplicaId], throttle_bytes_per_s: u64) {
+        // Every snapshot names every replica's learners: almost always
+        // none, as before, which needs no work (and no pump woken).
+        if learners.is_empty()
+            && self.replica.borrow().learners().is_empty()
+            && self.learner_rates.borrow().is_empty()
+        {
+            return;
+        }
         let now_ms = self.now_ms();
         self.replica.borrow_mut().set_learners(learners, now_ms);
         {

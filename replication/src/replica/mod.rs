@@ -456,6 +456,16 @@ impl Replica {
         Some(status)
     }
 
+    /// The learners a leader pushes to ([`Replica::set_learners`]), sorted;
+    /// none when not leading.
+    #[must_use]
+    pub fn learners(&self) -> &[ReplicaId] {
+        match &self.role {
+            Role::Leader(leader) => &leader.learners,
+            Role::Offline | Role::Follower(_) => &[],
+        }
+    }
+
     /// Whether this replica leads with followers to push to. A sole
     /// voter's leader has none: its shell need not poll for sends.
     #[must_use]
