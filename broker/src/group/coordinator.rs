@@ -52,6 +52,13 @@ pub struct Joined {
     pub members: u32,
 }
 
+fn not_coordinator() -> PartitionError {
+    PartitionError::new(
+        ErrorCode::NotCoordinator,
+        "this broker no longer coordinates the group; find the coordinator again",
+    )
+}
+
 /// Coordinator of the groups of one `__groups` partition.
 pub struct GroupCoordinator {
     /// Index of the `__groups` partition.
@@ -60,8 +67,14 @@ pub struct GroupCoordinator {
     pub(super) groups: RefCell<BTreeMap<String, Group>>,
     /// Per group, the newest generation whose membership record is durable.
     persisted: RefCell<BTreeMap<String, i32>>,
-    /// Notified when a generation is persisted (joiners wait on it).
+    /// Notified when a generation is persisted (joiners wait on it), and
+    /// when the coordinator retires.
     rebalanced: Event,
+    /// Set when this broker no longer leads the `__groups` partition: no
+    /// tick completes a rebalance here any more, so waiting joiners are
+    /// told to find the new coordinator instead of waiting out their
+    /// timeout.
+    retired: Cell<bool>,
     /// Ticks since start, to pace lag metrics.
     ticks: Cell<u64>,
     /// Appends under way: compaction waits for none, so that every record
@@ -217,6 +230,7 @@ impl GroupCoordinator {
             groups: RefCell::new(groups),
             persisted: RefCell::new(persisted),
             rebalanced: Event::new(),
+            retired: Cell::new(false),
             ticks: Cell::new(0),
             appending: Cell::new(0),
             published: RefCell::new(BTreeMap::new()),
@@ -373,6 +387,9 @@ impl GroupCoordinator {
             if persisted > generation_before {
                 return joined(&member_id);
             }
+            if self.retired.get() {
+                return Err(not_coordinator());
+            }
             listener.await;
         }
     }
@@ -476,9 +493,13 @@ impl GroupCoordinator {
         gone
     }
 
-    /// Takes the published series' record of every group: the
-    /// coordinator is retired.
-    pub fn take_published(&self) -> BTreeMap<String, BTreeSet<TopicPartition>> {
+    /// Retires the coordinator (this broker no longer leads its
+    /// `__groups` partition): joins waiting on a rebalance get
+    /// `NOT_COORDINATOR` now. Returns the published series' record of
+    /// every group, for the caller to forget.
+    pub fn retire(&self) -> BTreeMap<String, BTreeSet<TopicPartition>> {
+        self.retired.set(true);
+        self.rebalanced.notify(usize::MAX);
         std::mem::take(&mut *self.published.borrow_mut())
     }
 
@@ -884,13 +905,14 @@ impl GroupCoordinator {
         }
     }
 
-    /// Groups whose rebalance deadline has passed.
+    /// Groups whose rebalance can complete now (see
+    /// [`Group::rebalance_due`]).
     #[must_use]
-    pub fn overdue(&self, now: TimestampMs) -> Vec<String> {
+    pub fn rebalances_due(&self, now: TimestampMs) -> Vec<String> {
         self.groups
             .borrow()
             .values()
-            .filter(|group| group.deadline().is_some_and(|deadline| deadline <= now))
+            .filter(|group| group.rebalance_due(now))
             .map(|group| group.name.clone())
             .collect()
     }
@@ -1094,6 +1116,102 @@ mod tests {
         _: u32,
     ) -> futures::future::LocalBoxFuture<'static, Result<Offset, PartitionError>> {
         Box::pin(async { Ok(Offset(u64::MAX)) })
+    }
+
+    fn new_member(name: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: None,
+            instance_id: None,
+            client_id: name.to_owned(),
+            client_host: "127.0.0.1".to_owned(),
+            topics: BTreeSet::from(["orders".to_owned()]),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+        }
+    }
+
+    fn in_executor(test: impl std::future::Future<Output = ()> + 'static) {
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor starts")
+            .run(test);
+    }
+
+    /// A group with member `a` (generation 1) and member `b` waiting on the
+    /// rebalance its join started at 2 s (deadline 32 s).
+    async fn b_waits_on_a(
+        coordinator: &Rc<GroupCoordinator>,
+    ) -> glommio::task::JoinHandle<Result<Joined, PartitionError>> {
+        let a = coordinator
+            .join("g", new_member("a"), None, &Orders, TimestampMs(1_000))
+            .await
+            .unwrap();
+        assert_eq!(a.generation, 1);
+        let waiting = Rc::clone(coordinator);
+        let b = glommio::spawn_local(async move {
+            waiting
+                .join("g", new_member("b"), None, &Orders, TimestampMs(2_000))
+                .await
+        })
+        .detach();
+        glommio::yield_if_needed().await;
+        glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        assert!(coordinator.groups.borrow()["g"].deadline().is_some());
+        b
+    }
+
+    /// Regression: a rebalance whose absent member expired waited for its
+    /// deadline (the rebalance timeout, 30 s) though nobody was left to
+    /// wait for; a consumer rejoining after a broker restart sat idle.
+    #[test]
+    fn a_rebalance_completes_once_its_absent_members_expired() {
+        in_executor(async {
+            let disk = MemoryDisk::new(512, 1 << 40);
+            let coordinator = Rc::new(
+                GroupCoordinator::load(0, open(&disk, 0).await, TimestampMs(0))
+                    .await
+                    .unwrap(),
+            );
+            let b = b_waits_on_a(&coordinator).await;
+            assert!(coordinator.rebalances_due(TimestampMs(5_000)).is_empty());
+            // `a` has been silent past its 10 s session; `b` has not.
+            coordinator.expire(TimestampMs(11_500)).await;
+            let due = coordinator.rebalances_due(TimestampMs(11_500));
+            assert_eq!(
+                due,
+                vec!["g".to_owned()],
+                "due well before the 32 s deadline"
+            );
+            coordinator
+                .try_complete("g", &Orders, TimestampMs(11_500))
+                .await;
+            let joined = b.await.expect("the join task ran").unwrap();
+            assert_eq!((joined.generation, joined.members), (2, 1));
+        });
+    }
+
+    /// Regression: a join waiting on a rebalance when the broker lost the
+    /// `__groups` leadership was never answered (no tick runs on a retired
+    /// coordinator); the client waited out its whole request timeout.
+    #[test]
+    fn a_waiting_join_is_told_not_coordinator_when_the_coordinator_retires() {
+        in_executor(async {
+            let disk = MemoryDisk::new(512, 1 << 40);
+            let coordinator = Rc::new(
+                GroupCoordinator::load(0, open(&disk, 0).await, TimestampMs(0))
+                    .await
+                    .unwrap(),
+            );
+            let b = b_waits_on_a(&coordinator).await;
+            coordinator.retire();
+            let answered =
+                glommio::timer::timeout(std::time::Duration::from_secs(5), async { Ok(b.await) })
+                    .await
+                    .expect("the waiting join is answered at once")
+                    .expect("the join task ran");
+            assert_eq!(answered.unwrap_err().code, ErrorCode::NotCoordinator);
+        });
     }
 
     #[test]

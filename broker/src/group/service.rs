@@ -629,7 +629,7 @@ pub async fn write_audit_record(host: &Host, request: WriteAuditRequest) -> Writ
     }
 }
 
-/// Periodic work of a coordinator: expire silent members, complete overdue
+/// Periodic work of a coordinator: expire silent members, complete due
 /// rebalances, and (every few ticks) refresh the lag metrics.
 pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
     let now = host.now();
@@ -638,7 +638,7 @@ pub async fn tick(host: &Host, coordinator: &Rc<Coordinator>) {
         tracing::error!(partition = coordinator.partition_index, %error, "cannot compact __groups");
     }
     let snapshot = host.snapshot();
-    for group in coordinator.overdue(now) {
+    for group in coordinator.rebalances_due(now) {
         coordinator.try_complete(&group, &*snapshot, now).await;
     }
     // Generations every 4 ticks (1 s), so that rebalances are counted

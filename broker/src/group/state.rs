@@ -467,6 +467,15 @@ impl Group {
             _ => None,
         }
     }
+
+    /// Whether the rebalance under way can complete now: its deadline
+    /// passed, or every member still in the group rejoined (the others
+    /// expired, so nobody is left to wait for).
+    #[must_use]
+    pub fn rebalance_due(&self, now: TimestampMs) -> bool {
+        self.deadline()
+            .is_some_and(|deadline| deadline <= now || self.all_joined())
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::replica::{Acks, ReplicatedPartition};
 use corelog_storage::disk::Disk;
 use corelog_storage::{DeletedRange, ReadOutcome};
 
-/// How often group coordinators expire silent members and complete overdue
+/// How often group coordinators expire silent members and complete due
 /// rebalances: a fraction of the shortest session timeout (1 s).
 const GROUP_TICK: Duration = Duration::from_millis(250);
 
@@ -130,7 +130,7 @@ impl Shard {
     pub(super) fn retire_coordinator(&self, index: u32) {
         let retired = self.coordinators.borrow_mut().remove(&index);
         if let Some(coordinator) = retired {
-            for (group, partitions) in coordinator.take_published() {
+            for (group, partitions) in coordinator.retire() {
                 let partitions: Vec<(String, u32)> = partitions.into_iter().collect();
                 self.metrics.forget_group(&group, &partitions, true);
             }
