@@ -59,8 +59,8 @@ use crate::metadata::{ClusterMetadata, TopicMetadata};
 
 pub use self::acls::{AclFilter, AclRule};
 pub use self::cluster_status::{
-    BrokerState, ClusterStatus, ControllerState, PartitionHealth, PartitionStatus, Problem,
-    TopicStatus,
+    BrokerState, ClusterStatus, ControllerState, PartitionHealth, PartitionMove, PartitionStatus,
+    Problem, TopicStatus,
 };
 pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupList, GroupListing, MemberDescription,
@@ -70,6 +70,7 @@ pub use self::groups::{
 pub use self::leadership::{LEADERSHIP_CHANGE_TIMEOUT, Leadership};
 pub use self::offset_deletion::{DeleteOffsets, DeleteOffsetsOutcome, OffsetDeleted};
 pub use self::quotas::Quota;
+pub use self::reassignment::{LearnerProgress, ReassignmentProgress};
 pub use self::users::{DEFAULT_ITERATIONS, UserListing};
 
 /// How long the broker may take to commit a topic creation or deletion
@@ -362,31 +363,29 @@ impl Admin {
         &self,
         names: &[String],
     ) -> Result<Vec<(String, Result<TopicDescription, ClientError>)>, ClientError> {
-        let request = DescribeTopicsRequest {
-            names: names.to_vec(),
-        };
         let connection = self.cluster.any_connection().await?;
-        let reply = connection
-            .call(&request, Vec::new(), Duration::ZERO)
-            .await?;
-        let (response, _) = reply.decode()?;
-        Ok(response
-            .topics
-            .iter()
-            .map(|topic| {
-                let name = topic.name.to_string();
-                let error = ClientError::from_wire(
-                    topic.error_code.to_native(),
-                    || format!("describe topic {name}"),
-                    topic.message.as_ref().map(|m| m.to_string()),
-                );
-                let result = match error {
-                    Some(error) => Err(error),
-                    None => Ok(TopicDescription::from_archived(topic)),
-                };
-                (name, result)
-            })
-            .collect())
+        describe_topics_on(&connection, names).await
+    }
+
+    /// Describes `topic` as broker `node` holds it: its own replica's log
+    /// when it has one, else the leader's bounds.
+    ///
+    /// # Errors
+    /// As [`Admin::describe_topic`]; connection errors to `node`.
+    pub(crate) async fn describe_topic_on(
+        &self,
+        node: u32,
+        topic: &str,
+    ) -> Result<TopicDescription, ClientError> {
+        let connection = self.cluster.connection_to(node).await?;
+        describe_topics_on(&connection, &[topic.to_owned()])
+            .await?
+            .into_iter()
+            .find(|(name, _)| name == topic)
+            .map_or_else(
+                || Err(missing_result("DescribeTopics", topic)),
+                |(_, result)| result,
+            )
     }
 
     /// Every topic, with its partitions and leaders, sorted by name.
@@ -458,6 +457,37 @@ fn per_topic(
             (name.clone(), result)
         })
         .collect()
+}
+
+/// DescribeTopics on `connection`, each topic with its own outcome.
+async fn describe_topics_on(
+    connection: &crate::connection::Connection,
+    names: &[String],
+) -> Result<Vec<(String, Result<TopicDescription, ClientError>)>, ClientError> {
+    let request = DescribeTopicsRequest {
+        names: names.to_vec(),
+    };
+    let reply = connection
+        .call(&request, Vec::new(), Duration::ZERO)
+        .await?;
+    let (response, _) = reply.decode()?;
+    Ok(response
+        .topics
+        .iter()
+        .map(|topic| {
+            let name = topic.name.to_string();
+            let error = ClientError::from_wire(
+                topic.error_code.to_native(),
+                || format!("describe topic {name}"),
+                topic.message.as_ref().map(|m| m.to_string()),
+            );
+            let result = match error {
+                Some(error) => Err(error),
+                None => Ok(TopicDescription::from_archived(topic)),
+            };
+            (name, result)
+        })
+        .collect())
 }
 
 #[cfg(test)]

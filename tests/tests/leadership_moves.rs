@@ -329,6 +329,13 @@ fn a_broker_in_maintenance_leads_nothing_even_after_a_restart_until_disabled() {
         "broker {preferred} hands its leadership over"
     );
     assert_ne!(cluster.wait_for_leader(TOPIC, 0, None).id, preferred);
+    let info = succeeded(&corelog(&addr, &["cluster", "info"], None));
+    let row = info
+        .lines()
+        .find(|line| line.starts_with(&format!("{preferred} ")))
+        .unwrap_or_else(|| panic!("no row for broker {preferred}: {info}"));
+    assert!(row.contains("alive, maintenance"), "{info}");
+    assert_eq!(info.matches("maintenance").count(), 1, "{info}");
     producer.wait_more(100, "appends with the leader in maintenance", DEADLINE);
     // One broker at a time.
     let other = (preferred % 3 + 1).to_string();
@@ -376,6 +383,8 @@ fn a_broker_in_maintenance_leads_nothing_even_after_a_restart_until_disabled() {
         &["cluster", "maintenance", "disable", &node],
         None,
     ));
+    let info = succeeded(&corelog(&addr, &["cluster", "info"], None));
+    assert!(!info.contains("maintenance"), "{info}");
     cluster.wait_followers_caught_up(TOPIC, 0).unwrap();
     // Out of maintenance, the preferred leader comes back at once with
     // rebalance-leaders (again while it is not reported in sync yet).

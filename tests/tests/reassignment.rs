@@ -18,7 +18,9 @@ use corelog_tests::cluster_client::{
     serial,
 };
 use corelog_tests::process::{as_strs, free_port, member_args, voters_list};
+use corelog_tests::wire_client::{Client, ask};
 use corelog_wire::error::ErrorCode;
+use corelog_wire::message::describe_cluster::DescribeClusterRequest;
 
 const TOPIC: &str = "orders";
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -239,7 +241,8 @@ fn a_cancelled_move_leaves_the_partition_on_its_replicas() {
 
 /// A throttled move copies no faster than its throttle: 6 MB at 1 MB/s
 /// take 5 s at least (unthrottled, the same move is over in about 2 s,
-/// most of it the controller's report and retry intervals).
+/// most of it the controller's report and retry intervals). Its progress
+/// shows meanwhile (see [`watch_progress`]).
 #[test]
 fn a_throttled_move_copies_no_faster_than_its_throttle() {
     const RECORDS: usize = 6_000;
@@ -257,6 +260,7 @@ fn a_throttled_move_copies_no_faster_than_its_throttle() {
     let started = Instant::now();
     rt.block_on(admin.reassign_partition(TOPIC, 0, &target, THROTTLE))
         .unwrap_or_else(|error| panic!("reassign to {target:?}: {error}"));
+    watch_progress(&cluster, spare, (RECORDS * RECORD_BYTES) as u64);
     cluster.wait_replicas(&target);
     let took = started.elapsed();
     let copied = (RECORDS * RECORD_BYTES) as f64;
@@ -274,6 +278,111 @@ fn a_throttled_move_copies_no_faster_than_its_throttle() {
         "{}",
         log.high_watermark
     );
+}
+
+/// While the move to `learner` copies `total` bytes: `corelog partition
+/// reassignments` shows the learner's bytes copied and left (adding up to
+/// about `total`) and an ETA, `cluster info` lists the move, and the
+/// leader's `/metrics` carries the same progress; once the move is over,
+/// none of them shows it any more.
+fn watch_progress(cluster: &Cluster, learner: u32, total: u64) {
+    let addr = cluster.brokers[0].addr.to_string();
+    let deadline = Instant::now() + DEADLINE;
+    let listed = loop {
+        let listed = succeeded(&corelog(
+            &addr,
+            &["--json", "partition", "reassignments"],
+            None,
+        ));
+        let json: serde_json::Value = serde_json::from_str(&listed).unwrap();
+        let progress = &json["reassignments"][0]["learners"][0];
+        let copied = progress["bytes_copied"].as_u64().unwrap_or(0);
+        let left = progress["bytes_left"].as_u64().unwrap_or(0);
+        if copied > 0 && left > 0 {
+            assert_eq!(
+                progress["broker"].as_u64(),
+                Some(u64::from(learner)),
+                "{listed}"
+            );
+            // Estimates from the average record size: within a tenth.
+            let sum = copied + left;
+            assert!(
+                sum.abs_diff(total) < total / 10,
+                "{copied} + {left} vs {total}: {listed}"
+            );
+            assert!(
+                json["reassignments"][0]["eta_ms"].as_u64().is_some(),
+                "{listed}"
+            );
+            break listed;
+        }
+        assert!(Instant::now() < deadline, "no progress listed: {listed}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let table = succeeded(&corelog(&addr, &["partition", "reassignments"], None));
+    assert!(
+        table.contains(&format!("{TOPIC}/0")) && table.contains(&format!("{learner}: ")),
+        "{table}"
+    );
+    assert!(
+        table.contains("976.6 KiB/s"),
+        "the throttle is shown: {table}"
+    );
+    // A client of the release before asks with version 0, which knows no
+    // moves: still answered, with the set as it is now.
+    let mut old_client = Client::connect(cluster.brokers[0].addr).unwrap();
+    old_client.handshake().unwrap();
+    let answer = ask(
+        &mut old_client,
+        &DescribeClusterRequest {
+            topics: Some(vec![TOPIC.to_owned()]),
+        },
+    );
+    assert_eq!(answer.error_code, 0);
+    assert_eq!(
+        answer.topics[0].partitions[0].replicas.len(),
+        3,
+        "{answer:?}"
+    );
+    let info = succeeded(&corelog(&addr, &["cluster", "info"], None));
+    assert!(info.contains("moving: 1 partition"), "{info}");
+    assert!(info.contains(&format!("copying to {learner}")), "{info}");
+    // The leader's gauges, by the same estimate.
+    let leader = cluster.wait_for_leader(TOPIC, 0, None);
+    let series = format!(
+        "corelog_reassignment_bytes_left{{shard=\"0\",topic=\"{TOPIC}\",partition=\"0\",follower=\"{learner}\"}}"
+    );
+    // (Sampled every maintenance interval, a second.)
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !cluster.broker(leader.id).metrics().contains(&series) {
+        assert!(
+            Instant::now() < deadline,
+            "no {series} in the leader's metrics; listed {listed}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Over: nothing is listed, and the series are gone.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let listed = succeeded(&corelog(&addr, &["partition", "reassignments"], None));
+        if listed.contains("no partition is moving") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the move never ended: {listed}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let deadline = Instant::now() + DEADLINE;
+    while cluster
+        .broker(leader.id)
+        .metrics()
+        .contains("corelog_reassignment_bytes_left{")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the progress series outlived the move"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Appends `records` records of `bytes` bytes to the partition and waits

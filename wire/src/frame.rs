@@ -348,7 +348,6 @@ impl ApiKey {
             | ApiKey::ReplicaPush
             | ApiKey::ReplicaQuery
             | ApiKey::ReplicaStream
-            | ApiKey::DescribeCluster
             | ApiKey::Authenticate
             | ApiKey::DescribeUsers
             | ApiKey::AlterUsers
@@ -361,6 +360,9 @@ impl ApiKey {
             ApiKey::DescribeGroups => VersionRange { min: 0, max: 1 },
             // Version 1: quotas with topic, partition and group limits.
             ApiKey::DescribeQuotas | ApiKey::AlterQuotas => VersionRange { min: 0, max: 1 },
+            // Version 1 also shows brokers in maintenance and partitions
+            // moving to other brokers (issue 38).
+            ApiKey::DescribeCluster => VersionRange { min: 0, max: 1 },
         }
     }
 
@@ -958,10 +960,14 @@ mod tests {
         for key in ApiKey::ALL {
             assert!(key.supports(0));
             // DescribeGroups version 1 lists deleted topics' offsets;
-            // quotas gained topic, partition and group limits in version 1.
+            // quotas gained topic, partition and group limits in version 1;
+            // DescribeCluster's shows maintenance and moves.
             let newest = u16::from(matches!(
                 key,
-                ApiKey::DescribeGroups | ApiKey::DescribeQuotas | ApiKey::AlterQuotas
+                ApiKey::DescribeGroups
+                    | ApiKey::DescribeQuotas
+                    | ApiKey::AlterQuotas
+                    | ApiKey::DescribeCluster
             ));
             assert!(key.supports(newest));
             assert!(!key.supports(newest + 1));

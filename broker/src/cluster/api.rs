@@ -21,8 +21,9 @@ use corelog_wire::message::controller_operation::{
 use corelog_wire::message::controller_raft::{ControllerRaftRequest, ControllerRaftResponse};
 use corelog_wire::message::decode_request;
 use corelog_wire::message::describe_cluster::{
-    BrokerStatus, ControllerStatus, DescribeClusterRequest, DescribeClusterResponse,
-    PartitionStatus, TopicStatus,
+    BrokerStatus, BrokerStatusV1, ControllerStatus, DescribeClusterRequest,
+    DescribeClusterRequestV1, DescribeClusterResponse, DescribeClusterResponseV1, PartitionStatus,
+    PartitionStatusV1, ReassignmentStatus, TopicStatus, TopicStatusV1,
 };
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
 use corelog_wire::message::partition_report::{PartitionReportRequest, PartitionReportResponse};
@@ -38,7 +39,12 @@ const METADATA_WAIT_MAX: Duration = Duration::from_secs(30);
 /// # Errors
 /// The top-level refusal code (`INVALID_REQUEST` for a body that does not
 /// decode, `UNSUPPORTED_VERSION` for an API that is not a controller one).
-pub async fn serve(role: &ClusterRole, api_key: ApiKey, body: &[u8]) -> Result<Reply, ErrorCode> {
+pub async fn serve(
+    role: &ClusterRole,
+    api_key: ApiKey,
+    api_version: u16,
+    body: &[u8],
+) -> Result<Reply, ErrorCode> {
     match api_key {
         ApiKey::ControllerRaft => raft(role, body),
         ApiKey::BrokerRegister => register(role, body).await,
@@ -46,7 +52,7 @@ pub async fn serve(role: &ClusterRole, api_key: ApiKey, body: &[u8]) -> Result<R
         ApiKey::MetadataFetch => metadata_fetch(role, body).await,
         ApiKey::ControllerOperation => operation(role, body).await,
         ApiKey::PartitionReport => partition_report(role, body),
-        ApiKey::DescribeCluster => describe_cluster(role, body),
+        ApiKey::DescribeCluster => describe_cluster(role, api_version, body),
         _ => Err(ErrorCode::UnsupportedVersion),
     }
 }
@@ -154,9 +160,13 @@ fn partition_report(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
 
 /// Answers from this broker's metadata; the controller leader adds what
 /// only it knows (heartbeats, in-sync replicas) and says so with
-/// `authoritative`.
-fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let request = owned::<DescribeClusterRequest>(body)?;
+/// `authoritative`. Version 0 leaves out maintenance and moves.
+fn describe_cluster(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let asked = if api_version == 0 {
+        owned::<DescribeClusterRequest>(body)?.topics
+    } else {
+        owned::<DescribeClusterRequestV1>(body)?.topics
+    };
     let member = &role.member;
     let state = member.state();
     let voters = member.voter_ids();
@@ -174,21 +184,24 @@ fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
         .values()
         .map(|broker| {
             let node_id = node_u32(broker.id);
-            BrokerStatus {
-                node_id,
-                host: broker.host.clone(),
-                port: broker.port,
-                rack: broker.rack.clone(),
-                fenced: broker.fenced,
-                voter: voters.contains(&node_id),
-                heartbeat_age_ms: view
-                    .as_ref()
-                    .and_then(|view| view.heartbeat_age(broker.id))
-                    .map(millis),
+            BrokerStatusV1 {
+                status: BrokerStatus {
+                    node_id,
+                    host: broker.host.clone(),
+                    port: broker.port,
+                    rack: broker.rack.clone(),
+                    fenced: broker.fenced,
+                    voter: voters.contains(&node_id),
+                    heartbeat_age_ms: view
+                        .as_ref()
+                        .and_then(|view| view.heartbeat_age(broker.id))
+                        .map(millis),
+                },
+                maintenance: broker.maintenance,
             }
         })
         .collect();
-    let names: Vec<String> = match request.topics {
+    let names: Vec<String> = match asked {
         Some(names) => names,
         // Every topic, the internal ones included: a group coordinator's
         // `__groups` partition offline or short of replicas is trouble
@@ -202,22 +215,34 @@ fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
     let topics = names
         .into_iter()
         .map(|name| match state.topic_by_name(&name) {
-            None => TopicStatus {
+            None => TopicStatusV1 {
                 name,
                 error_code: ErrorCode::UnknownTopicOrPartition.code(),
                 partitions: Vec::new(),
             },
-            Some(topic) => TopicStatus {
+            Some(topic) => TopicStatusV1 {
                 partitions: (0u32..)
                     .zip(&topic.partitions)
-                    .map(|(index, record)| PartitionStatus {
-                        partition: index,
-                        leader: record.leader.map(node_u32),
-                        leader_epoch: record.leader_epoch.0,
-                        replicas: record.replicas.iter().map(|r| node_u32(r.node)).collect(),
-                        in_sync: view.as_ref().and_then(|view| {
-                            view.in_sync(&state, topic.id, index, record)
-                                .map(|nodes| nodes.into_iter().map(node_u32).collect())
+                    .map(|(index, record)| PartitionStatusV1 {
+                        status: PartitionStatus {
+                            partition: index,
+                            leader: record.leader.map(node_u32),
+                            leader_epoch: record.leader_epoch.0,
+                            replicas: nodes(&record.replicas),
+                            in_sync: view.as_ref().and_then(|view| {
+                                view.in_sync(&state, topic.id, index, record)
+                                    .map(|nodes| nodes.into_iter().map(node_u32).collect())
+                            }),
+                        },
+                        reassignment: record.reassignment.as_ref().map(|moving| {
+                            ReassignmentStatus {
+                                original: nodes(&moving.original),
+                                target: nodes(&moving.target),
+                                learners: nodes(&moving.learners(&record.replicas)),
+                                throttle_bytes_per_s: moving.throttle_bytes_per_s,
+                                started_at_ms: moving.started_at_ms,
+                                cancelled: moving.cancelled,
+                            }
                         }),
                     })
                     .collect(),
@@ -226,7 +251,7 @@ fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
             },
         })
         .collect();
-    let response = DescribeClusterResponse {
+    let response = DescribeClusterResponseV1 {
         error_code: ErrorCode::None.code(),
         error_message: None,
         node_id: member.node_id(),
@@ -241,7 +266,49 @@ fn describe_cluster(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
         brokers,
         topics,
     };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    if api_version == 0 {
+        Reply::message(&version_0(response), Vec::new()).map_err(unencodable)
+    } else {
+        Reply::message(&response, Vec::new()).map_err(unencodable)
+    }
+}
+
+/// A version 1 answer as version 0 spells it: without maintenance and
+/// moves.
+fn version_0(response: DescribeClusterResponseV1) -> DescribeClusterResponse {
+    DescribeClusterResponse {
+        error_code: response.error_code,
+        error_message: response.error_message,
+        node_id: response.node_id,
+        authoritative: response.authoritative,
+        controller: response.controller,
+        brokers: response
+            .brokers
+            .into_iter()
+            .map(|broker| broker.status)
+            .collect(),
+        topics: response
+            .topics
+            .into_iter()
+            .map(|topic| TopicStatus {
+                name: topic.name,
+                error_code: topic.error_code,
+                partitions: topic
+                    .partitions
+                    .into_iter()
+                    .map(|partition| partition.status)
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Node ids of `replicas` as the wire spells them.
+fn nodes(replicas: &[corelog_controller::Replica]) -> Vec<u32> {
+    replicas
+        .iter()
+        .map(|replica| node_u32(replica.node))
+        .collect()
 }
 
 /// A controller node id as the wire spells it (ids come from `u32` flags).

@@ -139,6 +139,8 @@ pub struct BrokerMetrics {
     follower_lag_records: Family<FollowerLabel, Gauge>,
     follower_lag_milliseconds: Family<FollowerLabel, Gauge>,
     follower_lag_bytes: Family<FollowerLabel, Gauge>,
+    reassignment_bytes_copied: Family<FollowerLabel, Gauge>,
+    reassignment_bytes_left: Family<FollowerLabel, Gauge>,
     controller_is_leader: Family<NodeLabel, Gauge>,
     controller_leader_id: Family<NodeLabel, Gauge>,
     controller_term: Family<NodeLabel, Gauge>,
@@ -183,6 +185,9 @@ pub struct FollowerLagSample {
     pub bytes: u64,
     /// How long since it last caught up.
     pub milliseconds: u64,
+    /// For a learner (a new replica of a moving partition): the bytes it
+    /// holds, estimated like `bytes`; `None` for a replica of the set.
+    pub learner_copied_bytes: Option<u64>,
 }
 
 impl BrokerMetrics {
@@ -239,6 +244,8 @@ impl BrokerMetrics {
             follower_lag_records: Family::default(),
             follower_lag_milliseconds: Family::default(),
             follower_lag_bytes: Family::default(),
+            reassignment_bytes_copied: Family::default(),
+            reassignment_bytes_left: Family::default(),
             controller_is_leader: Family::default(),
             controller_leader_id: Family::default(),
             controller_term: Family::default(),
@@ -370,6 +377,16 @@ impl BrokerMetrics {
             "follower_lag_bytes",
             "Bytes a follower has not acknowledged, estimated from the partition's average record size, per partition this broker leads and per follower",
             metrics.follower_lag_bytes.clone(),
+        );
+        registry.register(
+            "reassignment_bytes_copied",
+            "Bytes a new replica of a moving partition holds (a learner, `corelog partition reassign`), estimated from the partition's average record size, per partition this broker leads and per learner",
+            metrics.reassignment_bytes_copied.clone(),
+        );
+        registry.register(
+            "reassignment_bytes_left",
+            "Bytes a new replica of a moving partition still has to copy, estimated from the partition's average record size, per partition this broker leads and per learner",
+            metrics.reassignment_bytes_left.clone(),
         );
         registry.register(
             "controller_is_leader",
@@ -794,9 +811,28 @@ impl ShardMetrics {
             self.all.follower_lag_records.remove(&gone);
             self.all.follower_lag_milliseconds.remove(&gone);
             self.all.follower_lag_bytes.remove(&gone);
+            self.all.reassignment_bytes_copied.remove(&gone);
+            self.all.reassignment_bytes_left.remove(&gone);
         }
         for sample in samples {
             let label = label(sample);
+            match sample.learner_copied_bytes {
+                Some(copied) => {
+                    self.all
+                        .reassignment_bytes_copied
+                        .get_or_create(&label)
+                        .set(i64::try_from(copied).unwrap_or(i64::MAX));
+                    self.all
+                        .reassignment_bytes_left
+                        .get_or_create(&label)
+                        .set(i64::try_from(sample.bytes).unwrap_or(i64::MAX));
+                }
+                // A learner that joined the set: its move's series go.
+                None => {
+                    self.all.reassignment_bytes_copied.remove(&label);
+                    self.all.reassignment_bytes_left.remove(&label);
+                }
+            }
             self.all
                 .follower_lag_records
                 .get_or_create(&label)

@@ -481,24 +481,28 @@ impl Shard {
             };
             let summary = replica.summary();
             let held = summary.log_end.0.saturating_sub(summary.log_start.0);
-            for follower in followers {
-                let bytes = if held == 0 {
+            // Average record size times a number of records.
+            let bytes_of = |records: u64| {
+                if held == 0 {
                     0
                 } else {
-                    // Average record size times the records behind.
                     u64::try_from(
-                        u128::from(summary.size_bytes) * u128::from(follower.lag_records.min(held))
+                        u128::from(summary.size_bytes) * u128::from(records.min(held))
                             / u128::from(held),
                     )
                     .unwrap_or(u64::MAX)
-                };
+                }
+            };
+            for follower in followers {
                 samples.push(FollowerLagSample {
                     topic: (*topic).to_owned(),
                     partition: id.partition,
                     follower: follower.replica.0,
                     records: follower.lag_records,
-                    bytes,
+                    bytes: bytes_of(follower.lag_records),
                     milliseconds: follower.lag_ms,
+                    learner_copied_bytes: (!follower.voter)
+                        .then(|| bytes_of(held.saturating_sub(follower.lag_records))),
                 });
             }
         }

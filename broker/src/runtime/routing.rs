@@ -536,10 +536,11 @@ impl Shard {
     pub async fn serve_cluster_api(
         &self,
         api_key: ApiKey,
+        api_version: u16,
         body: &[u8],
     ) -> Result<Reply, ErrorCode> {
         match self.cluster() {
-            Some(role) => crate::cluster::api::serve(&role, api_key, body).await,
+            Some(role) => crate::cluster::api::serve(&role, api_key, api_version, body).await,
             None => Err(ErrorCode::LeaderNotAvailable),
         }
     }

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
+use corelog_wire::frame::ApiKey;
 use corelog_wire::message::describe_cluster::{
-    ArchivedDescribeClusterResponse, DescribeClusterRequest,
+    ArchivedBrokerStatus, ArchivedControllerStatus, ArchivedPartitionStatus,
+    ArchivedReassignmentStatus, DescribeClusterRequest, DescribeClusterRequestV1,
 };
 use serde::Serialize;
 
@@ -45,6 +47,27 @@ pub struct BrokerState {
     /// Milliseconds since the controller leader heard from it; `None`
     /// unless the answer is authoritative.
     pub heartbeat_age_ms: Option<u64>,
+    /// In maintenance: leads nothing until taken out of it (always false
+    /// from a broker of the release before, which does not say).
+    pub maintenance: bool,
+}
+
+/// A partition moving to another replica set (`corelog partition
+/// reassign`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PartitionMove {
+    /// The set it started from, where a cancel returns.
+    pub original: Vec<u32>,
+    /// The set it was asked to reach.
+    pub target: Vec<u32>,
+    /// Brokers copying the log now, outside the commit quorum.
+    pub learners: Vec<u32>,
+    /// Bytes a second each learner copies at most; 0 for no limit.
+    pub throttle_bytes_per_s: u64,
+    /// When it started (ms since the epoch).
+    pub started_at_ms: i64,
+    /// Cancelled: it is returning to `original`.
+    pub cancelled: bool,
 }
 
 /// One partition's leadership.
@@ -61,6 +84,9 @@ pub struct PartitionStatus {
     /// In-sync replicas; `None` when unknown (see
     /// [`ClusterStatus::authoritative`]).
     pub in_sync: Option<Vec<u32>>,
+    /// The move in progress, if any (always `None` from a broker of the
+    /// release before, which does not say).
+    pub moving: Option<PartitionMove>,
 }
 
 /// One topic's partitions.
@@ -362,54 +388,103 @@ impl ClusterStatus {
         problems
     }
 
-    fn from_archived(response: &ArchivedDescribeClusterResponse) -> ClusterStatus {
-        let controller = &response.controller;
-        ClusterStatus {
-            answered_by: response.node_id.to_native(),
-            authoritative: response.authoritative,
-            controller: ControllerState {
-                voters: controller.voters.iter().map(|id| id.to_native()).collect(),
-                leader: controller.leader.as_ref().map(|id| id.to_native()),
-                term: controller.term.to_native(),
-                commit_index: controller.commit_index.to_native(),
-                metadata_version: controller.metadata_version.to_native(),
+    /// Decodes a version 0 or 1 answer into the same status: the parts
+    /// both versions share are read alike.
+    fn from_reply(reply: Answer<'_>) -> ClusterStatus {
+        let archived_u32s = |ids: &rkyv::vec::ArchivedVec<rkyv::rend::u32_le>| {
+            ids.iter().map(|id| id.to_native()).collect::<Vec<u32>>()
+        };
+        let controller_state = |controller: &ArchivedControllerStatus| ControllerState {
+            voters: archived_u32s(&controller.voters),
+            leader: controller.leader.as_ref().map(|id| id.to_native()),
+            term: controller.term.to_native(),
+            commit_index: controller.commit_index.to_native(),
+            metadata_version: controller.metadata_version.to_native(),
+        };
+        let broker_state = |broker: &ArchivedBrokerStatus, maintenance: bool| BrokerState {
+            node_id: broker.node_id.to_native(),
+            address: format!("{}:{}", broker.host, broker.port.to_native()),
+            rack: broker.rack.as_ref().map(ToString::to_string),
+            fenced: broker.fenced,
+            voter: broker.voter,
+            heartbeat_age_ms: broker.heartbeat_age_ms.as_ref().map(|age| age.to_native()),
+            maintenance,
+        };
+        let partition_status =
+            |partition: &ArchivedPartitionStatus, moving: Option<PartitionMove>| PartitionStatus {
+                partition: partition.partition.to_native(),
+                leader: partition.leader.as_ref().map(|id| id.to_native()),
+                leader_epoch: partition.leader_epoch.to_native(),
+                replicas: archived_u32s(&partition.replicas),
+                in_sync: partition.in_sync.as_ref().map(archived_u32s),
+                moving,
+            };
+        let partition_move = |moving: &ArchivedReassignmentStatus| PartitionMove {
+            original: archived_u32s(&moving.original),
+            target: archived_u32s(&moving.target),
+            learners: archived_u32s(&moving.learners),
+            throttle_bytes_per_s: moving.throttle_bytes_per_s.to_native(),
+            started_at_ms: moving.started_at_ms.to_native(),
+            cancelled: moving.cancelled,
+        };
+        match reply {
+            Answer::V0(response) => ClusterStatus {
+                answered_by: response.node_id.to_native(),
+                authoritative: response.authoritative,
+                controller: controller_state(&response.controller),
+                brokers: response
+                    .brokers
+                    .iter()
+                    .map(|broker| broker_state(broker, false))
+                    .collect(),
+                topics: response
+                    .topics
+                    .iter()
+                    .filter(|topic| topic.error_code.to_native() == 0)
+                    .map(|topic| TopicStatus {
+                        name: topic.name.to_string(),
+                        partitions: topic
+                            .partitions
+                            .iter()
+                            .map(|partition| partition_status(partition, None))
+                            .collect(),
+                    })
+                    .collect(),
             },
-            brokers: response
-                .brokers
-                .iter()
-                .map(|broker| BrokerState {
-                    node_id: broker.node_id.to_native(),
-                    address: format!("{}:{}", broker.host, broker.port.to_native()),
-                    rack: broker.rack.as_ref().map(ToString::to_string),
-                    fenced: broker.fenced,
-                    voter: broker.voter,
-                    heartbeat_age_ms: broker.heartbeat_age_ms.as_ref().map(|age| age.to_native()),
-                })
-                .collect(),
-            topics: response
-                .topics
-                .iter()
-                .filter(|topic| topic.error_code.to_native() == 0)
-                .map(|topic| TopicStatus {
-                    name: topic.name.to_string(),
-                    partitions: topic
-                        .partitions
-                        .iter()
-                        .map(|partition| PartitionStatus {
-                            partition: partition.partition.to_native(),
-                            leader: partition.leader.as_ref().map(|id| id.to_native()),
-                            leader_epoch: partition.leader_epoch.to_native(),
-                            replicas: partition.replicas.iter().map(|id| id.to_native()).collect(),
-                            in_sync: partition
-                                .in_sync
-                                .as_ref()
-                                .map(|nodes| nodes.iter().map(|id| id.to_native()).collect()),
-                        })
-                        .collect(),
-                })
-                .collect(),
+            Answer::V1(response) => ClusterStatus {
+                answered_by: response.node_id.to_native(),
+                authoritative: response.authoritative,
+                controller: controller_state(&response.controller),
+                brokers: response
+                    .brokers
+                    .iter()
+                    .map(|broker| broker_state(&broker.status, broker.maintenance))
+                    .collect(),
+                topics: response
+                    .topics
+                    .iter()
+                    .filter(|topic| topic.error_code.to_native() == 0)
+                    .map(|topic| TopicStatus {
+                        name: topic.name.to_string(),
+                        partitions: topic
+                            .partitions
+                            .iter()
+                            .map(|partition| {
+                                let moving = partition.reassignment.as_ref().map(partition_move);
+                                partition_status(&partition.status, moving)
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            },
         }
     }
+}
+
+/// A DescribeCluster answer of either version.
+enum Answer<'a> {
+    V0(&'a corelog_wire::message::describe_cluster::ArchivedDescribeClusterResponse),
+    V1(&'a corelog_wire::message::describe_cluster::ArchivedDescribeClusterResponseV1),
 }
 
 impl Admin {
@@ -439,9 +514,8 @@ impl Admin {
         &self,
         topics: Option<Vec<String>>,
     ) -> Result<(ClusterStatus, Option<Problem>), ClientError> {
-        let request = DescribeClusterRequest { topics };
         let connection = self.cluster.any_connection().await?;
-        let first = ask(&connection, &request).await?;
+        let first = ask(&connection, &topics).await?;
         if first.authoritative {
             return Ok((first, None));
         }
@@ -455,7 +529,7 @@ impl Admin {
             tracing::debug!(%error, "metadata refresh before asking the controller leader");
         }
         let answer = match self.cluster.connection_to(leader).await {
-            Ok(connection) => ask(&connection, &request).await,
+            Ok(connection) => ask(&connection, &topics).await,
             Err(error) => Err(error),
         };
         match answer {
@@ -472,20 +546,46 @@ impl Admin {
     }
 }
 
+/// Asks `connection` with version 1 when the broker speaks it, else with
+/// version 0 (a broker of the release before).
 async fn ask(
     connection: &crate::connection::Connection,
-    request: &DescribeClusterRequest,
+    topics: &Option<Vec<String>>,
 ) -> Result<ClusterStatus, ClientError> {
-    let reply = connection.call(request, Vec::new(), Duration::ZERO).await?;
-    let (response, _) = reply.decode()?;
-    if let Some(error) = ClientError::from_wire(
-        response.error_code.to_native(),
+    let check = |code: u16, message: Option<String>| match ClientError::from_wire(
+        code,
         || "describe the cluster".to_owned(),
-        response.error_message.as_ref().map(ToString::to_string),
+        message,
     ) {
-        return Err(error);
+        Some(error) => Err(error),
+        None => Ok(()),
+    };
+    if connection.supports(ApiKey::DescribeCluster, 1) {
+        let request = DescribeClusterRequestV1 {
+            topics: topics.clone(),
+        };
+        let reply = connection
+            .call(&request, Vec::new(), Duration::ZERO)
+            .await?;
+        let (response, _) = reply.decode()?;
+        check(
+            response.error_code.to_native(),
+            response.error_message.as_ref().map(ToString::to_string),
+        )?;
+        return Ok(ClusterStatus::from_reply(Answer::V1(response)));
     }
-    Ok(ClusterStatus::from_archived(response))
+    let request = DescribeClusterRequest {
+        topics: topics.clone(),
+    };
+    let reply = connection
+        .call(&request, Vec::new(), Duration::ZERO)
+        .await?;
+    let (response, _) = reply.decode()?;
+    check(
+        response.error_code.to_native(),
+        response.error_message.as_ref().map(ToString::to_string),
+    )?;
+    Ok(ClusterStatus::from_reply(Answer::V0(response)))
 }
 
 #[cfg(test)]
@@ -500,6 +600,7 @@ mod tests {
             fenced,
             voter: true,
             heartbeat_age_ms: Some(10),
+            maintenance: false,
         }
     }
 
@@ -510,6 +611,7 @@ mod tests {
             leader_epoch: 3,
             replicas: vec![1, 2, 3],
             in_sync: in_sync.map(<[u32]>::to_vec),
+            moving: None,
         }
     }
 

@@ -102,10 +102,14 @@ pub(crate) mod tests {
         for (range, key) in apis.iter().zip(ApiKey::ALL) {
             assert_eq!(range.api_key, key.code());
             // DescribeGroups version 1 lists deleted topics' offsets; the
-            // quota APIs' version 1 carries topic, partition and group limits.
+            // quota APIs' version 1 carries topic, partition and group limits;
+            // DescribeCluster's shows maintenance and moves.
             let newest = u16::from(matches!(
                 key,
-                ApiKey::DescribeGroups | ApiKey::DescribeQuotas | ApiKey::AlterQuotas
+                ApiKey::DescribeGroups
+                    | ApiKey::DescribeQuotas
+                    | ApiKey::AlterQuotas
+                    | ApiKey::DescribeCluster
             ));
             assert_eq!((range.min_version, range.max_version), (0, newest));
         }

@@ -114,12 +114,98 @@ pub struct DescribeClusterResponse {
     pub topics: Vec<TopicStatus>,
 }
 
+/// [`DescribeClusterRequest`] of version 1, answered with
+/// [`DescribeClusterResponseV1`]: also brokers in maintenance and
+/// partitions moving to other brokers.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DescribeClusterRequestV1 {
+    /// As in version 0.
+    pub topics: Option<Vec<String>>,
+}
+
+/// [`BrokerStatus`] of version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct BrokerStatusV1 {
+    /// The version 0 fields.
+    pub status: BrokerStatus,
+    /// In maintenance: leads nothing until taken out of it.
+    pub maintenance: bool,
+}
+
+/// A partition moving to another replica set (`corelog partition
+/// reassign`), as the controller's metadata holds it.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ReassignmentStatus {
+    /// The set the move started from, where a cancel returns.
+    pub original: Vec<u32>,
+    /// The set it was asked to reach.
+    pub target: Vec<u32>,
+    /// Brokers copying the log now, outside the commit quorum.
+    pub learners: Vec<u32>,
+    /// Bytes a second each learner copies at most; 0 for no limit.
+    pub throttle_bytes_per_s: u64,
+    /// When the move started (ms since the epoch).
+    pub started_at_ms: i64,
+    /// Cancelled: it is returning to `original`.
+    pub cancelled: bool,
+}
+
+/// [`PartitionStatus`] of version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct PartitionStatusV1 {
+    /// The version 0 fields.
+    pub status: PartitionStatus,
+    /// The move in progress, if any.
+    pub reassignment: Option<ReassignmentStatus>,
+}
+
+/// [`TopicStatus`] of version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct TopicStatusV1 {
+    /// Topic name.
+    pub name: String,
+    /// As in version 0.
+    pub error_code: u16,
+    /// Its partitions, by index.
+    pub partitions: Vec<PartitionStatusV1>,
+}
+
+/// [`DescribeClusterResponse`] of version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DescribeClusterResponseV1 {
+    /// `NONE` (0), or why nothing could be described.
+    pub error_code: u16,
+    /// Detail for people.
+    pub error_message: Option<String>,
+    /// The answering broker's node id.
+    pub node_id: u32,
+    /// As in version 0.
+    pub authoritative: bool,
+    /// The controller quorum.
+    pub controller: ControllerStatus,
+    /// Registered brokers, by node id.
+    pub brokers: Vec<BrokerStatusV1>,
+    /// The requested topics, by name.
+    pub topics: Vec<TopicStatusV1>,
+}
+
 api!(ApiKey::DescribeCluster, DescribeClusterRequest => DescribeClusterResponse);
+api!(ApiKey::DescribeCluster, version 1, DescribeClusterRequestV1 => DescribeClusterResponseV1);
 no_raw_section!(
     DescribeClusterRequest,
     ArchivedDescribeClusterRequest,
     DescribeClusterResponse,
     ArchivedDescribeClusterResponse,
+    DescribeClusterRequestV1,
+    ArchivedDescribeClusterRequestV1,
+    DescribeClusterResponseV1,
+    ArchivedDescribeClusterResponseV1,
 );
 
 #[cfg(test)]
@@ -232,7 +318,82 @@ pub(crate) mod tests {
             )
     }
 
+    pub(crate) fn request_v1() -> impl Strategy<Value = DescribeClusterRequestV1> {
+        prop::option::of(few(name())).prop_map(|topics| DescribeClusterRequestV1 { topics })
+    }
+
+    fn reassignment() -> impl Strategy<Value = ReassignmentStatus> {
+        (
+            [few(any::<u32>()), few(any::<u32>()), few(any::<u32>())],
+            any::<u64>(),
+            any::<i64>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |([original, target, learners], throttle_bytes_per_s, started_at_ms, cancelled)| {
+                    ReassignmentStatus {
+                        original,
+                        target,
+                        learners,
+                        throttle_bytes_per_s,
+                        started_at_ms,
+                        cancelled,
+                    }
+                },
+            )
+    }
+
+    fn topic_v1() -> impl Strategy<Value = TopicStatusV1> {
+        let partition =
+            (partition(), prop::option::of(reassignment())).prop_map(|(status, reassignment)| {
+                PartitionStatusV1 {
+                    status,
+                    reassignment,
+                }
+            });
+        (name(), any::<u16>(), few(partition)).prop_map(|(name, error_code, partitions)| {
+            TopicStatusV1 {
+                name,
+                error_code,
+                partitions,
+            }
+        })
+    }
+
+    pub(crate) fn response_v1() -> impl Strategy<Value = DescribeClusterResponseV1> {
+        let broker = (broker(), any::<bool>()).prop_map(|(status, maintenance)| BrokerStatusV1 {
+            status,
+            maintenance,
+        });
+        (response(), few(broker), few(topic_v1())).prop_map(|(v0, brokers, topics)| {
+            DescribeClusterResponseV1 {
+                error_code: v0.error_code,
+                error_message: v0.error_message,
+                node_id: v0.node_id,
+                authoritative: v0.authoritative,
+                controller: v0.controller,
+                brokers,
+                topics,
+            }
+        })
+    }
+
     proptest! {
+        #[test]
+        fn request_v1_round_trips(msg in request_v1()) {
+            round_trip_request(&msg, &[])?;
+        }
+
+        #[test]
+        fn response_v1_round_trips(msg in response_v1()) {
+            round_trip_response(&msg, &[])?;
+        }
+
+        #[test]
+        fn arbitrary_v1_bytes_never_panic(q in request_v1(), s in response_v1(), noise in noise()) {
+            arbitrary_bodies_never_panic((&q, &[]), (&s, &[]), &noise);
+        }
+
         #[test]
         fn request_round_trips(msg in request()) {
             round_trip_request(&msg, &[])?;

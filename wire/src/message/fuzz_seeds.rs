@@ -255,6 +255,12 @@ fn write_all_seeds(dir: &Path) {
     );
     write_seeds(
         dir,
+        "describe_cluster_v1",
+        no_raw(describe_cluster::tests::request_v1()),
+        no_raw(describe_cluster::tests::response_v1()),
+    );
+    write_seeds(
+        dir,
         "controller_raft",
         controller_raft::tests::request(),
         no_raw(controller_raft::tests::response()),

@@ -12,7 +12,7 @@ use corelog_controller::acls::{Operation, ResourceType};
 use corelog_wire::message::alter_cluster::{
     AlterClusterRequest, AlterClusterResponse, ClusterChange,
 };
-use corelog_wire::message::describe_cluster::DescribeClusterRequest;
+use corelog_wire::message::describe_cluster::{DescribeClusterRequest, DescribeClusterRequestV1};
 use corelog_wire::message::encode_request;
 
 use crate::api::{Reply, owned, unencodable};
@@ -27,12 +27,13 @@ use crate::runtime::shard::Shard;
 pub(super) async fn handle(
     shard: &Rc<Shard>,
     api_key: ApiKey,
+    api_version: u16,
     body: &[u8],
 ) -> Result<Reply, ErrorCode> {
     let body = body.to_vec();
     shard
         .invoke_on(ShardId(0), move |shard| async move {
-            shard.serve_cluster_api(api_key, &body).await
+            shard.serve_cluster_api(api_key, api_version, &body).await
         })
         .await
         .map_err(|error| error.code)?
@@ -45,13 +46,19 @@ pub(super) async fn handle(
 pub(super) async fn describe(
     shard: &Rc<Shard>,
     body: &[u8],
+    api_version: u16,
     access: &Access,
 ) -> Result<Reply, ErrorCode> {
     if !access.restricts() {
-        return handle(shard, ApiKey::DescribeCluster, body).await;
+        return handle(shard, ApiKey::DescribeCluster, api_version, body).await;
     }
-    let mut request: DescribeClusterRequest = owned(body)?;
-    let names = request.topics.take().unwrap_or_else(|| {
+    // Versions 0 and 1 ask the same question.
+    let asked = if api_version == 0 {
+        owned::<DescribeClusterRequest>(body)?.topics
+    } else {
+        owned::<DescribeClusterRequestV1>(body)?.topics
+    };
+    let names = asked.unwrap_or_else(|| {
         shard
             .snapshot()
             .cluster
@@ -65,9 +72,23 @@ pub(super) async fn describe(
         .into_iter()
         .filter(|name| access.allows(Operation::Describe, ResourceType::Topic, name))
         .collect();
-    request.topics = Some(visible);
-    let body = encode_request(&request, &[]).map_err(unencodable)?;
-    handle(shard, ApiKey::DescribeCluster, &body).await
+    let body = if api_version == 0 {
+        encode_request(
+            &DescribeClusterRequest {
+                topics: Some(visible),
+            },
+            &[],
+        )
+    } else {
+        encode_request(
+            &DescribeClusterRequestV1 {
+                topics: Some(visible),
+            },
+            &[],
+        )
+    }
+    .map_err(unencodable)?;
+    handle(shard, ApiKey::DescribeCluster, api_version, &body).await
 }
 
 /// Longest an `AlterCluster` request waits for its change to show.

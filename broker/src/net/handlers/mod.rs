@@ -139,7 +139,9 @@ pub async fn dispatch(
         ApiKey::AlterAcls => Box::pin(acls::alter(shard, &body, access)).await,
         ApiKey::DescribeQuotas => quotas::describe(shard, &body, api_version, access),
         ApiKey::AlterQuotas => Box::pin(quotas::alter(shard, &body, api_version, access)).await,
-        ApiKey::DescribeCluster => Box::pin(cluster::describe(shard, &body, access)).await,
+        ApiKey::DescribeCluster => {
+            Box::pin(cluster::describe(shard, &body, api_version, access)).await
+        }
         ApiKey::AlterCluster => Box::pin(cluster::alter(shard, &body, access)).await,
         // Controller APIs: served on shard 0, which holds the cluster role.
         ApiKey::ControllerRaft
@@ -147,7 +149,7 @@ pub async fn dispatch(
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
         | ApiKey::ControllerOperation
-        | ApiKey::PartitionReport => Box::pin(cluster::handle(shard, api_key, &body)).await,
+        | ApiKey::PartitionReport => Box::pin(cluster::handle(shard, api_key, 0, &body)).await,
         // Replication: answered by the replica's owning shard.
         ApiKey::ReplicaPush => Box::pin(replica::push(shard, body)).await,
         ApiKey::ReplicaQuery => replica::query(shard, &body).await,

@@ -49,7 +49,8 @@ pub(crate) async fn run(global: &Global, command: ClusterCommand) -> Result<bool
     let admin = Admin::connect(global.client.clone()).await?;
     match command {
         ClusterCommand::Info => {
-            let (status, unreachable) = admin.describe_cluster_with_reach(Some(Vec::new())).await?;
+            // Every topic: the partitions moving are listed too.
+            let (status, unreachable) = admin.describe_cluster_with_reach(None).await?;
             if global.json {
                 println!(
                     "{}",
@@ -184,7 +185,13 @@ fn info_text(status: &ClusterStatus, unreachable: Option<&Problem>) -> String {
                 broker.node_id.to_string(),
                 broker.address.clone(),
                 broker.rack.clone().unwrap_or_else(|| "-".to_owned()),
-                if broker.fenced { "fenced" } else { "alive" }.to_owned(),
+                match (broker.fenced, broker.maintenance) {
+                    (true, false) => "fenced",
+                    (true, true) => "fenced, maintenance",
+                    (false, false) => "alive",
+                    (false, true) => "alive, maintenance",
+                }
+                .to_owned(),
                 if broker.voter { "yes" } else { "no" }.to_owned(),
                 broker.heartbeat_age_ms.map_or_else(
                     || "-".to_owned(),
@@ -204,7 +211,47 @@ fn info_text(status: &ClusterStatus, unreachable: Option<&Problem>) -> String {
         ],
         &rows,
     ));
+    text.push_str(&moves_text(status));
     text
+}
+
+/// The partitions moving to other brokers, if any: one line each.
+fn moves_text(status: &ClusterStatus) -> String {
+    let brokers = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let mut lines = Vec::new();
+    for topic in &status.topics {
+        for partition in &topic.partitions {
+            let Some(moving) = &partition.moving else {
+                continue;
+            };
+            let (goal, note) = if moving.cancelled {
+                (&moving.original, " (cancelled)")
+            } else {
+                (&moving.target, "")
+            };
+            let copying = if moving.learners.is_empty() {
+                String::new()
+            } else {
+                format!(", copying to {}", brokers(&moving.learners))
+            };
+            lines.push(format!(
+                "  {}/{}: {} -> {}{note}{copying}\n",
+                topic.name,
+                partition.partition,
+                brokers(&partition.replicas),
+                brokers(goal)
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "moving: {} partition{} (progress: corelog partition reassignments)\n{}",
+        lines.len(),
+        if lines.len() == 1 { "" } else { "s" },
+        lines.concat()
+    )
 }
 
 fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
@@ -232,6 +279,7 @@ fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
             ));
         }
         text.push('\n');
+        text.push_str(&moves_text(status));
     } else {
         // Only what cannot be known yet (a controller leader that was not
         // reached, or that has not heard every broker since it took over)
@@ -251,6 +299,7 @@ fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
         for problem in problems {
             text.push_str(&format!("  - {problem}\n"));
         }
+        text.push_str(&moves_text(status));
     }
     text
 }

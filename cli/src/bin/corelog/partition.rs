@@ -1,14 +1,17 @@
-//! `corelog partition …`: one partition's leadership (`elect-leader`) and
-//! replicas (`reassign`).
+//! `corelog partition …`: one partition's leadership (`elect-leader`),
+//! replicas (`reassign`), and the moves in progress (`reassignments`).
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use corelog_client::admin::ReassignmentProgress;
 use corelog_client::{Admin, ClientError};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::Global;
+use crate::output::{human_bytes, table};
+use crate::time::format_duration_ms;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PartitionCommand {
@@ -58,6 +61,9 @@ pub(crate) enum PartitionCommand {
         #[arg(long, conflicts_with_all = ["replicas", "throttle"])]
         cancel: bool,
     },
+    /// Lists the moves in progress: where each goes, the bytes each new
+    /// replica copied and has left, and an ETA at its average rate so far.
+    Reassignments,
 }
 
 /// A `--plan` file: Kafka's reassignment JSON (its `version` is ignored).
@@ -102,6 +108,17 @@ pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<bo
             }
             Ok(true)
         }
+        PartitionCommand::Reassignments => {
+            let moves = admin.reassignments().await?;
+            if global.json {
+                println!("{}", json!({ "reassignments": moves }));
+            } else if moves.is_empty() {
+                println!("no partition is moving");
+            } else {
+                print!("{}", moves_table(&moves));
+            }
+            Ok(true)
+        }
         PartitionCommand::Reassign {
             plan: Some(plan),
             throttle,
@@ -141,7 +158,7 @@ pub(crate) async fn run(global: &Global, command: PartitionCommand) -> Result<bo
                 println!("{topic}/{partition}: moving back to its original replicas");
             } else {
                 println!(
-                    "{topic}/{partition}: moving to brokers {replicas:?}; watch `corelog cluster info`"
+                    "{topic}/{partition}: moving to brokers {replicas:?}; watch `corelog partition reassignments`"
                 );
             }
             Ok(true)
@@ -201,10 +218,74 @@ async fn run_plan(
             println!("{name}: not started: {error}");
         }
         println!(
-            "{} move(s) started, {} refused; watch `corelog cluster info`",
+            "{} move(s) started, {} refused; watch `corelog partition reassignments`",
             started.len(),
             refused.len()
         );
     }
     Ok(refused.is_empty())
+}
+
+/// The moves in progress, one row each.
+fn moves_table(moves: &[ReassignmentProgress]) -> String {
+    let brokers = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let rows: Vec<Vec<String>> = moves
+        .iter()
+        .map(|moving| {
+            let goal = if moving.moving.cancelled {
+                format!("{} (cancelled)", brokers(&moving.moving.original))
+            } else {
+                brokers(&moving.moving.target)
+            };
+            let copying = if moving.learners.is_empty() {
+                "-".to_owned()
+            } else {
+                moving
+                    .learners
+                    .iter()
+                    .map(|learner| match (learner.bytes_copied, learner.bytes_left) {
+                        (Some(copied), Some(left)) => format!(
+                            "{}: {} copied, {} left",
+                            learner.broker,
+                            human_bytes(copied),
+                            human_bytes(left)
+                        ),
+                        _ => format!(
+                            "{}: unknown ({})",
+                            learner.broker,
+                            learner.unknown.as_deref().unwrap_or("not asked")
+                        ),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            let throttle = match moving.moving.throttle_bytes_per_s {
+                0 => "none".to_owned(),
+                rate => format!("{}/s", human_bytes(rate)),
+            };
+            let eta = moving.eta_ms.map_or_else(
+                || "unknown".to_owned(),
+                |ms| format_duration_ms(i64::try_from(ms).unwrap_or(i64::MAX)),
+            );
+            vec![
+                format!("{}/{}", moving.topic, moving.partition),
+                brokers(&moving.replicas),
+                goal,
+                copying,
+                throttle,
+                eta,
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "PARTITION",
+            "REPLICAS",
+            "GOING TO",
+            "COPYING",
+            "THROTTLE",
+            "ETA",
+        ],
+        &rows,
+    )
 }

@@ -381,6 +381,7 @@ mod tests {
             fenced,
             voter: true,
             heartbeat_age_ms: None,
+            maintenance: false,
         };
         let status = ClusterStatus {
             answered_by: 1,
@@ -402,6 +403,7 @@ mod tests {
                         leader_epoch: 4,
                         replicas: vec![2, 3, 1],
                         in_sync: Some(vec![2, 1]),
+                        moving: None,
                     },
                     PartitionStatus {
                         partition: 1,
@@ -409,6 +411,7 @@ mod tests {
                         leader_epoch: 7,
                         replicas: vec![3, 1, 2],
                         in_sync: None,
+                        moving: None,
                     },
                 ],
             }],
