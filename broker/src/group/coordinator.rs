@@ -1138,6 +1138,16 @@ mod tests {
             .run(test);
     }
 
+    /// A coordinator of a fresh single-node `__groups` partition.
+    async fn fresh_coordinator() -> Rc<GroupCoordinator> {
+        let disk = MemoryDisk::new(512, 1 << 40);
+        Rc::new(
+            GroupCoordinator::load(0, open(&disk, 0).await, TimestampMs(0))
+                .await
+                .unwrap(),
+        )
+    }
+
     /// A group with member `a` (generation 1) and member `b` waiting on the
     /// rebalance its join started at 2 s (deadline 32 s).
     async fn b_waits_on_a(
@@ -1167,12 +1177,7 @@ mod tests {
     #[test]
     fn a_rebalance_completes_once_its_absent_members_expired() {
         in_executor(async {
-            let disk = MemoryDisk::new(512, 1 << 40);
-            let coordinator = Rc::new(
-                GroupCoordinator::load(0, open(&disk, 0).await, TimestampMs(0))
-                    .await
-                    .unwrap(),
-            );
+            let coordinator = fresh_coordinator().await;
             let b = b_waits_on_a(&coordinator).await;
             assert!(coordinator.rebalances_due(TimestampMs(5_000)).is_empty());
             // `a` has been silent past its 10 s session; `b` has not.
@@ -1197,12 +1202,7 @@ mod tests {
     #[test]
     fn a_waiting_join_is_told_not_coordinator_when_the_coordinator_retires() {
         in_executor(async {
-            let disk = MemoryDisk::new(512, 1 << 40);
-            let coordinator = Rc::new(
-                GroupCoordinator::load(0, open(&disk, 0).await, TimestampMs(0))
-                    .await
-                    .unwrap(),
-            );
+            let coordinator = fresh_coordinator().await;
             let b = b_waits_on_a(&coordinator).await;
             coordinator.retire();
             let answered =
