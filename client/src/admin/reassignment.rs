@@ -3,6 +3,8 @@
 //! ([`Admin::cancel_reassignment`]), spoken with `AlterCluster`; and
 //! their progress ([`Admin::reassignments`]).
 
+use std::collections::BTreeMap;
+
 use corelog_wire::message::alter_cluster::ClusterChange;
 use serde::Serialize;
 
@@ -132,31 +134,26 @@ impl Admin {
             tracing::debug!(%error, "metadata refresh before asking leaders and learners");
         }
         let mut moves = Vec::new();
+        // Each broker describes each topic once, whatever the number of
+        // its partitions moving.
+        let mut described = Described::new();
         for topic in &status.topics {
             for partition in &topic.partitions {
                 let Some(moving) = &partition.moving else {
                     continue;
                 };
-                let state_on = |node: u32| async move {
-                    let described = self.describe_topic_on(node, &topic.name).await?;
-                    described
-                        .partition_states
-                        .into_iter()
-                        .find(|state| state.partition == partition.partition)
-                        .ok_or_else(|| {
-                            ClientError::InvalidArgument(format!(
-                                "broker {node} did not describe {}/{}",
-                                topic.name, partition.partition
-                            ))
-                        })
-                };
                 let leader_state = match partition.leader {
-                    Some(leader) => state_on(leader).await.map_err(|error| error.to_string()),
+                    Some(leader) => {
+                        self.state_on(&mut described, leader, &topic.name, partition.partition)
+                            .await
+                    }
                     None => Err("the partition has no leader".to_owned()),
                 };
                 let mut learners = Vec::new();
                 for &learner in &moving.learners {
-                    let learner_state = state_on(learner).await.map_err(|error| error.to_string());
+                    let learner_state = self
+                        .state_on(&mut described, learner, &topic.name, partition.partition)
+                        .await;
                     learners.push(match (&leader_state, learner_state) {
                         (Ok(leader), Ok(learner_state)) => {
                             let (copied, left) = copy_progress(leader, &learner_state);
@@ -197,6 +194,39 @@ impl Admin {
             }
         }
         Ok(moves)
+    }
+}
+
+/// What each broker said of each topic's partitions, by (broker, topic).
+type Described = BTreeMap<(u32, String), Result<Vec<PartitionState>, String>>;
+
+impl Admin {
+    /// `partition` of `topic` as broker `node` holds it, asking the broker
+    /// only if `described` does not hold its answer yet.
+    async fn state_on(
+        &self,
+        described: &mut Described,
+        node: u32,
+        topic: &str,
+        partition: u32,
+    ) -> Result<PartitionState, String> {
+        let key = (node, topic.to_owned());
+        if !described.contains_key(&key) {
+            let answer = self
+                .describe_topic_on(node, topic)
+                .await
+                .map(|description| description.partition_states)
+                .map_err(|error| error.to_string());
+            described.insert(key.clone(), answer);
+        }
+        let states = described
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| Ok(Vec::new()))?;
+        states
+            .into_iter()
+            .find(|state| state.partition == partition)
+            .ok_or_else(|| format!("broker {node} did not describe {topic}/{partition}"))
     }
 }
 
