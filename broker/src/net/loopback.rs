@@ -38,7 +38,12 @@ impl Loopback {
 }
 
 impl LocalService for Loopback {
-    fn serve(&self, api_key: ApiKey, body: Vec<u8>) -> LocalBoxFuture<'static, Reply> {
+    fn serve(
+        &self,
+        api_key: ApiKey,
+        api_version: u16,
+        body: Vec<u8>,
+    ) -> LocalBoxFuture<'static, Reply> {
         let shard = self.shard.clone();
         let shard_ports = self.shard_ports.clone();
         Box::pin(async move {
@@ -46,11 +51,10 @@ impl LocalService for Loopback {
                 return Reply::error(ErrorCode::LeaderNotAvailable);
             };
             let body = RequestBody::copy_from(&body);
-            // Brokers speak version 0 of every API to themselves.
             handlers::dispatch(
                 &shard,
                 api_key,
-                0,
+                api_version,
                 body,
                 Instant::now(),
                 &Caller::this_broker(),

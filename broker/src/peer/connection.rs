@@ -143,7 +143,7 @@ impl PeerConnection {
             reason: error.to_string(),
         })?;
         connection
-            .call(ApiKey::ApiVersions, &[&handshake], timeout)
+            .call((ApiKey::ApiVersions, 0), &[&handshake], timeout)
             .await?;
         if let Some((node_id, secret)) = proof {
             connection.prove(node_id, secret, timeout).await?;
@@ -199,7 +199,9 @@ impl PeerConnection {
                 reason: error.to_string(),
             }
         })?;
-        let response = self.call(ApiKey::Authenticate, &[&body], timeout).await?;
+        let response = self
+            .call((ApiKey::Authenticate, 0), &[&body], timeout)
+            .await?;
         let answer = super::decode::<AuthenticateRequest>(addr, &response)?.message;
         if answer.error_code != ErrorCode::None.code() {
             tracing::warn!(
@@ -222,16 +224,16 @@ impl PeerConnection {
         self.broken.get()
     }
 
-    /// Sends one request body, given in parts (the encoded message, then
-    /// its raw section's pieces, copied once into the connection's frame
-    /// buffer), and waits
-    /// for its response body.
+    /// Sends one request body of version `api_version` of `api_key`, given
+    /// in parts (the encoded message, then its raw section's pieces, copied
+    /// once into the connection's frame buffer), and waits for its
+    /// response body.
     ///
     /// # Errors
     /// [`PeerError`] on a broken connection or a missed deadline.
     pub async fn call(
         &self,
-        api_key: ApiKey,
+        (api_key, api_version): (ApiKey, u16),
         body: &[&[u8]],
         timeout: Duration,
     ) -> Result<AlignedVec<16>, PeerError> {
@@ -246,7 +248,7 @@ impl PeerConnection {
         self.next_correlation.set(correlation_id.wrapping_add(1));
         let header = RequestHeader {
             api_key,
-            api_version: 0,
+            api_version,
             correlation_id,
             flags: 0,
         }

@@ -70,8 +70,14 @@ pub fn prove_cluster_secret(node_id: u32, secret: ClusterSecret) {
 /// Serves a request addressed to this broker, in-process: the broker's own
 /// request dispatch, given the encoded body as a connection would read it.
 pub trait LocalService {
-    /// The encoded response to `api_key` with request `body`.
-    fn serve(&self, api_key: ApiKey, body: Vec<u8>) -> LocalBoxFuture<'static, Reply>;
+    /// The encoded response to version `api_version` of `api_key` with
+    /// request `body`.
+    fn serve(
+        &self,
+        api_key: ApiKey,
+        api_version: u16,
+        body: Vec<u8>,
+    ) -> LocalBoxFuture<'static, Reply>;
 }
 
 #[derive(Clone)]
@@ -246,7 +252,9 @@ impl Peers {
         body.push(&archive);
         body.extend_from_slice(raw);
         let connection = self.connection(addr, timeout).await?;
-        let result = connection.call(T::API_KEY, &body, timeout).await;
+        let result = connection
+            .call((T::API_KEY, T::API_VERSION), &body, timeout)
+            .await;
         if result.is_err() && connection.is_broken() {
             self.connections.borrow_mut().remove(&addr);
         }
@@ -281,7 +289,7 @@ impl Peers {
                 reason: error.to_string(),
             }
         })?;
-        let served = service.serve(T::API_KEY, body);
+        let served = service.serve(T::API_KEY, T::API_VERSION, body);
         let deadline = Box::pin(glommio::timer::sleep(timeout));
         let reply = match select(served, deadline).await {
             Either::Left((reply, _)) => reply,
