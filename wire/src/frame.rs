@@ -353,8 +353,7 @@ impl ApiKey {
             | ApiKey::AlterUsers
             | ApiKey::DescribeAcls
             | ApiKey::AlterAcls
-            | ApiKey::AlterCluster
-            | ApiKey::PartitionReport => VersionRange { min: 0, max: 0 },
+            | ApiKey::AlterCluster => VersionRange { min: 0, max: 0 },
             // Version 1 also lists the offsets a group holds of deleted
             // topics (issue 35, item 17); version 0 omits them.
             ApiKey::DescribeGroups => VersionRange { min: 0, max: 1 },
@@ -363,6 +362,9 @@ impl ApiKey {
             // Version 1 also shows brokers in maintenance and partitions
             // moving to other brokers (issue 38).
             ApiKey::DescribeCluster => VersionRange { min: 0, max: 1 },
+            // Version 1 also says whether each leader committed its epoch,
+            // which paces a replica move's steps (issue 38).
+            ApiKey::PartitionReport => VersionRange { min: 0, max: 1 },
         }
     }
 
@@ -961,13 +963,15 @@ mod tests {
             assert!(key.supports(0));
             // DescribeGroups version 1 lists deleted topics' offsets;
             // quotas gained topic, partition and group limits in version 1;
-            // DescribeCluster's shows maintenance and moves.
+            // DescribeCluster's shows maintenance and moves; PartitionReport's
+            // says whether each leader committed its epoch.
             let newest = u16::from(matches!(
                 key,
                 ApiKey::DescribeGroups
                     | ApiKey::DescribeQuotas
                     | ApiKey::AlterQuotas
                     | ApiKey::DescribeCluster
+                    | ApiKey::PartitionReport
             ));
             assert!(key.supports(newest));
             assert!(!key.supports(newest + 1));

@@ -26,7 +26,10 @@ use corelog_wire::message::describe_cluster::{
     PartitionStatusV1, ReassignmentStatus, TopicStatus, TopicStatusV1,
 };
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
-use corelog_wire::message::partition_report::{PartitionReportRequest, PartitionReportResponse};
+use corelog_wire::message::partition_report::{
+    LedPartitionV1, PartitionReportRequest, PartitionReportRequestV1, PartitionReportResponse,
+    PartitionReportResponseV1,
+};
 
 use super::{ClusterRole, ControllerRequestError, ControllerService, NewTopic};
 use crate::api::{Reply, owned, refused, unencodable};
@@ -51,7 +54,7 @@ pub async fn serve(
         ApiKey::BrokerHeartbeat => heartbeat(role, body),
         ApiKey::MetadataFetch => metadata_fetch(role, body).await,
         ApiKey::ControllerOperation => operation(role, body).await,
-        ApiKey::PartitionReport => partition_report(role, body),
+        ApiKey::PartitionReport => partition_report(role, api_version, body),
         ApiKey::DescribeCluster => describe_cluster(role, api_version, body),
         _ => Err(ErrorCode::UnsupportedVersion),
     }
@@ -140,8 +143,27 @@ fn heartbeat(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
     Reply::message(&response, Vec::new()).map_err(unencodable)
 }
 
-fn partition_report(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let request = owned::<PartitionReportRequest>(body)?;
+/// Takes a leader's report. Version 0 does not say whether each epoch
+/// committed: taken as committed, a move's step then finds out by its
+/// round's queries (see `ReplicaChange::previous_committed`), as before.
+fn partition_report(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result<Reply, ErrorCode> {
+    let request = if api_version == 0 {
+        let request = owned::<PartitionReportRequest>(body)?;
+        PartitionReportRequestV1 {
+            node_id: request.node_id,
+            incarnation: request.incarnation,
+            partitions: request
+                .partitions
+                .into_iter()
+                .map(|led| LedPartitionV1 {
+                    led,
+                    epoch_committed: true,
+                })
+                .collect(),
+        }
+    } else {
+        owned::<PartitionReportRequestV1>(body)?
+    };
     let result = controller(role).and_then(|controller| {
         controller.partition_report(
             NodeId(u64::from(request.node_id)),
@@ -150,12 +172,21 @@ fn partition_report(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode>
         )
     });
     let (error_code, error_message, leader_hint) = split(result);
-    let response = PartitionReportResponse {
-        error_code,
-        error_message,
-        leader_hint,
-    };
-    Reply::message(&response, Vec::new()).map_err(unencodable)
+    if api_version == 0 {
+        let response = PartitionReportResponse {
+            error_code,
+            error_message,
+            leader_hint,
+        };
+        Reply::message(&response, Vec::new()).map_err(unencodable)
+    } else {
+        let response = PartitionReportResponseV1 {
+            error_code,
+            error_message,
+            leader_hint,
+        };
+        Reply::message(&response, Vec::new()).map_err(unencodable)
+    }
 }
 
 /// Answers from this broker's metadata; the controller leader adds what

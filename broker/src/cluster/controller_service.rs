@@ -18,7 +18,7 @@
 //! `corelog_replication::election::decide` and proposes the `SetLeader`.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use corelog_replication::QueryAnswer;
 use corelog_storage::clock::Clock;
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_raft::ControllerRaftRequest;
-use corelog_wire::message::partition_report::LedPartition;
+use corelog_wire::message::partition_report::LedPartitionV1;
 use corelog_wire::sasl::scram::StoredCredential;
 use corelog_wire::types::LeaderEpoch;
 use event_listener::Event;
@@ -41,7 +41,7 @@ use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 
 use super::election::{DueElection, ElectionTimings, QUERY_TIMEOUT, QueryTarget, RoundHost};
-use super::in_sync::{InSyncBook, PartitionHealth};
+use super::in_sync::{InSyncBook, MoveReport, PartitionHealth};
 use super::leader_work::{LeaderHost, LeaderWork};
 use super::raft_log::RaftLogFile;
 use super::ready_loop::{ReadyHost, handle_readies};
@@ -930,7 +930,7 @@ impl ControllerService {
         &self,
         node: NodeId,
         incarnation: u64,
-        partitions: &[LedPartition],
+        partitions: &[LedPartitionV1],
     ) -> Result<(), ControllerRequestError> {
         if !self.is_leader() {
             return Err(ControllerRequestError::NotController {
@@ -1170,12 +1170,12 @@ impl LeaderHost for ControllerService {
         &self.leader_work
     }
 
-    fn learners_caught_up(
+    fn move_reports(
         &self,
         state: &MetadataState,
         now: Instant,
-    ) -> BTreeMap<(TopicId, u32), BTreeSet<NodeId>> {
-        self.in_sync.borrow().learners_caught_up(state, now)
+    ) -> BTreeMap<(TopicId, u32), MoveReport> {
+        self.in_sync.borrow().move_reports(state, now)
     }
 }
 

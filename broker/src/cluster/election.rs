@@ -58,6 +58,8 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use corelog_controller::reassignment::{self, MoveProgress, Step};
+
+use super::in_sync::MoveReport;
 use corelog_controller::{
     BrokerRecord, Command, LeaderEpoch, MetadataState, NodeId, PartitionRecord, Replica, TopicId,
 };
@@ -151,6 +153,12 @@ pub enum ElectionReason {
     },
     /// A step of a reassignment changes the replica set by one.
     Reassignment,
+    /// A reassignment's leader leaves the set: the leadership goes to the
+    /// goal's first replica first.
+    MoveLeader {
+        /// The broker to lead.
+        to: NodeId,
+    },
 }
 
 impl ElectionReason {
@@ -160,8 +168,19 @@ impl ElectionReason {
     pub fn moves_away(self) -> bool {
         matches!(
             self,
-            ElectionReason::Maintenance | ElectionReason::Transfer { .. }
+            ElectionReason::Maintenance
+                | ElectionReason::Transfer { .. }
+                | ElectionReason::MoveLeader { .. }
         )
+    }
+
+    /// The broker the round means to elect, if it names one.
+    #[must_use]
+    pub fn target(self) -> Option<NodeId> {
+        match self {
+            ElectionReason::Transfer { to } | ElectionReason::MoveLeader { to } => Some(to),
+            _ => None,
+        }
     }
 }
 
@@ -176,6 +195,7 @@ impl fmt::Display for ElectionReason {
             ElectionReason::Maintenance => "leader in maintenance",
             ElectionReason::Transfer { .. } => "leadership transfer",
             ElectionReason::Reassignment => "reassignment step",
+            ElectionReason::MoveLeader { .. } => "reassignment leader move",
         })
     }
 }
@@ -396,10 +416,7 @@ pub trait RoundHost {
 /// the round unless it was lagging already. Queried at the same time, it
 /// lost to whichever follower had synced a few records more.
 pub async fn run_round(host: &impl RoundHost, due: &DueElection) -> AttemptOutcome {
-    let last = match due.reason {
-        ElectionReason::Transfer { to } => replica_id(to),
-        _ => None,
-    };
+    let last = due.reason.target().and_then(replica_id);
     let first = due
         .targets
         .iter()
@@ -606,15 +623,15 @@ impl ElectionBook {
         self.plan_with_moves(state, now, &BTreeMap::new())
     }
 
-    /// [`ElectionBook::plan`], with the learners of moving partitions that
-    /// hold their leader's committed log (`caught_up`, from the leaders'
-    /// reports in the current epoch): the steps of reassignments are
-    /// planned too.
+    /// [`ElectionBook::plan`], with what the leaders of moving partitions
+    /// reported in the current epoch (`reports`: their caught-up learners
+    /// and whether the epoch committed): the steps of reassignments are
+    /// planned too. A moving partition without a report takes no step.
     pub fn plan_with_moves(
         &mut self,
         state: &MetadataState,
         now: Instant,
-        caught_up: &BTreeMap<(TopicId, u32), BTreeSet<NodeId>>,
+        reports: &BTreeMap<(TopicId, u32), MoveReport>,
     ) -> Vec<DueElection> {
         self.observe_brokers(state, now);
         self.partitions.retain(|(topic_id, partition), _| {
@@ -649,11 +666,9 @@ impl ElectionBook {
                 let transfer = self.transfers.get(&id).map(|(to, _)| *to);
                 let due = match self.reason(state, record, &book, transfer, now) {
                     Some(reason) => self.round(state, id, record, &book, reason),
-                    None => {
-                        let nobody = BTreeSet::new();
-                        let caught_up = caught_up.get(&id).unwrap_or(&nobody);
-                        self.move_step(state, id, record, &book, caught_up, now)
-                    }
+                    None => reports
+                        .get(&id)
+                        .and_then(|report| self.move_step(state, id, record, &book, report, now)),
                 };
                 let Some(due) = due else {
                     continue;
@@ -781,33 +796,56 @@ impl ElectionBook {
     /// The round of a reassignment's next step, when one is due: a
     /// change of the set by one replica, or a transfer when the leader is
     /// the one to leave.
+    ///
+    /// It waits for the leader to report its epoch committed: a step's
+    /// queries fence the replicas, so a step tried only to find the last
+    /// change uncommitted would stop the leader that was committing it,
+    /// again at every retry, and a lagging replica might never catch up
+    /// (simulator seeds 25, 30 and 93 before this wait).
     fn move_step(
         &self,
         state: &MetadataState,
         id: (TopicId, u32),
         record: &PartitionRecord,
         book: &PartitionBook,
-        caught_up: &BTreeSet<NodeId>,
+        report: &MoveReport,
         now: Instant,
     ) -> Option<DueElection> {
-        record.reassignment.as_ref()?;
+        let moving = record.reassignment.as_ref()?;
         let retry_allowed = book
             .last_attempt
             .is_none_or(|last| now.saturating_duration_since(last) >= self.timings.retry_interval);
         if !retry_allowed {
             return None;
         }
-        // The round itself checks that the last change committed.
+        // The round checks again from its answers: the report is the
+        // leader's word, and a version 0 report (a broker predating it)
+        // says committed without knowing.
         let progress = MoveProgress {
-            committed: true,
-            caught_up,
+            committed: report.epoch_committed,
+            caught_up: &report.caught_up,
         };
         let mut replicas = record.replicas.clone();
         match reassignment::next_step(record, &progress) {
             Step::Add(learner) => replicas.push(learner),
             Step::Remove(node) => replicas.retain(|replica| replica.node != node),
             Step::MoveLeader { to } => {
-                return self.round(state, id, record, book, ElectionReason::Transfer { to });
+                // The goal's first replica, or the first one up and not in
+                // maintenance: one in maintenance would be moved away again
+                // at once, and back, and away (simulator seed 503).
+                let to = moving
+                    .goal()
+                    .iter()
+                    .map(|replica| replica.node)
+                    .find(|node| {
+                        !in_maintenance(state, *node)
+                            && state
+                                .brokers()
+                                .get(node)
+                                .is_some_and(|broker| !broker.fenced)
+                    })
+                    .unwrap_or(to);
+                return self.round(state, id, record, book, ElectionReason::MoveLeader { to });
             }
             Step::AwaitCommit | Step::CatchUp { .. } | Step::Finished => return None,
         }
@@ -826,6 +864,30 @@ impl ElectionBook {
             book,
             ElectionReason::Reassignment,
         )?;
+        // Every replica of both sets is asked, in maintenance or not:
+        // whether the last change committed is a majority of the current
+        // set, which may need the leaving replica's answer, or one in
+        // maintenance (sets of four waited for ever: simulator seeds 5 and
+        // 360). A broker in maintenance wins only holding more than the
+        // others, and is then moved away at once; the leaving one cannot.
+        due.targets = record
+            .replicas
+            .iter()
+            .chain(&replicas)
+            .filter_map(|replica| {
+                let broker = state
+                    .brokers()
+                    .get(&replica.node)
+                    .filter(|broker| !broker.fenced)?;
+                Some(QueryTarget {
+                    replica: replica_id(broker.id)?,
+                    host: broker.host.clone(),
+                    port: broker.port,
+                })
+            })
+            .collect();
+        due.targets.sort_by_key(|target| target.replica);
+        due.targets.dedup_by_key(|target| target.replica);
         due.change = Some(ReplicaChange { replicas, current });
         Some(due)
     }
@@ -843,7 +905,7 @@ impl ElectionBook {
         // with a broker in maintenance last.
         let mut order: Vec<NodeId> = record.replicas.iter().map(|replica| replica.node).collect();
         order.sort_by_key(|node| match reason {
-            ElectionReason::Transfer { to } if *node == to => 0,
+            _ if reason.target() == Some(*node) => 0,
             // A step keeps the leader if its log is as long as any.
             ElectionReason::Reassignment if Some(*node) == record.leader => 0,
             _ if in_maintenance(*node) => 2,
@@ -863,19 +925,23 @@ impl ElectionBook {
             .filter(|broker| !broker.fenced)
             .filter(|broker| !(reason.moves_away() && Some(broker.id) == record.leader))
             .collect();
-        // A move never goes to a broker in maintenance; a lost leader is
-        // replaced by one only when the others are no majority without it.
-        if reason.moves_away()
-            || live.iter().filter(|broker| !broker.maintenance).count() >= majority
-        {
+        // A broker in maintenance is asked only when the others are no
+        // majority without it: a lost leader must be replaced, and a move
+        // whose leader leaves a set of four with one in maintenance needs
+        // its answer (it waited for the maintenance to end: simulator seed
+        // 5). It wins only holding more than the others, and is then moved
+        // away at once. An operator's transfer or maintenance waits.
+        let operator_move =
+            reason.moves_away() && !matches!(reason, ElectionReason::MoveLeader { .. });
+        if operator_move || live.iter().filter(|broker| !broker.maintenance).count() >= majority {
             live.retain(|broker| !broker.maintenance);
         }
         if reason.moves_away() {
             // Without a majority of the others the old leader would have
             // to answer and could win again: leave it leading.
-            let target_answers = match reason {
-                ElectionReason::Transfer { to } => live.iter().any(|broker| broker.id == to),
-                _ => true,
+            let target_answers = match reason.target() {
+                Some(to) => live.iter().any(|broker| broker.id == to),
+                None => true,
             };
             if live.len() < majority || !target_answers {
                 return None;
@@ -1629,15 +1695,47 @@ mod tests {
         }
     }
 
+    /// The leader's report that learner 4 is caught up, in an epoch
+    /// `committed` or not.
+    fn caught_up(committed: bool) -> BTreeMap<(TopicId, u32), MoveReport> {
+        BTreeMap::from([(
+            (TOPIC, 0),
+            MoveReport {
+                caught_up: BTreeSet::from([NodeId(4)]),
+                epoch_committed: committed,
+            },
+        )])
+    }
+
+    #[test]
+    fn a_move_step_waits_for_the_leader_to_report_its_epoch_committed() {
+        let state = moving_cluster();
+        let mut book = ElectionBook::new();
+        let now = Instant::now();
+        // Learner 4 caught up, but the epoch is not committed: no round,
+        // whose queries would fence the leader committing it.
+        assert!(
+            book.plan_with_moves(&state, now, &caught_up(false))
+                .is_empty()
+        );
+        // Without a report of its leader, no step either.
+        assert!(
+            book.plan_with_moves(&state, now, &BTreeMap::new())
+                .is_empty()
+        );
+        let due = book.plan_with_moves(&state, now, &caught_up(true));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].reason, ElectionReason::Reassignment);
+    }
+
     #[test]
     fn a_move_adds_a_caught_up_learner_through_a_round_over_the_new_set() {
         let state = moving_cluster();
         let mut book = ElectionBook::new();
         // Not caught up: nothing to do yet.
         assert!(book.plan(&state, Instant::now()).is_empty());
-        let caught_up = BTreeMap::from([((TOPIC, 0), BTreeSet::from([NodeId(4)]))]);
         let due = book
-            .plan_with_moves(&state, Instant::now(), &caught_up)
+            .plan_with_moves(&state, Instant::now(), &caught_up(true))
             .remove(0);
         assert_eq!(due.reason, ElectionReason::Reassignment);
         assert_eq!(
@@ -1680,6 +1778,117 @@ mod tests {
     }
 
     #[test]
+    fn a_moves_leader_leaves_a_set_of_four_with_one_in_maintenance() {
+        let mut state = cluster();
+        register(&mut state, 4);
+        let replicas = |nodes: &[u64]| -> Vec<Replica> {
+            nodes
+                .iter()
+                .map(|node| Replica {
+                    node: NodeId(*node),
+                    shard: corelog_controller::ShardId(0),
+                })
+                .collect()
+        };
+        apply(
+            &mut state,
+            Command::StartReassignment {
+                topic_id: TOPIC,
+                partition: 0,
+                target: replicas(&[4, 2, 3]),
+                throttle_bytes_per_s: 0,
+                started_at_ms: 0,
+            },
+        );
+        apply(
+            &mut state,
+            Command::ChangeReplicaSet {
+                topic_id: TOPIC,
+                partition: 0,
+                replicas: replicas(&[1, 2, 3, 4]),
+                leader: Some(NodeId(1)),
+                epoch: LeaderEpoch(2),
+            },
+        );
+        maintenance(&mut state, 3, true);
+        let report = BTreeMap::from([(
+            (TOPIC, 0),
+            MoveReport {
+                caught_up: BTreeSet::new(),
+                epoch_committed: true,
+            },
+        )]);
+        // Without the leader, 2 and 4 are no majority of four: 3 is asked
+        // too, though in maintenance, or the move would wait for it.
+        let due = ElectionBook::new()
+            .plan_with_moves(&state, Instant::now(), &report)
+            .remove(0);
+        assert_eq!(due.reason, ElectionReason::MoveLeader { to: NodeId(4) });
+        assert_eq!(queried(&due), vec![4, 2, 3]);
+        // An operator's transfer there waits for the maintenance to end.
+        let mut book = ElectionBook::new();
+        book.request_transfer(TOPIC, 0, NodeId(4), Instant::now());
+        assert!(book.plan(&state, Instant::now()).is_empty());
+        // The goal's first replica in maintenance: the leadership goes to
+        // the next, not to one it would at once be moved away from.
+        maintenance(&mut state, 3, false);
+        maintenance(&mut state, 4, true);
+        let due = ElectionBook::new()
+            .plan_with_moves(&state, Instant::now(), &report)
+            .remove(0);
+        assert_eq!(due.reason, ElectionReason::MoveLeader { to: NodeId(2) });
+    }
+
+    #[test]
+    fn a_step_asks_every_replica_of_both_sets_whether_the_last_change_committed() {
+        // [1, 2, 3] moving to [1, 2, 4], with 4 added and in maintenance:
+        // 3 leaves, and 1 and 2 alone are no majority of the current four
+        // to show the change that added 4 committed.
+        let mut state = moving_cluster();
+        apply(
+            &mut state,
+            Command::ChangeReplicaSet {
+                topic_id: TOPIC,
+                partition: 0,
+                replicas: [1, 2, 3, 4]
+                    .into_iter()
+                    .map(|node| Replica {
+                        node: NodeId(node),
+                        shard: corelog_controller::ShardId(0),
+                    })
+                    .collect(),
+                leader: Some(NodeId(1)),
+                epoch: LeaderEpoch(2),
+            },
+        );
+        maintenance(&mut state, 4, true);
+        let due = ElectionBook::new()
+            .plan_with_moves(&state, Instant::now(), &caught_up(true))
+            .remove(0);
+        assert_eq!(due.reason, ElectionReason::Reassignment);
+        assert_eq!(queried(&due), vec![1, 2, 3, 4]);
+        let change = due.change.clone().expect("a step");
+        assert_eq!(change.replicas.len(), 3, "{change:?}");
+        // 2 lags behind the change's marker: 1, 3 and 4 show it.
+        let host = FixedLogs {
+            logs: BTreeMap::from([
+                (1, (Some(2), 11)),
+                (2, (Some(1), 10)),
+                (3, (Some(2), 11)),
+                (4, (Some(2), 11)),
+            ]),
+            published: std::cell::RefCell::default(),
+        };
+        let outcome = futures::executor::block_on(run_round(&host, &due));
+        assert_eq!(
+            outcome,
+            AttemptOutcome::Published {
+                leader: Some(NodeId(1))
+            }
+        );
+    }
+
+    #[test]
     fn a_moving_partition_gets_no_preferred_leader_return() {
         let mut state = moving_cluster();
         let mut book = ElectionBook::new();
@@ -1697,9 +1906,8 @@ mod tests {
         // The epoch moved to 3 (say, the change that added a replica), and
         // only the leader holds a record of it yet.
         set_leader(&mut state, Some(1), 3);
-        let caught_up = BTreeMap::from([((TOPIC, 0), BTreeSet::from([NodeId(4)]))]);
         let due = ElectionBook::new()
-            .plan_with_moves(&state, Instant::now(), &caught_up)
+            .plan_with_moves(&state, Instant::now(), &caught_up(true))
             .remove(0);
         let host = FixedLogs {
             logs: BTreeMap::from([

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use corelog_controller::{MetadataState, NodeId, PartitionRecord, TopicId};
-use corelog_wire::message::partition_report::LedPartition;
+use corelog_wire::message::partition_report::LedPartitionV1;
 
 /// Why a report was not taken.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +31,30 @@ pub enum ReportRefusal {
 
 struct Report {
     received: Instant,
-    /// Per partition: the epoch led and the in-sync replicas reported.
-    partitions: HashMap<(TopicId, u32), (u32, Vec<NodeId>)>,
+    /// Per partition, what its leader reported.
+    partitions: HashMap<(TopicId, u32), Led>,
+}
+
+/// One partition of a report.
+struct Led {
+    /// The epoch led.
+    epoch: u32,
+    /// The replicas in sync, the leader included.
+    in_sync: Vec<NodeId>,
+    /// Whether the leader committed its epoch.
+    epoch_committed: bool,
+}
+
+/// What a moving partition's leader last reported that its next step
+/// needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MoveReport {
+    /// Its learners holding the leader's committed log, less fenced
+    /// brokers.
+    pub caught_up: BTreeSet<NodeId>,
+    /// Whether the leader committed its epoch: the replica set's last
+    /// change is committed.
+    pub epoch_committed: bool,
 }
 
 /// The latest report of each leader.
@@ -87,7 +109,7 @@ impl InSyncBook {
         state: &MetadataState,
         node: NodeId,
         incarnation: u64,
-        partitions: &[LedPartition],
+        partitions: &[LedPartitionV1],
         now: Instant,
     ) -> Result<(), ReportRefusal> {
         if state
@@ -99,7 +121,8 @@ impl InSyncBook {
         }
         let partitions = partitions
             .iter()
-            .map(|led| {
+            .map(|reported| {
+                let led = &reported.led;
                 let in_sync = led
                     .in_sync
                     .iter()
@@ -107,7 +130,11 @@ impl InSyncBook {
                     .collect();
                 (
                     (TopicId(led.topic_id), led.partition),
-                    (led.leader_epoch, in_sync),
+                    Led {
+                        epoch: led.leader_epoch,
+                        in_sync,
+                        epoch_committed: reported.epoch_committed,
+                    },
                 )
             })
             .collect();
@@ -145,59 +172,63 @@ impl InSyncBook {
                 .replicas
                 .iter()
                 .map(|replica| replica.node)
-                .filter(|node| reported.contains(node) && !is_fenced(state, *node))
+                .filter(|node| reported.in_sync.contains(node) && !is_fenced(state, *node))
                 .collect(),
         )
     }
 
-    /// The learners of each moving partition that its published leader
-    /// reported caught up (holding its committed log) in the published
-    /// epoch, less fenced brokers; partitions with none are left out.
+    /// What the published leader of each moving partition reported in
+    /// the published epoch, if its report is fresh: a move takes no step
+    /// without it.
     #[must_use]
-    pub fn learners_caught_up(
+    pub fn move_reports(
         &self,
         state: &MetadataState,
         now: Instant,
-    ) -> BTreeMap<(TopicId, u32), BTreeSet<NodeId>> {
-        let mut caught_up = BTreeMap::new();
+    ) -> BTreeMap<(TopicId, u32), MoveReport> {
+        let mut reports = BTreeMap::new();
         for topic in state.topics().values() {
             for (index, record) in (0u32..).zip(&topic.partitions) {
                 let Some(moving) = &record.reassignment else {
                     continue;
                 };
-                let Some(reported) = self.reported(topic.id, index, record, now) else {
+                let Some(led) = self.reported(topic.id, index, record, now) else {
                     continue;
                 };
-                let learners: BTreeSet<NodeId> = moving
+                let caught_up = moving
                     .learners(&record.replicas)
                     .iter()
                     .map(|learner| learner.node)
-                    .filter(|node| reported.contains(node) && !is_fenced(state, *node))
+                    .filter(|node| led.in_sync.contains(node) && !is_fenced(state, *node))
                     .collect();
-                if !learners.is_empty() {
-                    caught_up.insert((topic.id, index), learners);
-                }
+                reports.insert(
+                    (topic.id, index),
+                    MoveReport {
+                        caught_up,
+                        epoch_committed: led.epoch_committed,
+                    },
+                );
             }
         }
-        caught_up
+        reports
     }
 
-    /// What the published leader of the partition last reported in sync,
-    /// if its report is fresh and of the published epoch.
+    /// What the published leader of the partition last reported, if its
+    /// report is fresh and of the published epoch.
     fn reported(
         &self,
         topic_id: TopicId,
         index: u32,
         record: &PartitionRecord,
         now: Instant,
-    ) -> Option<&Vec<NodeId>> {
+    ) -> Option<&Led> {
         let leader = record.leader?;
         let report = self
             .reports
             .get(&leader)
             .filter(|report| now.saturating_duration_since(report.received) <= self.stale_after)?;
-        let (epoch, reported) = report.partitions.get(&(topic_id, index))?;
-        (*epoch == record.leader_epoch.0).then_some(reported)
+        let led = report.partitions.get(&(topic_id, index))?;
+        (led.epoch == record.leader_epoch.0).then_some(led)
     }
 
     /// Every partition's health.
@@ -261,12 +292,12 @@ mod tests {
         }
     }
 
-    /// Brokers 1–3 (unfenced, incarnation 7) and topic `t` of two
-    /// partitions over all three, partition 0 led by 1 in epoch 1 and
-    /// partition 1 leaderless.
+    /// Brokers 1–4 (unfenced, incarnation 7) and topic `t` of two
+    /// partitions over 1–3, partition 0 led by 1 in epoch 1 and partition
+    /// 1 leaderless.
     fn cluster() -> (MetadataState, TopicId) {
         let mut state = MetadataState::default();
-        for node in 1..=3 {
+        for node in 1..=4 {
             apply(
                 &mut state,
                 &Command::RegisterBroker {
@@ -318,12 +349,15 @@ mod tests {
         (state, topic)
     }
 
-    fn led(topic: TopicId, epoch: u32, in_sync: &[u32]) -> LedPartition {
-        LedPartition {
-            topic_id: topic.0,
-            partition: 0,
-            leader_epoch: epoch,
-            in_sync: in_sync.to_vec(),
+    fn led(topic: TopicId, epoch: u32, in_sync: &[u32]) -> LedPartitionV1 {
+        LedPartitionV1 {
+            led: corelog_wire::message::partition_report::LedPartition {
+                topic_id: topic.0,
+                partition: 0,
+                leader_epoch: epoch,
+                in_sync: in_sync.to_vec(),
+            },
+            epoch_committed: true,
         }
     }
 
@@ -423,6 +457,60 @@ mod tests {
         assert!(
             book.record(&state, NodeId(9), 7, &[], Instant::now())
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn a_moving_partition_steps_on_its_leaders_report_of_learners_and_commit() {
+        let (mut state, topic) = cluster();
+        apply(
+            &mut state,
+            &Command::StartReassignment {
+                topic_id: topic,
+                partition: 0,
+                target: [1, 2, 4]
+                    .map(|node| Replica {
+                        node: NodeId(node),
+                        shard: ShardId(0),
+                    })
+                    .to_vec(),
+                throttle_bytes_per_s: 0,
+                started_at_ms: 0,
+            },
+        );
+        let mut book = InSyncBook::new(STALE);
+        let now = Instant::now();
+        assert!(
+            book.move_reports(&state, now).is_empty(),
+            "no report: no step"
+        );
+        let mut report = led(topic, 1, &[1, 2, 3]);
+        report.epoch_committed = false;
+        book.record(&state, NodeId(1), 7, &[report.clone()], now)
+            .expect("taken");
+        let pending = MoveReport {
+            caught_up: BTreeSet::new(),
+            epoch_committed: false,
+        };
+        assert_eq!(
+            book.move_reports(&state, now),
+            BTreeMap::from([((topic, 0), pending)])
+        );
+        report.led.in_sync.push(4);
+        report.epoch_committed = true;
+        book.record(&state, NodeId(1), 7, &[report], now)
+            .expect("taken");
+        let ready = MoveReport {
+            caught_up: BTreeSet::from([NodeId(4)]),
+            epoch_committed: true,
+        };
+        assert_eq!(
+            book.move_reports(&state, now),
+            BTreeMap::from([((topic, 0), ready)])
+        );
+        assert!(
+            book.move_reports(&state, now + STALE * 2).is_empty(),
+            "a stale report: no step"
         );
     }
 }

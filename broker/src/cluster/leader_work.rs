@@ -11,13 +11,14 @@
 //! to consult them and spawns the proposals and rounds they call for.
 
 use std::cell::{Ref, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use corelog_controller::{Command, ControllerNode, MetadataState, NodeId, TopicId};
 
 use super::election::{ElectionBook, ElectionTimings, RoundHost, run_round};
+use super::in_sync::MoveReport;
 use super::sessions::{Heartbeat, HeartbeatRefusal, SessionBook};
 use crate::executor::{Executor, spawn};
 
@@ -32,13 +33,13 @@ pub trait LeaderHost: RoundHost + 'static {
     /// This process's leader work.
     fn leader_work(&self) -> &LeaderWork;
 
-    /// The learners of moving partitions that their leaders reported
-    /// caught up (see `InSyncBook::learners_caught_up`); none by default.
-    fn learners_caught_up(
+    /// What the leaders of moving partitions reported (see
+    /// `InSyncBook::move_reports`); nothing by default.
+    fn move_reports(
         &self,
         state: &MetadataState,
         now: Instant,
-    ) -> BTreeMap<(TopicId, u32), BTreeSet<NodeId>> {
+    ) -> BTreeMap<(TopicId, u32), MoveReport> {
         let _ = (state, now);
         BTreeMap::new()
     }
@@ -237,8 +238,8 @@ impl LeaderWork {
                     "controller leader: election bookkeeping reset"
                 );
             }
-            let caught_up = host.learners_caught_up(controller.state(), now);
-            book.plan_with_moves(controller.state(), now, &caught_up)
+            let reports = host.move_reports(controller.state(), now);
+            book.plan_with_moves(controller.state(), now, &reports)
         });
         let started = planned.len();
         for due in planned {

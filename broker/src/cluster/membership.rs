@@ -34,7 +34,7 @@ use corelog_wire::message::controller_operation::{
 use corelog_wire::message::group_records::GROUPS_TOPIC;
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
 use corelog_wire::message::partition_report::{
-    LedPartition, PartitionReportRequest, PartitionReportResponse,
+    LedPartitionV1, PartitionReportRequestV1, PartitionReportResponse, PartitionReportResponseV1,
 };
 use event_listener::Event;
 use rkyv::rancor;
@@ -63,7 +63,7 @@ pub trait MemberHost {
     fn set_fenced(&self, fenced: bool);
     /// The partitions this broker leads, on every shard, with their
     /// in-sync replicas.
-    fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartition>>;
+    fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartitionV1>>;
 }
 
 /// A request to create one topic.
@@ -141,7 +141,8 @@ controller_answer!(
     BrokerHeartbeatResponse,
     MetadataFetchResponse,
     ControllerOperationResponse,
-    PartitionReportResponse
+    PartitionReportResponse,
+    PartitionReportResponseV1
 );
 
 /// Why a controller call failed.
@@ -190,6 +191,9 @@ pub struct ClusterMember {
     state: RefCell<Arc<MetadataState>>,
     fenced: Cell<bool>,
     registered: Cell<bool>,
+    /// The controller refused a version 1 partition report: it predates
+    /// it (a rolling upgrade), so reports go in version 0.
+    report_v0: Cell<bool>,
     /// Woken when a new metadata version is published to the shards.
     published: Event,
     /// A single node (no `--controller-voters`): it serves clients only
@@ -235,6 +239,7 @@ impl ClusterMember {
             state: RefCell::new(Arc::new(MetadataState::default())),
             fenced: Cell::new(true),
             registered: Cell::new(false),
+            report_v0: Cell::new(false),
             published: Event::new(),
             single_node,
             producer_ids: RefCell::new(0..0),
@@ -353,6 +358,20 @@ impl ClusterMember {
                             });
                         }
                         return Ok(answer);
+                    }
+                    // Every voter refuses a version it does not speak: the
+                    // caller may fall back to an older one.
+                    Err(PeerError::Refused { code, .. })
+                        if code == ErrorCode::UnsupportedVersion.code() =>
+                    {
+                        return Err(MemberError::Refused {
+                            code: ErrorCode::UnsupportedVersion,
+                            message: format!(
+                                "controller voter {target} does not speak version {} of {:?}",
+                                T::API_VERSION,
+                                T::API_KEY
+                            ),
+                        });
                     }
                     Err(error) => {
                         last_error = error.to_string();
@@ -473,13 +492,28 @@ impl ClusterMember {
             if !self.registered.get() {
                 continue;
             }
-            let report = PartitionReportRequest {
+            let report = PartitionReportRequestV1 {
                 node_id: self.node_id,
                 incarnation: self.registration.incarnation,
                 partitions: host.led_partitions().await,
             };
-            if let Err(error) = self.call(&report).await {
-                tracing::debug!(%error, "partition report not taken");
+            let result = if self.report_v0.get() {
+                self.call(&report.version_0()).await.map(|_| ())
+            } else {
+                self.call(&report).await.map(|_| ())
+            };
+            match result {
+                Err(MemberError::Refused {
+                    code: ErrorCode::UnsupportedVersion,
+                    ..
+                }) if !self.report_v0.get() => {
+                    tracing::info!(
+                        "the controller predates partition report version 1; reporting in version 0"
+                    );
+                    self.report_v0.set(true);
+                }
+                Err(error) => tracing::debug!(%error, "partition report not taken"),
+                Ok(()) => {}
             }
         }
     }

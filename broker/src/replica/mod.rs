@@ -98,6 +98,7 @@ use corelog_replication::{
 use corelog_wire::batch::{self, BatchLimits};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::describe_topics::EPOCH_STARTS_MAX;
+use corelog_wire::message::partition_report::{LedPartition, LedPartitionV1};
 use corelog_wire::types::{LeaderEpoch, Offset};
 use event_listener::Event;
 
@@ -308,6 +309,13 @@ impl<D: Disk> ReplicatedPartition<D> {
         self.high_watermark.get()
     }
 
+    /// Whether this replica leads and has committed its epoch
+    /// ([`corelog_replication::Replica::epoch_committed`]).
+    #[must_use]
+    pub fn epoch_committed(&self) -> bool {
+        self.replica.borrow().epoch_committed()
+    }
+
     /// Timer resends to followers so far
     /// ([`corelog_replication::Replica::resends`]).
     #[must_use]
@@ -387,6 +395,46 @@ impl<D: Disk> ReplicatedPartition<D> {
     #[must_use]
     pub fn follower_status(&self) -> Option<Vec<corelog_replication::FollowerStatus>> {
         self.replica.borrow().follower_status(self.now_ms())
+    }
+
+    /// What this replica, leading, tells the controller of its partition
+    /// (`PartitionReport`): the replicas in sync, this one (`me`) first,
+    /// and whether its epoch committed. A voter is in sync within the lag;
+    /// a learner only once it holds the whole committed log, as a new one
+    /// is presumed in sync for the lag, which would let a move add it
+    /// empty. `None` when not leading.
+    #[must_use]
+    pub fn led_report(&self, me: u32) -> Option<LedPartitionV1> {
+        let replica = self.replica.borrow();
+        let RoleView::Leader { epoch, .. } = replica.role() else {
+            return None;
+        };
+        let committed = replica.high_watermark();
+        let followers = replica.follower_status(self.now_ms())?;
+        let in_sync = std::iter::once(me)
+            .chain(
+                followers
+                    .iter()
+                    .filter(|follower| {
+                        if follower.voter {
+                            follower.in_sync
+                        } else {
+                            follower.acked_end >= committed
+                        }
+                    })
+                    .map(|follower| follower.replica.0),
+            )
+            .collect();
+        let id = replica.partition();
+        Some(LedPartitionV1 {
+            led: LedPartition {
+                topic_id: id.topic_id,
+                partition: id.partition,
+                leader_epoch: epoch.0,
+                in_sync,
+            },
+            epoch_committed: replica.epoch_committed(),
+        })
     }
 
     /// Offsets and size, with the high watermark as the committed end.

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corelog_replication::wire as replication_wire;
-use corelog_replication::{ReplicaConfig, ReplicaId, RoleView};
+use corelog_replication::{ReplicaConfig, ReplicaId};
 use corelog_wire::error::ErrorCode;
-use corelog_wire::message::partition_report::LedPartition;
+use corelog_wire::message::partition_report::LedPartitionV1;
 use corelog_wire::message::replica_push::{ReplicaPushRequest, ReplicaPushResponse};
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
@@ -424,42 +424,13 @@ impl Shard {
     }
 
     /// The partitions this shard leads, each with its in-sync replicas
-    /// (this broker first): what the controller's view of them comes from.
-    pub(crate) fn local_led_partitions(&self) -> Vec<LedPartition> {
-        let node_id = self.config.node_id;
+    /// (this broker first) and whether its epoch committed: what the
+    /// controller's view of them comes from.
+    pub(crate) fn local_led_partitions(&self) -> Vec<LedPartitionV1> {
         self.replicas
             .borrow()
-            .iter()
-            .filter_map(|(id, replica)| {
-                let RoleView::Leader { epoch, .. } = replica.role() else {
-                    return None;
-                };
-                let followers = replica.follower_status()?;
-                let committed = replica.high_watermark();
-                // A voter within the lag; a learner only once it holds the
-                // whole committed log (a new one is presumed in sync for
-                // the lag, which would let a move add it empty).
-                let in_sync = std::iter::once(node_id)
-                    .chain(
-                        followers
-                            .iter()
-                            .filter(|follower| {
-                                if follower.voter {
-                                    follower.in_sync
-                                } else {
-                                    follower.acked_end >= committed
-                                }
-                            })
-                            .map(|follower| follower.replica.0),
-                    )
-                    .collect();
-                Some(LedPartition {
-                    topic_id: id.topic_id,
-                    partition: id.partition,
-                    leader_epoch: epoch.0,
-                    in_sync,
-                })
-            })
+            .values()
+            .filter_map(|replica| replica.led_report(self.config.node_id))
             .collect()
     }
 

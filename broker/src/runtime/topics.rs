@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::controller_operation::ControllerOp;
-use corelog_wire::message::partition_report::LedPartition;
+use corelog_wire::message::partition_report::LedPartitionV1;
 use futures::future::LocalBoxFuture;
 
 use corelog_controller::NodeId;
@@ -267,7 +267,7 @@ impl MemberHost for Shard {
         self.metrics.broker_fenced.set(i64::from(fenced));
     }
 
-    fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartition>> {
+    fn led_partitions(&self) -> LocalBoxFuture<'_, Vec<LedPartitionV1>> {
         Box::pin(async move {
             let others = self.other_shard_ids().map(|shard| {
                 self.invoke_on_waiting(shard, |shard| async move { shard.local_led_partitions() })

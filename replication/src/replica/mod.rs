@@ -494,6 +494,16 @@ impl Replica {
         }
     }
 
+    /// A leader that has committed its epoch: its high watermark passed the
+    /// epoch's start marker (an empty log has none to commit). A majority of
+    /// the replica set then holds the epoch, so the set it was led with is
+    /// committed, and a replica move may take its next step.
+    #[must_use]
+    pub fn epoch_committed(&self) -> bool {
+        matches!(&self.role, Role::Leader(leader)
+            if self.high_watermark > leader.epoch_start || self.log_end.0 == 0)
+    }
+
     /// The shell carried out an [`Action::Persist`]: `meta` is durable.
     /// A leader whose leadership it names starts accepting writes (once
     /// its marker, if any, is appended).

@@ -562,15 +562,26 @@ fn the_high_watermark_needs_a_majority_and_the_marker() {
     // The marker is durable on A only: still nothing.
     assert!(high_watermarks(&a.on_local_durable(o(9))).is_empty());
     assert_eq!(a.leader_catching_up(), Some(e(2)), "serves no reads yet");
+    assert!(!a.epoch_committed(), "a move's next step waits");
     // And on B: the marker and everything before it commit.
     assert_eq!(
         high_watermarks(&a.on_push_ack(&ok(B, 2, 9), 2).unwrap()),
         vec![o(9)]
     );
     assert_eq!(a.leader_catching_up(), None);
+    assert!(a.epoch_committed());
     // A late, smaller acknowledgement never moves it back.
     assert!(high_watermarks(&a.on_push_ack(&ok(C, 2, 3), 3).unwrap()).is_empty());
     assert_eq!(a.high_watermark(), o(9));
+}
+
+#[test]
+fn only_a_leader_commits_its_epoch_and_an_empty_log_has_nothing_to_commit() {
+    let mut a = replica(A, &[], 0, 0);
+    assert!(!a.epoch_committed(), "not leading");
+    lead(&mut a, 1, &[A, B, C]);
+    assert!(a.epoch_committed(), "an empty log writes no marker");
+    assert!(!replica(B, &[(1, 0)], 5, 2).epoch_committed());
 }
 
 #[test]

@@ -103,13 +103,15 @@ pub(crate) mod tests {
             assert_eq!(range.api_key, key.code());
             // DescribeGroups version 1 lists deleted topics' offsets; the
             // quota APIs' version 1 carries topic, partition and group limits;
-            // DescribeCluster's shows maintenance and moves.
+            // DescribeCluster's shows maintenance and moves; PartitionReport's
+            // says whether each leader committed its epoch.
             let newest = u16::from(matches!(
                 key,
                 ApiKey::DescribeGroups
                     | ApiKey::DescribeQuotas
                     | ApiKey::AlterQuotas
                     | ApiKey::DescribeCluster
+                    | ApiKey::PartitionReport
             ));
             assert_eq!((range.min_version, range.max_version), (0, newest));
         }

@@ -261,6 +261,12 @@ fn write_all_seeds(dir: &Path) {
     );
     write_seeds(
         dir,
+        "partition_report_v1",
+        no_raw(partition_report::tests::request_v1()),
+        no_raw(partition_report::tests::response_v1()),
+    );
+    write_seeds(
+        dir,
         "controller_raft",
         controller_raft::tests::request(),
         no_raw(controller_raft::tests::response()),

@@ -6,8 +6,13 @@
 //! Each report is whole (every partition the broker leads, in the epoch it
 //! leads it), so the controller keeps only the latest per broker and a lost
 //! report costs nothing but freshness. The view is for people and metrics
-//! (`DescribeCluster`, the under-replicated series): commitment counts a
-//! majority of acknowledgements and never reads it.
+//! (`DescribeCluster`, the under-replicated series) and for pacing a
+//! replica move's steps: commitment counts a majority of acknowledgements
+//! and never reads it.
+//!
+//! Version 1 adds, per partition, whether the leader has committed its
+//! epoch: a move's next step waits for it instead of querying (and so
+//! fencing) the replicas to find out.
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -56,12 +61,67 @@ pub struct PartitionReportResponse {
     pub leader_hint: Option<u32>,
 }
 
+/// [`LedPartition`] of version 1.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct LedPartitionV1 {
+    /// The version 0 fields.
+    pub led: LedPartition,
+    /// The leader's high watermark passed its epoch's start (or the log is
+    /// empty): a majority of the replica set holds the epoch, so the set
+    /// the epoch was published with is committed.
+    pub epoch_committed: bool,
+}
+
+/// [`PartitionReportRequest`] of version 1, answered with
+/// [`PartitionReportResponseV1`].
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct PartitionReportRequestV1 {
+    /// As in version 0.
+    pub node_id: u32,
+    /// As in version 0.
+    pub incarnation: u64,
+    /// The partitions it leads.
+    pub partitions: Vec<LedPartitionV1>,
+}
+
+/// [`PartitionReportResponse`] of version 1: the same fields.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct PartitionReportResponseV1 {
+    /// As in version 0.
+    pub error_code: u16,
+    /// As in version 0.
+    pub error_message: Option<String>,
+    /// As in version 0.
+    pub leader_hint: Option<u32>,
+}
+
+impl PartitionReportRequestV1 {
+    /// The same report in version 0, for a controller that predates
+    /// version 1.
+    #[must_use]
+    pub fn version_0(&self) -> PartitionReportRequest {
+        PartitionReportRequest {
+            node_id: self.node_id,
+            incarnation: self.incarnation,
+            partitions: self.partitions.iter().map(|led| led.led.clone()).collect(),
+        }
+    }
+}
+
 api!(ApiKey::PartitionReport, PartitionReportRequest => PartitionReportResponse);
+api!(ApiKey::PartitionReport, version 1, PartitionReportRequestV1 => PartitionReportResponseV1);
 no_raw_section!(
     PartitionReportRequest,
     ArchivedPartitionReportRequest,
     PartitionReportResponse,
     ArchivedPartitionReportResponse,
+    PartitionReportRequestV1,
+    ArchivedPartitionReportRequestV1,
+    PartitionReportResponseV1,
+    ArchivedPartitionReportResponseV1,
 );
 
 #[cfg(test)]
@@ -95,6 +155,28 @@ pub(crate) mod tests {
         })
     }
 
+    pub(crate) fn request_v1() -> impl Strategy<Value = PartitionReportRequestV1> {
+        let led = (led(), any::<bool>()).prop_map(|(led, epoch_committed)| LedPartitionV1 {
+            led,
+            epoch_committed,
+        });
+        (any::<u32>(), any::<u64>(), few(led)).prop_map(|(node_id, incarnation, partitions)| {
+            PartitionReportRequestV1 {
+                node_id,
+                incarnation,
+                partitions,
+            }
+        })
+    }
+
+    pub(crate) fn response_v1() -> impl Strategy<Value = PartitionReportResponseV1> {
+        response().prop_map(|response| PartitionReportResponseV1 {
+            error_code: response.error_code,
+            error_message: response.error_message,
+            leader_hint: response.leader_hint,
+        })
+    }
+
     pub(crate) fn response() -> impl Strategy<Value = PartitionReportResponse> {
         (any::<u16>(), optional_name(), any::<Option<u32>>()).prop_map(
             |(error_code, error_message, leader_hint)| PartitionReportResponse {
@@ -118,6 +200,13 @@ pub(crate) mod tests {
 
         #[test]
         fn arbitrary_bytes_never_panic(q in request(), s in response(), noise in noise()) {
+            arbitrary_bodies_never_panic((&q, &[]), (&s, &[]), &noise);
+        }
+
+        #[test]
+        fn version_1_round_trips(q in request_v1(), s in response_v1(), noise in noise()) {
+            round_trip_request(&q, &[])?;
+            round_trip_response(&s, &[])?;
             arbitrary_bodies_never_panic((&q, &[]), (&s, &[]), &noise);
         }
     }

@@ -149,7 +149,9 @@ pub async fn dispatch(
         | ApiKey::BrokerHeartbeat
         | ApiKey::MetadataFetch
         | ApiKey::ControllerOperation
-        | ApiKey::PartitionReport => Box::pin(cluster::handle(shard, api_key, 0, &body)).await,
+        | ApiKey::PartitionReport => {
+            Box::pin(cluster::handle(shard, api_key, api_version, &body)).await
+        }
         // Replication: answered by the replica's owning shard.
         ApiKey::ReplicaPush => Box::pin(replica::push(shard, body)).await,
         ApiKey::ReplicaQuery => replica::query(shard, &body).await,
