@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The simulator's mutation check: plant each of nine known bugs (six in
-# replication, one in the shard journal, two in the controller) in a copy of
+# The simulator's mutation check: plant each of thirteen known bugs (seven in
+# replication, one in the shard journal, five in the controller) in a copy of
 # the tree and make sure the seeds catch it. A mutant the seeds do not catch means the simulator
 # lost its power to find that class of bug.
 #
@@ -33,6 +33,10 @@ mutants=(
     "a push still on its way is resent|replication/src/replica/leader.rs|                && progress.outstanding == 0<NL>|"
     "a leadership transfer elects its target even when it lost|broker/src/cluster/election.rs|        Decision::Elect { leader, epoch } => {|        Decision::Elect { leader, epoch } => { let leader = match due.reason { ElectionReason::Transfer { to } => replica_id(to).unwrap_or(leader), _ => leader };"
     "controller applies an uncommitted entry|controller/src/node.rs|let committed = ready.take_committed_entries();|let mut committed = ready.take_committed_entries(); committed.extend(ready.entries().iter().cloned());"
+    "a move drops the leaving replicas as its learner joins|controller/src/state.rs|        record.replicas = replicas.to_vec();|        record.replicas = match &record.reassignment { Some(moving) => replicas.iter().copied().filter(<BAR>r<BAR> moving.goal().iter().any(<BAR>g<BAR> g.node == r.node) <BAR><BAR> Some(r.node) == leader).collect(), None => replicas.to_vec() };"
+    "a move step does not wait for the leader to commit its epoch|broker/src/cluster/election.rs|            committed: report.epoch_committed,|            committed: true,"
+    "a move step asks only the new set, less brokers in maintenance|broker/src/cluster/election.rs|        due.targets = record<NL>|        let _unused: Vec<QueryTarget> = record<NL>"
+    "a learner counts toward the high watermark|replication/src/replica/leader.rs|                .iter()<NL>                .filter(<BAR>replica<BAR> end_of(replica) >= *end)|                .iter()<NL>                .chain(leader.learners.iter())<NL>                .filter(<BAR>replica<BAR> end_of(replica) >= *end)"
 )
 
 missed=0

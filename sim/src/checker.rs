@@ -320,6 +320,36 @@ impl Checker {
         }
     }
 
+    /// Every committed batch is durable, or deleted by retention, on
+    /// enough of `disks` (the current replica set's) that every majority
+    /// of them holds it: an election there cannot lose it (property 1,
+    /// for a set that changes one node at a time; the set just grown by
+    /// a learner may hold a batch committed by the smaller set on only
+    /// that set's majority).
+    pub fn check_durability_for_elections(&mut self, disks: &BTreeMap<u32, LogView>, why: &str) {
+        let needed = disks.len() - (disks.len() / 2 + 1) + 1;
+        let lost = self
+            .committed
+            .values()
+            .find(|batch| {
+                disks
+                    .values()
+                    .filter(|disk| disk.log_start() > batch.base || disk.holds(batch))
+                    .count()
+                    < needed
+            })
+            .cloned();
+        if let Some(batch) = lost {
+            self.report(format!(
+                "after {why}: committed {}..={} is durable on fewer than {needed} of the \
+                 replicas {:?}: an election among the others can lose it",
+                batch.base,
+                batch.last,
+                disks.keys().collect::<Vec<_>>()
+            ));
+        }
+    }
+
     /// A restarted incarnation starts with no high watermark history.
     pub fn forget(&mut self, who: Incarnation) {
         self.high_watermarks.remove(&who);

@@ -28,9 +28,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corelog_broker::cluster::election::{DueElection, ElectionTimings, QueryTarget, RoundHost};
+use corelog_broker::cluster::in_sync::{InSyncBook, MoveReport};
 use corelog_broker::cluster::leader_work::{LeaderHost, LeaderWork};
 use corelog_broker::cluster::ready_loop::{ReadyHost, handle_readies};
 use corelog_broker::executor::Executor;
@@ -104,6 +105,9 @@ pub fn endpoint(id: u32) -> Endpoint {
 pub struct History {
     /// The command applied at each index, and its term.
     applied: BTreeMap<u64, (u64, Command)>,
+    /// The metadata as the commands applied so far make it, in index
+    /// order (`None` once an index was first seen out of order).
+    shadow: Option<MetadataState>,
     /// The leader of each term.
     leaders: BTreeMap<u64, u32>,
     /// Violations seen, for the checker.
@@ -139,8 +143,44 @@ impl History {
                 Some(_) => {}
                 None => {
                     self.applied.insert(committed.index, seen);
+                    self.replay(committed.index, &committed.command);
                 }
             }
+        }
+    }
+
+    /// Applies the command first seen at `index` to the shadow metadata
+    /// and checks that the partition's replica set, if it changed, changed
+    /// by one node: a move never swaps a majority at once (two disjoint
+    /// majorities could commit).
+    fn replay(&mut self, index: u64, command: &Command) {
+        let Some(shadow) = &mut self.shadow else {
+            return;
+        };
+        // Indices of entries without a command (a new term's) are skipped.
+        if index <= shadow.version() {
+            self.shadow = None;
+            return;
+        }
+        let nodes = |state: &MetadataState| -> Vec<NodeId> {
+            let mut nodes: Vec<NodeId> = state
+                .partition(TOPIC, 0)
+                .map(|record| record.replicas.iter().map(|replica| replica.node).collect())
+                .unwrap_or_default();
+            nodes.sort_unstable();
+            nodes
+        };
+        let before = nodes(shadow);
+        // A refused command changes nothing, here as on every process.
+        let _ = shadow.apply(index, command);
+        let after = nodes(shadow);
+        let changed = before.iter().filter(|node| !after.contains(node)).count()
+            + after.iter().filter(|node| !before.contains(node)).count();
+        if changed > 1 {
+            self.violations.push(format!(
+                "controller: index {index} changed the replica set from {before:?} to \
+                 {after:?}, {changed} nodes at once ({command:?})"
+            ));
         }
     }
 }
@@ -168,6 +208,8 @@ struct Core {
     rounds: Rc<Cell<u64>>,
     /// Who hears the metadata publications.
     listeners: Rc<Vec<Endpoint>>,
+    /// The leaders' reports of the replicas in sync.
+    in_sync: RefCell<InSyncBook>,
 }
 
 /// A controller process: up (its core), opening, or down until a time.
@@ -225,10 +267,11 @@ impl Controller {
         world: Rc<World>,
         settings: ControllerSettings,
         nodes: &[u32],
+        replication_factor: usize,
         clients: &[u32],
         mut rng: SplitMix64,
     ) -> Controller {
-        let state = initial_state(nodes);
+        let state = initial_state(nodes, replication_factor);
         let peers: Vec<NodeId> = (1..=settings.voters)
             .map(|id| NodeId(u64::from(id)))
             .collect();
@@ -276,7 +319,10 @@ impl Controller {
             initial_log: Rc::new(initial_log),
             peers,
             seed: rng.next_u64(),
-            history: Rc::new(RefCell::new(History::default())),
+            history: Rc::new(RefCell::new(History {
+                shadow: Some(state.clone()),
+                ..History::default()
+            })),
             rounds: Rc::new(Cell::new(0)),
             listeners: Rc::new(listeners),
             last_tick_ms: 0,
@@ -362,6 +408,85 @@ impl Controller {
             }
         });
         true
+    }
+
+    /// An operator starts moving the partition to `target` (`corelog
+    /// partition reassign`) through the controller leader; false when no
+    /// process leads. A refusal (a move in progress) is logged.
+    pub fn start_reassignment(&self, target: &[u32], throttle_bytes_per_s: u64) -> bool {
+        let Some(core) = self.cores().into_iter().find(|core| core.is_leader()) else {
+            return false;
+        };
+        let command = Command::StartReassignment {
+            topic_id: TOPIC,
+            partition: 0,
+            target: target
+                .iter()
+                .map(|node| Replica {
+                    node: NodeId(u64::from(*node)),
+                    shard: ShardId(0),
+                })
+                .collect(),
+            throttle_bytes_per_s,
+            started_at_ms: i64::try_from(core.world.now_ms()).unwrap_or(i64::MAX),
+        };
+        let target = target.to_vec();
+        self.propose_then_elect(&core, command, format!("move to {target:?}"));
+        true
+    }
+
+    /// An operator turns the partition's move back (`corelog partition
+    /// reassign --cancel`); false when no process leads.
+    pub fn cancel_reassignment(&self) -> bool {
+        let Some(core) = self.cores().into_iter().find(|core| core.is_leader()) else {
+            return false;
+        };
+        let command = Command::CancelReassignment {
+            topic_id: TOPIC,
+            partition: 0,
+        };
+        self.propose_then_elect(&core, command, "cancel of the move".to_owned());
+        true
+    }
+
+    /// Proposes `command` through `core` and runs its elections once it
+    /// applied (a move's first step is due at once), as the broker's
+    /// controller service does.
+    fn propose_then_elect(&self, core: &Rc<Core>, command: Command, what: String) {
+        let task = core.clone();
+        core.spawn(async move {
+            match task.propose_and_wait(command).await {
+                Ok(()) => {
+                    task.world.log(|| format!("controller: {what} applied"));
+                    LeaderWork::run_elections(&task);
+                }
+                Err(error) => task
+                    .world
+                    .log(|| format!("controller: {what} refused: {error}")),
+            }
+        });
+    }
+
+    /// The partition's move in the most advanced running process's
+    /// metadata, with that metadata's version (`None` while no process
+    /// runs): the move's start time and throttle, if one is in progress.
+    #[must_use]
+    pub fn move_view(&self) -> Option<(u64, Option<MoveView>)> {
+        self.cores()
+            .iter()
+            .map(|core| {
+                let node = core.node.borrow();
+                let state = node.state();
+                let moving = state
+                    .partition(TOPIC, 0)
+                    .and_then(|record| record.reassignment.as_ref())
+                    .map(|moving| MoveView {
+                        started_at_ms: moving.started_at_ms,
+                        throttle_bytes_per_s: moving.throttle_bytes_per_s,
+                    });
+                (state.version(), moving)
+            })
+            .max_by_key(|(version, _)| *version)
     }
 
     /// The node in maintenance in the most advanced process's metadata.
@@ -532,6 +657,9 @@ impl Controller {
                 history,
                 rounds,
                 listeners,
+                // As the broker's controller keeps them: a session and a
+                // bit.
+                in_sync: RefCell::new(InSyncBook::new(settings.session_timeout * 2)),
             });
             *slot.borrow_mut() = Some(core.clone());
             // The restarted node replays what its log committed.
@@ -574,8 +702,8 @@ impl Controller {
 }
 
 /// The metadata the run starts from: `nodes` registered and unfenced, and
-/// the topic on all of them.
-fn initial_state(nodes: &[u32]) -> MetadataState {
+/// the topic on the first `replication_factor` of them.
+fn initial_state(nodes: &[u32], replication_factor: usize) -> MetadataState {
     let mut state = MetadataState::default();
     let mut apply = |command: Command| {
         let index = state.version() + 1;
@@ -608,6 +736,7 @@ fn initial_state(nodes: &[u32]) -> MetadataState {
         assignments: vec![
             nodes
                 .iter()
+                .take(replication_factor)
                 .map(|node| Replica {
                     node: NodeId(u64::from(*node)),
                     shard: ShardId(0),
@@ -648,14 +777,17 @@ impl Core {
                 .and_then(|node| u32::try_from(node.0).ok()),
             epoch: record.map_or(LeaderEpoch(0), |record| record.leader_epoch),
             replicas: record
-                .map(|record| {
-                    record
-                        .replicas
-                        .iter()
-                        .filter_map(|replica| u32::try_from(replica.node.0).ok())
-                        .collect()
+                .map(|record| nodes_of(&record.replicas))
+                .unwrap_or_default(),
+            learners: record
+                .and_then(|record| {
+                    let moving = record.reassignment.as_ref()?;
+                    Some(nodes_of(&moving.learners(&record.replicas)))
                 })
                 .unwrap_or_default(),
+            learner_throttle_bytes_per_s: record
+                .and_then(|record| record.reassignment.as_ref())
+                .map_or(0, |moving| moving.throttle_bytes_per_s),
         }
     }
 
@@ -700,6 +832,24 @@ impl Core {
                 {
                     self.world
                         .log(|| format!("controller {}: leave refused: {refusal}", self.id));
+                }
+            }
+            Message::Report {
+                node,
+                incarnation,
+                led,
+            } => {
+                let now = self.executor.now();
+                let recorded = self.in_sync.borrow_mut().record(
+                    self.node.borrow().state(),
+                    NodeId(u64::from(node)),
+                    incarnation,
+                    &[led],
+                    now,
+                );
+                if let Err(refusal) = recorded {
+                    self.world
+                        .log(|| format!("controller {}: report refused: {refusal}", self.id));
                 }
             }
             Message::Resign { node, epoch } => {
@@ -917,6 +1067,14 @@ impl LeaderHost for Core {
     fn leader_work(&self) -> &LeaderWork {
         &self.leader_work
     }
+
+    fn move_reports(
+        &self,
+        state: &MetadataState,
+        now: Instant,
+    ) -> BTreeMap<(TopicId, u32), MoveReport> {
+        self.in_sync.borrow().move_reports(state, now)
+    }
 }
 
 impl RoundHost for Core {
@@ -963,4 +1121,22 @@ impl RoundHost for Core {
     fn propose(&self, command: Command) -> LocalBoxFuture<'_, Result<(), String>> {
         Box::pin(self.propose_and_wait(command))
     }
+}
+
+/// A move of the partition in progress, as [`Controller::move_view`] sees
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoveView {
+    /// When it started: which move it is.
+    pub started_at_ms: i64,
+    /// Bytes a second each learner copies at most; 0 for no limit.
+    pub throttle_bytes_per_s: u64,
+}
+
+/// Node ids of `replicas` as the nodes are numbered.
+fn nodes_of(replicas: &[Replica]) -> Vec<u32> {
+    replicas
+        .iter()
+        .filter_map(|replica| u32::try_from(replica.node.0).ok())
+        .collect()
 }

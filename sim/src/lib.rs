@@ -204,6 +204,9 @@ impl Totals {
         sum.transfers_requested += add.transfers_requested;
         sum.transfers_done += add.transfers_done;
         sum.maintenance_changes += add.maintenance_changes;
+        sum.reassignments_started += add.reassignments_started;
+        sum.reassignments_cancelled += add.reassignments_cancelled;
+        sum.reassignments_ended += add.reassignments_ended;
         sum.controller_restarts += add.controller_restarts;
         sum.controller_terms += add.controller_terms;
         sum.produce_timeouts += add.produce_timeouts;

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use corelog_wire::message::partition_report::LedPartitionV1;
 use corelog_wire::message::replica_query::{ReplicaQueryRequest, ReplicaQueryResponse};
 use corelog_wire::message::replica_stream::{ReplicaStreamRequest, ReplicaStreamResponse};
 use corelog_wire::rng::SplitMix64;
@@ -39,6 +40,10 @@ pub struct Published {
     pub epoch: LeaderEpoch,
     /// The replica set, preferred first.
     pub replicas: Vec<u32>,
+    /// Nodes catching up outside the set while a move adds them.
+    pub learners: Vec<u32>,
+    /// Bytes a second each learner copies at most; 0 for no limit.
+    pub learner_throttle_bytes_per_s: u64,
 }
 
 /// Everything that travels.
@@ -112,6 +117,17 @@ pub enum Message {
         node: u32,
         /// Its process incarnation.
         incarnation: u64,
+    },
+    /// Node to controller: the partition it leads, with the replicas in
+    /// sync (the broker's `PartitionReport`, sent with the heartbeat while
+    /// it leads).
+    Report {
+        /// The node.
+        node: u32,
+        /// Its process incarnation.
+        incarnation: u64,
+        /// The partition.
+        led: LedPartitionV1,
     },
     /// Node to controller: this node cannot take the leadership of `epoch`
     /// it was given (the broker's `ResignLeadership`).

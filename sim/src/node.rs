@@ -99,6 +99,11 @@ pub struct NodeSettings {
     /// The segment flusher's thresholds (the runtime's
     /// `run_segment_flusher`, scaled down to the simulated traffic).
     pub segment_flush: SegmentFlush,
+    /// A leader reports its replicas in sync with each heartbeat (the
+    /// broker's `PartitionReport`): on the seeds that move the partition,
+    /// whose planner adds a learner on that word. Off on the others, so
+    /// that their message schedule stays as it was before moves existed.
+    pub reports_in_sync: bool,
 }
 
 /// When the segment flusher fills a log's segment from the journal: its
@@ -170,6 +175,12 @@ pub struct Stats {
     pub transfers_done: u64,
     /// Maintenance enabled or disabled by an operator.
     pub maintenance_changes: u64,
+    /// Moves of the partition an operator started.
+    pub reassignments_started: u64,
+    /// Cancels of a move in progress an operator asked for.
+    pub reassignments_cancelled: u64,
+    /// Moves that ended (reached their goal, or back after a cancel).
+    pub reassignments_ended: u64,
     /// Controller processes restarted.
     pub controller_restarts: u64,
     /// Raft terms in which a controller process led.
@@ -725,6 +736,21 @@ impl Node {
                 }
             };
             self.world.send_to_controllers(self.endpoint(), &message);
+            // A leader reports its replicas in sync, as the broker's
+            // `PartitionReport`: a move adds a learner on its word.
+            if self.settings.reports_in_sync
+                && process.registered.get()
+                && process.leaving_until_ms.get().is_none()
+                && let Some(replica) = &replica
+                && let Some(led) = replica.led_report(self.id)
+            {
+                let report = Message::Report {
+                    node: self.id,
+                    incarnation: self.incarnation,
+                    led,
+                };
+                self.world.send_to_controllers(self.endpoint(), &report);
+            }
         }
         let flush = self.settings.segment_flush;
         if now >= process.last_segment_flush_ms.get() + flush.every_ms
@@ -866,11 +892,15 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
         replicas: published.replicas.clone(),
         leader: published.leader,
         epoch: published.epoch,
-        learners: Vec::new(),
-        learner_throttle_bytes_per_s: 0,
+        learners: published.learners.clone(),
+        learner_throttle_bytes_per_s: published.learner_throttle_bytes_per_s,
         local: true,
     };
+    let learners: Vec<ReplicaId> = view.learners.iter().copied().map(ReplicaId).collect();
+    let throttle = view.learner_throttle_bytes_per_s;
     let Some(change) = role_change(replica.role(), &view, id) else {
+        // Still leading the same epoch: the learners may have changed.
+        replica.set_learners(&learners, throttle);
         return;
     };
     let task_world = world.clone();
@@ -886,6 +916,8 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
                 if matches!(change, RoleChange::Lead { .. }) {
                     stats.borrow_mut().leaderships += 1;
                 }
+                // A new leadership starts without learners.
+                replica.set_learners(&learners, throttle);
                 world.log(|| format!("{id}: {change:?}"));
             }
             Err(ReplicaError::Refused(error @ ReplicationError::ConflictingLeader { .. })) => {

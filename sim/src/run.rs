@@ -22,7 +22,7 @@ use corelog_wire::types::{LeaderEpoch, Offset};
 
 use crate::checker::Checker;
 use crate::client::{self, Client};
-use crate::controller::{Controller, ControllerSettings};
+use crate::controller::{Controller, ControllerSettings, MoveView};
 use crate::disk::{LogView, SyncDelay, ViewCache, current_view, durable_promise, durable_view};
 use crate::executor::SimExecutor;
 use crate::fig8::{Act, Fig8Schedule, NodeView};
@@ -40,6 +40,21 @@ pub const CHAOS_MS: u64 = 2_500;
 /// Length of the healed phase that follows, in which the cluster must
 /// elect a leader and acknowledge new appends.
 pub const HEAL_MS: u64 = 2_000;
+
+/// How long before the end of a run a move still in progress must have
+/// taken a step or had its learner copy something.
+const COPYING_WINDOW_MS: u64 = 500;
+
+/// The partition as [`Sim::move_stall`] compares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct NearTheEnd {
+    /// The published replica set and learners.
+    sets: (Vec<u32>, Vec<u32>),
+    /// Each running node's log end.
+    ends: BTreeMap<u32, Offset>,
+    /// The highest high watermark of any node.
+    committed: Offset,
+}
 /// How long a leadership counts as fresh for
 /// [`SimConfig::fresh_leader_crash_per_million`], milliseconds.
 pub const FRESH_LEADER_MS: u64 = 30;
@@ -65,8 +80,11 @@ const OPERATOR_SEED: u64 = 0x6f70_6572_6174_6f72;
 /// Everything about a run that the seed decides before it starts.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// Nodes (replicas), 3 to 5.
+    /// Nodes, 3 to 5.
     pub node_count: u32,
+    /// Replicas of the partition: every node, or 3 of 4 or 5 on the seeds
+    /// whose operator moves it ([`SimConfig::reassign_per_million`]).
+    pub replication_factor: u32,
     /// Network fault rates.
     pub network: NetworkFaults,
     /// Crash chance per node per tick, per million.
@@ -97,6 +115,10 @@ pub struct SimConfig {
     /// Chance per tick that an operator puts a random node in maintenance,
     /// or takes the one in maintenance out, per million.
     pub maintenance_per_million: u64,
+    /// Chance per tick that an operator moves the partition to other nodes
+    /// (one or two replaced; `partition reassign`), or cancels the move in
+    /// progress (one time in four), per million.
+    pub reassign_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
     /// Chance per tick that a partition forms, per million.
@@ -156,6 +178,7 @@ impl SimConfig {
         } as usize;
         let mut config = Self {
             node_count: if churn { 3 } else { rng.between(3, 5) as u32 },
+            replication_factor: 0,
             network: NetworkFaults {
                 loss_per_million: if churn {
                     rng.between(50_000, 250_000)
@@ -253,6 +276,7 @@ impl SimConfig {
                     age: Duration::from_secs(5),
                     held_max: 256 << 20,
                 },
+                reports_in_sync: false,
             },
             controller: ControllerSettings {
                 session_timeout: Duration::from_millis(session_ms),
@@ -287,6 +311,7 @@ impl SimConfig {
             leave_per_million: 0,
             transfer_per_million: 0,
             maintenance_per_million: 0,
+            reassign_per_million: 0,
         };
         // One seed in eight follows the fig. 8 schedule: it brings its own
         // crashes and cuts, and a lossy network or random crashes would
@@ -341,6 +366,7 @@ impl SimConfig {
         if !config.fig8_schedule && !config.node.faultless {
             config.leave_per_million = leave_per_million;
         }
+        config.replication_factor = config.node_count;
         config
     }
 
@@ -353,6 +379,12 @@ impl SimConfig {
         if rng.below(2) == 0 && !self.fig8_schedule && !self.node.faultless {
             self.transfer_per_million = rng.between(2_000, 20_000);
             self.maintenance_per_million = rng.between(500, 5_000);
+            // Nodes beyond the replicas to move them to.
+            if self.node_count > 3 {
+                self.replication_factor = 3;
+                self.reassign_per_million = rng.between(10_000, 40_000);
+                self.node.reports_in_sync = true;
+            }
         }
     }
 
@@ -368,6 +400,7 @@ impl SimConfig {
         self.leave_per_million = 0;
         self.transfer_per_million = 0;
         self.maintenance_per_million = 0;
+        self.reassign_per_million = 0;
     }
 
     /// An overloaded cluster, as the leaders see it: no crash, cut or
@@ -520,6 +553,12 @@ struct Sim {
     leaderships: BTreeMap<u32, Leadership>,
     /// The transfer an operator asked for: to which node, given up when.
     transfer: Option<(u32, u64)>,
+    /// The partition's move in progress when last looked at, and the
+    /// metadata version it was seen in.
+    moving: (u64, Option<MoveView>),
+    /// The partition [`COPYING_WINDOW_MS`] before the run ends: a move
+    /// still in progress must have moved on since.
+    near_the_end: Option<NearTheEnd>,
     /// Nodes to crash once the tasks ready now have run.
     crash_soon: Vec<(u32, Restart)>,
     /// The fig. 8 schedule, on the seeds that follow it.
@@ -561,6 +600,7 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
         world.clone(),
         config.controller,
         &ids,
+        config.replication_factor as usize,
         &client_ids,
         rng.fork(),
     );
@@ -589,6 +629,8 @@ pub fn run(seed: u64, trace: bool) -> Result<Outcome, Failure> {
         removed: None,
         leaderships: BTreeMap::new(),
         transfer: None,
+        moving: (0, None),
+        near_the_end: None,
         crash_soon: Vec::new(),
         schedule,
         rng,
@@ -726,6 +768,14 @@ impl Sim {
         if !healed {
             self.inject_faults();
         }
+        if self.config.reassign_per_million > 0 {
+            self.observe_move();
+            if self.near_the_end.is_none()
+                && self.world.now_ms() + COPYING_WINDOW_MS >= CHAOS_MS + HEAL_MS
+            {
+                self.near_the_end = Some(self.partition_now());
+            }
+        }
         self.world
             .network
             .borrow_mut()
@@ -772,6 +822,9 @@ impl Sim {
         if self.config.transfer_per_million == 0 && self.config.maintenance_per_million == 0 {
             return;
         }
+        if self.config.reassign_per_million > 0 {
+            self.reassign();
+        }
         let now_ms = self.world.now_ms();
         if let Some((to, give_up_ms)) = self.transfer {
             if self.leadership(to).is_some() {
@@ -788,12 +841,16 @@ impl Sim {
                 .rng
                 .chance_per_million(self.config.transfer_per_million)
         {
-            // As `elect-leader` checks: a node that is up and not in
+            // As `elect-leader` checks: a replica that is up and not in
             // maintenance.
             let to = ids[self.rng.below(ids.len() as u64) as usize];
             let eligible = !self.nodes[&to].is_down()
                 && self.controller.in_maintenance() != Some(to)
-                && self.leadership(to).is_none();
+                && self.leadership(to).is_none()
+                && self
+                    .controller
+                    .published()
+                    .is_some_and(|published| published.replicas.contains(&to));
             if eligible && self.controller.request_transfer(to) {
                 self.stats.borrow_mut().transfers_requested += 1;
                 let timeout_ms = self.config.controller.elections.retry_interval.as_millis() as u64;
@@ -811,6 +868,128 @@ impl Sim {
             if self.controller.set_maintenance(change.0, change.1) {
                 self.stats.borrow_mut().maintenance_changes += 1;
             }
+        }
+    }
+
+    /// An operator's moves of the partition: one or two replicas replaced
+    /// by nodes outside the set, sometimes throttled, now and then
+    /// cancelled; counts the moves that ended.
+    fn reassign(&mut self) {
+        if !self
+            .rng
+            .chance_per_million(self.config.reassign_per_million)
+        {
+            return;
+        }
+        if self.moving.1.is_some() {
+            if self.rng.below(4) == 0 && self.controller.cancel_reassignment() {
+                self.stats.borrow_mut().reassignments_cancelled += 1;
+            }
+            return;
+        }
+        let Some(published) = self.controller.published() else {
+            return;
+        };
+        let mut target = published.replicas;
+        let mut outside: Vec<u32> = self
+            .nodes
+            .keys()
+            .copied()
+            .filter(|id| !target.contains(id))
+            .collect();
+        if target.is_empty() || outside.is_empty() {
+            return;
+        }
+        let swaps = 1 + self.rng.below(outside.len().min(2) as u64) as usize;
+        for _ in 0..swaps {
+            let into = outside.remove(self.rng.below(outside.len() as u64) as usize);
+            let slot = self.rng.below(target.len() as u64) as usize;
+            target[slot] = into;
+        }
+        // A preferred leader anywhere in the set.
+        let turn = self.rng.below(target.len() as u64) as usize;
+        target.rotate_left(turn);
+        let throttle = if self.rng.below(2) == 0 {
+            0
+        } else {
+            self.rng.between(2_000, 50_000)
+        };
+        self.controller.start_reassignment(&target, throttle);
+    }
+
+    /// Counts the moves that started and ended, as the most advanced
+    /// controller process's metadata shows them (one behind the last view
+    /// is not looked at: it would show an ended move as not yet started).
+    fn observe_move(&mut self) {
+        let Some((version, moving)) = self.controller.move_view() else {
+            return;
+        };
+        let (seen_version, seen) = self.moving;
+        if version < seen_version {
+            return;
+        }
+        if moving.map(|view| view.started_at_ms) != seen.map(|view| view.started_at_ms) {
+            let mut stats = self.stats.borrow_mut();
+            if seen.is_some() {
+                stats.reassignments_ended += 1;
+            }
+            if moving.is_some() {
+                stats.reassignments_started += 1;
+            }
+        }
+        self.moving = (version, moving);
+    }
+
+    /// The partition's sets, log ends and committed end now.
+    fn partition_now(&self) -> NearTheEnd {
+        let published = self.controller.published();
+        NearTheEnd {
+            sets: published
+                .map(|published| (published.replicas, published.learners))
+                .unwrap_or_default(),
+            ends: self
+                .nodes
+                .values()
+                .filter_map(|node| Some((node.id(), node.replica()?.appended_end())))
+                .collect(),
+            committed: self
+                .nodes
+                .values()
+                .filter_map(|node| Some(node.replica()?.high_watermark()))
+                .max()
+                .unwrap_or(Offset(0)),
+        }
+    }
+
+    /// Why a move still in progress at the end of the run is stalled, if it
+    /// is. Once healed its steps wait only for reports, rounds and its
+    /// learner: in the last [`COPYING_WINDOW_MS`] it took a step, or its
+    /// next learner (the first) copied without holding the committed log
+    /// at the start (a throttled move, or one copying about as fast as
+    /// producers append).
+    fn move_stall(&self) -> Option<String> {
+        let before = self.near_the_end.as_ref()?;
+        let now = self.partition_now();
+        if now.sets != before.sets {
+            return None;
+        }
+        let Some(learner) = now.sets.1.first() else {
+            return Some(format!(
+                "it waits for no learner and took no step in the last {COPYING_WINDOW_MS} ms"
+            ));
+        };
+        let (earlier, end) = (before.ends.get(learner), now.ends.get(learner));
+        match (earlier, end) {
+            (Some(earlier), _) if *earlier >= before.committed => Some(format!(
+                "learner {learner} held the committed log {COPYING_WINDOW_MS} ms ago (end \
+                 {earlier}, committed {}) and was not added",
+                before.committed
+            )),
+            (Some(earlier), Some(end)) if end > earlier => None,
+            _ => Some(format!(
+                "learner {learner} copied nothing in the last {COPYING_WINDOW_MS} ms (end \
+                 {end:?}, before {earlier:?})"
+            )),
         }
     }
 
@@ -1249,6 +1428,21 @@ impl Sim {
                 .map(|node| Ok((node.id(), durable_view(node.disk(), dir, &limits)?)))
                 .collect();
             match disks {
+                Ok(disks) if self.config.replication_factor < self.config.node_count => {
+                    // The partition lives on a subset that moves: what is
+                    // committed must be on enough of the current set that
+                    // every election quorum of it holds it.
+                    let set = self
+                        .controller
+                        .published()
+                        .map(|published| published.replicas)
+                        .unwrap_or_default();
+                    let on_set: BTreeMap<u32, LogView> = disks
+                        .into_iter()
+                        .filter(|(id, _)| set.contains(id))
+                        .collect();
+                    self.checker.check_durability_for_elections(&on_set, why);
+                }
                 Ok(disks) => self.checker.check_durability(&disks, why),
                 Err(error) => self.checker.report(error),
             }
@@ -1276,6 +1470,16 @@ impl Sim {
             .values()
             .map(|client| client.acknowledged_since_mark)
             .sum();
+        if let (_, Some(moving)) = self.moving
+            && let Some(stall) = self.move_stall()
+        {
+            return Err(self.fail(format!(
+                "the move started at {} ms did not end in the {HEAL_MS} ms after healing, \
+                 and {stall}; controller publishes {:?}",
+                moving.started_at_ms,
+                self.controller.published()
+            )));
+        }
         if progress == 0 {
             let roles: Vec<String> = self
                 .nodes
