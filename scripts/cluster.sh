@@ -2,8 +2,9 @@
 # A local N-broker corelog cluster on 127.0.0.1 for development and tests:
 #
 #   scripts/cluster.sh up [N] [--tls]
-#                                  start N brokers (default 3), all controller
-#                                  voters, and wait until the cluster is ready;
+#                                  start N brokers (default 3), the first 1, 3
+#                                  or 5 of them controller voters, and wait
+#                                  until the cluster is ready;
 #                                  with --tls, every listener and every
 #                                  connection between brokers speaks TLS, with
 #                                  certificates scripts/dev-certs.sh makes in
@@ -60,8 +61,17 @@ if [ -f "$cluster_dir/tls-on" ]; then
     export CORELOG_TLS_CA="$tls_dir/ca.pem"
 fi
 
+# The controller voters of a cluster of $1 brokers: the first 1, 3 or 5
+# (the sizes a Raft quorum is meant to have); the others are brokers only.
 voters() {
     local count=$1 list="" i
+    if [ "$count" -ge 5 ]; then
+        count=5
+    elif [ "$count" -ge 3 ]; then
+        count=3
+    else
+        count=1
+    fi
     for i in $(seq 1 "$count"); do
         list="${list:+$list,}$i@127.0.0.1:$((base_port + i))"
     done
