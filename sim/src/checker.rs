@@ -294,23 +294,31 @@ impl Checker {
         }
     }
 
-    /// Every committed batch is durable on a majority of disks, or deleted
-    /// by retention there (property 1). `disks` are the durable views.
-    /// Called after events that remove data: crashes, truncations, resets.
-    pub fn check_durability(&mut self, disks: &BTreeMap<u32, LogView>, why: &str) {
-        let majority = disks.len() / 2 + 1;
-        let lost = self
-            .committed
+    /// A committed batch durable (or deleted by retention) on fewer than
+    /// `needed` of `disks`, if any.
+    fn committed_on_fewer_than(
+        &self,
+        disks: &BTreeMap<u32, LogView>,
+        needed: usize,
+    ) -> Option<StoredBatch> {
+        self.committed
             .values()
             .find(|batch| {
                 disks
                     .values()
                     .filter(|disk| disk.log_start() > batch.base || disk.holds(batch))
                     .count()
-                    < majority
+                    < needed
             })
-            .cloned();
-        if let Some(batch) = lost {
+            .cloned()
+    }
+
+    /// Every committed batch is durable on a majority of disks, or deleted
+    /// by retention there (property 1). `disks` are the durable views.
+    /// Called after events that remove data: crashes, truncations, resets.
+    pub fn check_durability(&mut self, disks: &BTreeMap<u32, LogView>, why: &str) {
+        let majority = disks.len() / 2 + 1;
+        if let Some(batch) = self.committed_on_fewer_than(disks, majority) {
             let acknowledged = self.acknowledged.contains_key(&batch.base);
             self.report(format!(
                 "after {why}: committed {}..={} (acknowledged: {acknowledged}) is durable on \
@@ -328,18 +336,7 @@ impl Checker {
     /// that set's majority).
     pub fn check_durability_for_elections(&mut self, disks: &BTreeMap<u32, LogView>, why: &str) {
         let needed = disks.len() - (disks.len() / 2 + 1) + 1;
-        let lost = self
-            .committed
-            .values()
-            .find(|batch| {
-                disks
-                    .values()
-                    .filter(|disk| disk.log_start() > batch.base || disk.holds(batch))
-                    .count()
-                    < needed
-            })
-            .cloned();
-        if let Some(batch) = lost {
+        if let Some(batch) = self.committed_on_fewer_than(disks, needed) {
             self.report(format!(
                 "after {why}: committed {}..={} is durable on fewer than {needed} of the \
                  replicas {:?}: an election among the others can lose it",

@@ -1672,6 +1672,16 @@ mod tests {
         published: std::cell::RefCell<Vec<Command>>,
     }
 
+    impl FixedLogs {
+        /// Replicas answering with `(last epoch, log end)`.
+        fn new<const N: usize>(logs: [(u32, (Option<u32>, u64)); N]) -> FixedLogs {
+            FixedLogs {
+                logs: BTreeMap::from(logs),
+                published: std::cell::RefCell::default(),
+            }
+        }
+    }
+
     impl RoundHost for FixedLogs {
         fn query<'a>(
             &'a self,
@@ -1748,15 +1758,12 @@ mod tests {
             change.current,
             vec![ReplicaId(1), ReplicaId(2), ReplicaId(3)]
         );
-        let host = FixedLogs {
-            logs: BTreeMap::from([
-                (1, (Some(0), 10)),
-                (2, (Some(0), 10)),
-                (3, (Some(0), 10)),
-                (4, (Some(0), 10)),
-            ]),
-            published: std::cell::RefCell::default(),
-        };
+        let host = FixedLogs::new([
+            (1, (Some(0), 10)),
+            (2, (Some(0), 10)),
+            (3, (Some(0), 10)),
+            (4, (Some(0), 10)),
+        ]);
         let outcome = futures::executor::block_on(run_round(&host, &due));
         // The leader keeps leading: first in the tie order.
         assert_eq!(
@@ -1870,15 +1877,12 @@ mod tests {
         let change = due.change.clone().expect("a step");
         assert_eq!(change.replicas.len(), 3, "{change:?}");
         // 2 lags behind the change's marker: 1, 3 and 4 show it.
-        let host = FixedLogs {
-            logs: BTreeMap::from([
-                (1, (Some(2), 11)),
-                (2, (Some(1), 10)),
-                (3, (Some(2), 11)),
-                (4, (Some(2), 11)),
-            ]),
-            published: std::cell::RefCell::default(),
-        };
+        let host = FixedLogs::new([
+            (1, (Some(2), 11)),
+            (2, (Some(1), 10)),
+            (3, (Some(2), 11)),
+            (4, (Some(2), 11)),
+        ]);
         let outcome = futures::executor::block_on(run_round(&host, &due));
         assert_eq!(
             outcome,
@@ -1909,28 +1913,22 @@ mod tests {
         let due = ElectionBook::new()
             .plan_with_moves(&state, Instant::now(), &caught_up(true))
             .remove(0);
-        let host = FixedLogs {
-            logs: BTreeMap::from([
-                (1, (Some(3), 11)),
-                (2, (Some(0), 10)),
-                (3, (Some(0), 10)),
-                (4, (Some(0), 10)),
-            ]),
-            published: std::cell::RefCell::default(),
-        };
+        let host = FixedLogs::new([
+            (1, (Some(3), 11)),
+            (2, (Some(0), 10)),
+            (3, (Some(0), 10)),
+            (4, (Some(0), 10)),
+        ]);
         let outcome = futures::executor::block_on(run_round(&host, &due));
         assert_eq!(outcome, AttemptOutcome::Unpublished { fenced_epoch: None });
         assert!(host.published.borrow().is_empty());
         // Once a majority of the current set holds epoch 3, it goes on.
-        let host = FixedLogs {
-            logs: BTreeMap::from([
-                (1, (Some(3), 11)),
-                (2, (Some(3), 11)),
-                (3, (Some(0), 10)),
-                (4, (Some(0), 10)),
-            ]),
-            published: std::cell::RefCell::default(),
-        };
+        let host = FixedLogs::new([
+            (1, (Some(3), 11)),
+            (2, (Some(3), 11)),
+            (3, (Some(0), 10)),
+            (4, (Some(0), 10)),
+        ]);
         let outcome = futures::executor::block_on(run_round(&host, &due));
         assert!(
             matches!(outcome, AttemptOutcome::Published { .. }),
