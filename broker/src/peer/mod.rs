@@ -323,3 +323,63 @@ impl Peers {
         Ok(connection)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use corelog_wire::error::ErrorCode;
+    use corelog_wire::message::partition_report::{
+        PartitionReportRequest, PartitionReportRequestV1,
+    };
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    use super::*;
+
+    /// Records the version of each request it is given, and refuses it.
+    struct Recorder(Rc<RefCell<Vec<(ApiKey, u16)>>>);
+
+    impl LocalService for Recorder {
+        fn serve(
+            &self,
+            api_key: ApiKey,
+            api_version: u16,
+            _body: Vec<u8>,
+        ) -> LocalBoxFuture<'static, Reply> {
+            self.0.borrow_mut().push((api_key, api_version));
+            Box::pin(async { Reply::error(ErrorCode::InvalidRequest) })
+        }
+    }
+
+    /// A broker calling itself hands its own dispatch the request's
+    /// version: it once said 0 for every request.
+    #[test]
+    fn a_call_to_this_broker_keeps_the_requests_version() {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let recorder = Recorder(seen.clone());
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor starts")
+            .run(async move {
+                serve_locally(7, Rc::new(recorder));
+                let peers = Peers::new();
+                let addr: SocketAddr = "127.0.0.1:1".parse().expect("an address");
+                let v0 = PartitionReportRequest {
+                    node_id: 7,
+                    incarnation: 1,
+                    partitions: Vec::new(),
+                };
+                let v1 = PartitionReportRequestV1 {
+                    node_id: 7,
+                    incarnation: 1,
+                    partitions: Vec::new(),
+                };
+                let timeout = Duration::from_secs(1);
+                assert!(peers.call_node(7, addr, &v0, &[], timeout).await.is_err());
+                assert!(peers.call_node(7, addr, &v1, &[], timeout).await.is_err());
+            });
+        assert_eq!(
+            *seen.borrow(),
+            vec![(ApiKey::PartitionReport, 0), (ApiKey::PartitionReport, 1)]
+        );
+    }
+}
