@@ -9,7 +9,7 @@ FUZZ_TARGETS = frame batch_decode api_versions metadata create_topics delete_top
 	heartbeat leave_group offset_commit offset_fetch list_groups describe_groups delete_groups \
 	reset_offsets write_audit audit_record group_record controller_raft broker_register \
 	broker_heartbeat metadata_fetch controller_operation replica_push replica_query replica_stream \
-	describe_cluster describe_cluster_v1 describe_groups_v1 partition_report partition_report_v1 authenticate describe_users alter_users \
+	describe_cluster describe_cluster_v1 describe_cluster_v2 describe_groups_v1 partition_report partition_report_v1 authenticate describe_users alter_users \
 	describe_acls alter_acls describe_quotas alter_quotas alter_cluster
 # Fuzz targets of broker/fuzz: arbitrary frames against an in-process broker, and
 # recovery of the controller log file.

@@ -59,8 +59,8 @@ use crate::metadata::{ClusterMetadata, TopicMetadata};
 
 pub use self::acls::{AclFilter, AclRule};
 pub use self::cluster_status::{
-    BrokerState, ClusterStatus, ControllerState, PartitionHealth, PartitionMove, PartitionStatus,
-    Problem, TopicStatus,
+    BrokerState, ClusterStatus, ControllerState, DecommissionState, PartitionHealth, PartitionMove,
+    PartitionStatus, Problem, TopicStatus,
 };
 pub use self::groups::{
     AUDIT_READ_MAX, AuditLogEntry, GroupDescription, GroupList, GroupListing, MemberDescription,
@@ -70,7 +70,7 @@ pub use self::groups::{
 pub use self::leadership::{LEADERSHIP_CHANGE_TIMEOUT, Leadership};
 pub use self::offset_deletion::{DeleteOffsets, DeleteOffsetsOutcome, OffsetDeleted};
 pub use self::quotas::Quota;
-pub use self::reassignment::{LearnerProgress, ReassignmentProgress};
+pub use self::reassignment::{DEFAULT_DECOMMISSION_MOVES, LearnerProgress, ReassignmentProgress};
 pub use self::users::{DEFAULT_ITERATIONS, UserListing};
 
 /// How long the broker may take to commit a topic creation or deletion

@@ -29,6 +29,7 @@ use corelog_wire::sasl::scram::StoredCredential;
 
 use crate::acls::AclBinding;
 use crate::codec::{DecodeError, Reader, Writer};
+use crate::decommission::Decommission;
 use crate::quotas::{
     QUOTA_ENTITY_BYTES_MAX, QuotaEntity, QuotaLimits, read_object_limits, read_quota,
     write_object_limits, write_quota,
@@ -94,6 +95,7 @@ const TAG_SET_BROKER_MAINTENANCE: u8 = 19;
 const TAG_START_REASSIGNMENT: u8 = 20;
 const TAG_CANCEL_REASSIGNMENT: u8 = 21;
 const TAG_CHANGE_REPLICA_SET: u8 = 22;
+const TAG_SET_BROKER_DECOMMISSION: u8 = 23;
 
 /// One change to cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +133,16 @@ pub enum Command {
         node: NodeId,
         /// In maintenance or not.
         enabled: bool,
+    },
+    /// Starts decommissioning the broker (see [`crate::decommission`]):
+    /// it takes no new replica, and the controller leader moves the ones
+    /// it holds to other brokers; or, with `None`, recommissions it and
+    /// turns back the moves still running off it.
+    SetBrokerDecommission {
+        /// Its id.
+        node: NodeId,
+        /// How its replicas are moved; `None` to recommission.
+        decommission: Option<Decommission>,
     },
     /// The broker's current incarnation caught up with metadata and may
     /// take replicas and leaderships again.
@@ -344,6 +356,16 @@ pub enum Outcome {
         /// Whether this command changed it.
         changed: bool,
     },
+    /// The broker's decommission is as asked; `changed` is false if it
+    /// already was.
+    BrokerDecommission {
+        /// Its id.
+        node: NodeId,
+        /// Whether this command changed it.
+        changed: bool,
+        /// Moves off it this command turned back (recommissioning).
+        cancelled: u32,
+    },
     /// The topic exists with this id.
     TopicCreated {
         /// The new, never reused id.
@@ -470,6 +492,15 @@ impl Command {
                 writer.u8(TAG_SET_BROKER_MAINTENANCE);
                 writer.u64(node.0);
                 writer.bool(*enabled);
+            }
+            Command::SetBrokerDecommission { node, decommission } => {
+                writer.u8(TAG_SET_BROKER_DECOMMISSION);
+                writer.u64(node.0);
+                writer.bool(decommission.is_some());
+                if let Some(decommission) = decommission {
+                    writer.u64(decommission.throttle_bytes_per_s);
+                    writer.u16(decommission.max_moves);
+                }
             }
             Command::UnfenceBroker { node, incarnation } => {
                 writer.u8(TAG_UNFENCE_BROKER);
@@ -701,6 +732,17 @@ impl Command {
                 node: NodeId(reader.u64("node")?),
                 enabled: reader.bool("maintenance")?,
             },
+            TAG_SET_BROKER_DECOMMISSION => Command::SetBrokerDecommission {
+                node: NodeId(reader.u64("node")?),
+                decommission: if reader.bool("decommissioning")? {
+                    Some(Decommission {
+                        throttle_bytes_per_s: reader.u64("throttle")?,
+                        max_moves: reader.u16("moves at once")?,
+                    })
+                } else {
+                    None
+                },
+            },
             TAG_UNFENCE_BROKER => Command::UnfenceBroker {
                 node: NodeId(reader.u64("node")?),
                 incarnation: reader.u64("incarnation")?,
@@ -930,6 +972,17 @@ mod tests {
             Command::SetBrokerMaintenance {
                 node: NodeId(2),
                 enabled: true,
+            },
+            Command::SetBrokerDecommission {
+                node: NodeId(2),
+                decommission: Some(Decommission {
+                    throttle_bytes_per_s: 50 << 20,
+                    max_moves: 4,
+                }),
+            },
+            Command::SetBrokerDecommission {
+                node: NodeId(2),
+                decommission: None,
             },
             Command::UnfenceBroker {
                 node: NodeId(2),

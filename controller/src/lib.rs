@@ -161,6 +161,7 @@
 pub mod acls;
 pub mod codec;
 pub mod command;
+pub mod decommission;
 pub mod durable;
 pub mod limits;
 pub mod logger;

@@ -107,18 +107,23 @@ impl PlacementLoad {
     /// Counts one partition's replicas, the first as preferred leader.
     pub fn add(&mut self, replicas: &[Replica]) {
         for (position, replica) in replicas.iter().enumerate() {
-            *self.replicas.entry(replica.node).or_default() += 1;
+            self.add_one(*replica, position == 0);
+        }
+    }
+
+    /// Counts one replica, as a preferred leader or not.
+    pub fn add_one(&mut self, replica: Replica, preferred_leader: bool) {
+        *self.replicas.entry(replica.node).or_default() += 1;
+        *self
+            .shard_replicas
+            .entry((replica.node, replica.shard))
+            .or_default() += 1;
+        if preferred_leader {
+            *self.leaders.entry(replica.node).or_default() += 1;
             *self
-                .shard_replicas
+                .shard_leaders
                 .entry((replica.node, replica.shard))
                 .or_default() += 1;
-            if position == 0 {
-                *self.leaders.entry(replica.node).or_default() += 1;
-                *self
-                    .shard_leaders
-                    .entry((replica.node, replica.shard))
-                    .or_default() += 1;
-            }
         }
     }
 
@@ -165,12 +170,12 @@ impl PlacementLoad {
 
 /// A failure domain: the rack, or the broker itself when it has no rack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Domain<'a> {
+pub(crate) enum Domain<'a> {
     Rack(&'a str),
     Node(NodeId),
 }
 
-fn domain(broker: &BrokerRecord) -> Domain<'_> {
+pub(crate) fn domain(broker: &BrokerRecord) -> Domain<'_> {
     broker
         .rack
         .as_deref()
@@ -208,7 +213,7 @@ pub fn place_within<'a>(
 ) -> Result<Vec<Vec<Replica>>, PlacementError> {
     let live: BTreeMap<NodeId, &BrokerRecord> = brokers
         .into_iter()
-        .filter(|broker| !broker.fenced && broker.shard_count > 0)
+        .filter(|broker| broker.takes_replicas())
         .map(|broker| (broker.id, broker))
         .collect();
     let factor = usize::from(replication_factor);
@@ -311,7 +316,7 @@ fn place_partition(
     )
 }
 
-fn pick_shard(
+pub(crate) fn pick_shard(
     broker: &BrokerRecord,
     leader: bool,
     load: &PlacementLoad,

@@ -15,6 +15,7 @@ fn broker(id: u64, rack: Option<&str>, shard_count: u16) -> BrokerRecord {
         incarnation: 1,
         fenced: false,
         maintenance: false,
+        decommission: None,
     }
 }
 

@@ -76,6 +76,21 @@ impl Reassignment {
     }
 }
 
+/// Turns the move on `record` back toward its original set: at once when
+/// no change was made yet (only learners were added, and they are
+/// dropped). Returns whether this cancel turned it, or `None` when no move
+/// is in progress.
+pub(crate) fn cancel(record: &mut PartitionRecord) -> Option<bool> {
+    let reassignment = record.reassignment.as_mut()?;
+    let changed = !reassignment.cancelled;
+    reassignment.cancelled = true;
+    if reassignment.reached(&record.replicas) {
+        record.replicas = reassignment.original.clone();
+        record.reassignment = None;
+    }
+    Some(changed)
+}
+
 /// What a move waits for or does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -232,4 +247,4 @@ fn holds(replicas: &[Replica], node: NodeId) -> bool {
 
 #[cfg(test)]
 #[path = "reassignment_tests.rs"]
-mod tests;
+pub(crate) mod tests;

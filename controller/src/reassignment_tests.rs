@@ -13,34 +13,43 @@ use crate::types::{LeaderEpoch, ShardId, TopicId};
 
 const TOPIC: TopicId = TopicId(0);
 
-fn replica(node: u64) -> Replica {
+pub(crate) fn replica(node: u64) -> Replica {
     Replica {
         node: NodeId(node),
         shard: ShardId((node % 2) as u16),
     }
 }
 
-fn set(nodes: &[u64]) -> Vec<Replica> {
+pub(crate) fn set(nodes: &[u64]) -> Vec<Replica> {
     nodes.iter().copied().map(replica).collect()
 }
 
-fn nodes(replicas: &[Replica]) -> Vec<u64> {
+pub(crate) fn nodes(replicas: &[Replica]) -> Vec<u64> {
     replicas.iter().map(|replica| replica.node.0).collect()
 }
 
 /// Applies commands one index after another.
-struct Cluster {
-    state: MetadataState,
+pub(crate) struct Cluster {
+    pub(crate) state: MetadataState,
     index: u64,
+    /// The partition of topic 0 that `record`, `start`, `change` and
+    /// `run_to_end` act on.
+    pub(crate) focus: u32,
 }
 
 impl Cluster {
     /// Brokers 1 to 6, two shards each, live; topic 0 with one partition
     /// on `replicas`, led by the first.
-    fn new(replicas: &[u64]) -> Self {
+    pub(crate) fn new(replicas: &[u64]) -> Self {
+        Cluster::with_partitions(&[replicas])
+    }
+
+    /// As [`Cluster::new`], with one partition on each of `partitions`.
+    pub(crate) fn with_partitions(partitions: &[&[u64]]) -> Self {
         let mut cluster = Cluster {
             state: MetadataState::default(),
             index: 0,
+            focus: 0,
         };
         for node in 1..=6 {
             cluster.ok(&Command::RegisterBroker {
@@ -60,33 +69,33 @@ impl Cluster {
             name: "moving".to_owned(),
             internal: false,
             config: BTreeMap::new(),
-            assignments: vec![set(replicas)],
+            assignments: partitions.iter().map(|replicas| set(replicas)).collect(),
             created_at_ms: 0,
             owner: None,
         });
         cluster
     }
 
-    fn apply(&mut self, command: &Command) -> Result<Outcome, CommandError> {
+    pub(crate) fn apply(&mut self, command: &Command) -> Result<Outcome, CommandError> {
         self.index += 1;
         let result = self.state.apply(self.index, command);
         assert_eq!(self.state.check_invariants(), Ok(()), "after {command:?}");
         result
     }
 
-    fn ok(&mut self, command: &Command) -> Outcome {
+    pub(crate) fn ok(&mut self, command: &Command) -> Outcome {
         self.apply(command)
             .unwrap_or_else(|error| panic!("{command:?} refused: {error}"))
     }
 
-    fn record(&self) -> &PartitionRecord {
-        &self.state.topics()[&TOPIC].partitions[0]
+    pub(crate) fn record(&self) -> &PartitionRecord {
+        &self.state.topics()[&TOPIC].partitions[self.focus as usize]
     }
 
-    fn start(&mut self, target: &[u64]) -> Result<Outcome, CommandError> {
+    pub(crate) fn start(&mut self, target: &[u64]) -> Result<Outcome, CommandError> {
         self.apply(&Command::StartReassignment {
             topic_id: TOPIC,
-            partition: 0,
+            partition: self.focus,
             target: set(target),
             throttle_bytes_per_s: 0,
             started_at_ms: 5,
@@ -101,7 +110,7 @@ impl Cluster {
         let epoch = LeaderEpoch(self.record().leader_epoch.0 + 1);
         self.apply(&Command::ChangeReplicaSet {
             topic_id: TOPIC,
-            partition: 0,
+            partition: self.focus,
             replicas,
             leader,
             epoch,
@@ -137,7 +146,7 @@ impl Cluster {
             Step::MoveLeader { to } => {
                 self.ok(&Command::SetLeader {
                     topic_id: TOPIC,
-                    partition: 0,
+                    partition: self.focus,
                     leader: Some(to),
                     epoch: LeaderEpoch(record.leader_epoch.0 + 1),
                 });
@@ -156,7 +165,7 @@ impl Cluster {
 
     /// Runs the move to its end with every learner caught up and every
     /// change committed; returns the sets it went through.
-    fn run_to_end(&mut self) -> Vec<Vec<u64>> {
+    pub(crate) fn run_to_end(&mut self) -> Vec<Vec<u64>> {
         let mut sets = vec![nodes(&self.record().replicas)];
         let everyone: BTreeSet<NodeId> = (1..=6).map(NodeId).collect();
         for _ in 0..32 {

@@ -20,9 +20,11 @@
 //!                              · topics, partitions, groups, see [`crate::quotas`])*
 //!      · topic owners (version 5 and 6): count u32 · (topic id u64 · principal str)*
 //!      · brokers in maintenance (version 6 and 7): count u32 · (id u64)*
-//!      · reassignments (version 7): count u32 · (topic id u64 · partition u32
+//!      · reassignments (version 7 and 8): count u32 · (topic id u64 · partition u32
 //!                              · original replicas · target replicas
 //!                              · throttle u64 · started at i64 · cancelled u8)*
+//!      · brokers being decommissioned (version 8): count u32 · (id u64
+//!                              · throttle u64 · moves at once u16)*
 //! str = length u32 · UTF-8 bytes; opt-str = u8 (0 none, 1 some) · str
 //! ```
 //!
@@ -30,10 +32,11 @@
 //! ACLs or quotas as version 1, with users only as version 2, with ACLs but
 //! no quotas as version 3, with quotas but neither object limits nor topic
 //! owners as version 4, without a broker in maintenance as version 5 or
-//! older, without a reassignment in progress as version 6 or older.
+//! older, without a reassignment in progress as version 6 or older,
+//! without a broker being decommissioned as version 7 or older.
 //! Brokers of the releases before read it, so a rolling upgrade works
 //! until the first user (ACL, quota, owned topic, object limit,
-//! maintenance or reassignment) is created. Object limits are listed only for the quotas
+//! maintenance, reassignment or decommission) is created. Object limits are listed only for the quotas
 //! that set them (in entity order, each a quota of the section before);
 //! owners only for the topics that have one (in id order). A topic of an
 //! older state has no owner: it counts for nobody.
@@ -52,6 +55,7 @@ use crate::command::{
     HOST_BYTES_MAX, PARTITIONS_MAX, RACK_BYTES_MAX, TOPIC_NAME_BYTES_MAX, read_config,
     read_replicas, write_config, write_replicas,
 };
+use crate::decommission::Decommission;
 use crate::quotas::{
     QUOTA_ENTITY_BYTES_MAX, QUOTAS_MAX, QuotaEntity, read_object_limits, read_quota,
     write_object_limits, write_quota,
@@ -68,8 +72,8 @@ const MAGIC: [u8; 4] = *b"CLMS";
 /// ACLs after the users; version 4: quotas after the ACLs; version 5:
 /// object limits and topic owners after the quotas; version 6: the brokers
 /// in maintenance after the owners; version 7: the reassignments in
-/// progress after them.
-const VERSION: u8 = 7;
+/// progress after them; version 8: the brokers being decommissioned last.
+const VERSION: u8 = 8;
 const WHAT: &str = "metadata snapshot";
 /// Smallest encoded broker: id, empty host, port, no rack, shards,
 /// incarnation, fenced.
@@ -139,10 +143,16 @@ impl MetadataState {
                     })
             })
             .collect();
+        let decommissioning: Vec<&BrokerRecord> = self
+            .brokers
+            .values()
+            .filter(|broker| broker.decommission.is_some())
+            .collect();
         let newest = !owned.is_empty()
             || !object_limits.is_empty()
             || !in_maintenance.is_empty()
-            || !moving.is_empty();
+            || !moving.is_empty()
+            || !decommissioning.is_empty();
         if self.users.is_empty() && self.acls.is_empty() && self.quotas.is_empty() && !newest {
             return seal(MAGIC, 1, &writer.bytes);
         }
@@ -179,14 +189,14 @@ impl MetadataState {
             writer.u64(topic.id.0);
             writer.str(topic.owner.as_deref().unwrap_or_default());
         }
-        if in_maintenance.is_empty() && moving.is_empty() {
+        if in_maintenance.is_empty() && moving.is_empty() && decommissioning.is_empty() {
             return seal(MAGIC, 5, &writer.bytes);
         }
         writer.len(in_maintenance.len());
         for node in in_maintenance {
             writer.u64(node.0);
         }
-        if moving.is_empty() {
+        if moving.is_empty() && decommissioning.is_empty() {
             return seal(MAGIC, 6, &writer.bytes);
         }
         writer.len(moving.len());
@@ -198,6 +208,17 @@ impl MetadataState {
             writer.u64(reassignment.throttle_bytes_per_s);
             writer.i64(reassignment.started_at_ms);
             writer.bool(reassignment.cancelled);
+        }
+        if decommissioning.is_empty() {
+            return seal(MAGIC, 7, &writer.bytes);
+        }
+        writer.len(decommissioning.len());
+        for broker in decommissioning {
+            if let Some(decommission) = broker.decommission {
+                writer.u64(broker.id.0);
+                writer.u64(decommission.throttle_bytes_per_s);
+                writer.u16(decommission.max_moves);
+            }
         }
         seal(MAGIC, VERSION, &writer.bytes)
     }
@@ -328,7 +349,10 @@ impl MetadataState {
             read_maintenance_section(&mut reader, &mut state, version)?;
         }
         if version >= 7 {
-            read_reassignments_section(&mut reader, &mut state)?;
+            read_reassignments_section(&mut reader, &mut state, version)?;
+        }
+        if version >= 8 {
+            read_decommissions_section(&mut reader, &mut state)?;
         }
         reader.finish()?;
         state
@@ -377,16 +401,60 @@ fn read_maintenance_section(
     Ok(())
 }
 
-/// The reassignments of version 7: partitions of known topics, in
-/// increasing (topic, partition) order, at least one. Their consistency
-/// with the replica sets is [`MetadataState::check_invariants`]'.
-fn read_reassignments_section(
+/// The brokers being decommissioned of version 8: registered ones, in
+/// increasing id order, at least one.
+fn read_decommissions_section(
     reader: &mut Reader<'_>,
     state: &mut MetadataState,
 ) -> Result<(), DecodeError> {
+    let count = reader.len("brokers being decommissioned", state.brokers.len(), 18)?;
+    if count == 0 {
+        return Err(reader.invalid_at(
+            "brokers being decommissioned",
+            reader.position(),
+            "a state without a broker being decommissioned is written as version 7 or older"
+                .to_owned(),
+        ));
+    }
+    let mut last: Option<NodeId> = None;
+    for _ in 0..count {
+        let at = reader.position();
+        let node = NodeId(reader.u64("broker being decommissioned")?);
+        if last.is_some_and(|last| last >= node) {
+            return Err(reader.invalid_at(
+                "broker being decommissioned",
+                at,
+                "brokers being decommissioned out of order".to_owned(),
+            ));
+        }
+        last = Some(node);
+        let decommission = Decommission {
+            throttle_bytes_per_s: reader.u64("throttle")?,
+            max_moves: reader.u16("moves at once")?,
+        };
+        let Some(broker) = state.brokers.get_mut(&node) else {
+            return Err(reader.invalid_at(
+                "broker being decommissioned",
+                at,
+                format!("broker {node} is not registered"),
+            ));
+        };
+        broker.decommission = Some(decommission);
+    }
+    Ok(())
+}
+
+/// The reassignments of version 7 and 8: partitions of known topics, in
+/// increasing (topic, partition) order; at least one in version 7. Their
+/// consistency with the replica sets is [`MetadataState::check_invariants`]'.
+fn read_reassignments_section(
+    reader: &mut Reader<'_>,
+    state: &mut MetadataState,
+    version: u8,
+) -> Result<(), DecodeError> {
     // Ids, two one-replica sets, throttle, time, flag: at least 53 bytes.
     let count = reader.len("reassignments", usize::MAX, 53)?;
-    if count == 0 {
+    if count == 0 && version == 7 {
         return Err(reader.invalid_at(
             "reassignments",
             reader.position(),
@@ -507,6 +575,7 @@ fn read_broker(reader: &mut Reader<'_>) -> Result<BrokerRecord, DecodeError> {
         incarnation: reader.u64("incarnation")?,
         fenced: reader.bool("fenced")?,
         maintenance: false,
+        decommission: None,
     })
 }
 
@@ -571,6 +640,36 @@ mod tests {
         assert_eq!(bytes[4], 6);
         let decoded = MetadataState::decode(&bytes).expect("decodes");
         assert!(decoded.brokers()[&NodeId(2)].maintenance);
+        assert_eq!(decoded, state);
+    }
+
+    #[test]
+    fn a_broker_being_decommissioned_is_kept_in_version_8_and_only_then() {
+        let mut state = sample_state();
+        assert!(state.encode()[4] <= 7, "nothing needs version 8 yet");
+        let plan = Decommission {
+            throttle_bytes_per_s: 1 << 20,
+            max_moves: 2,
+        };
+        // A fourth broker to take broker 2's replicas.
+        let register = crate::Command::RegisterBroker {
+            node: NodeId(4),
+            host: "broker-4".to_owned(),
+            port: 7100,
+            rack: None,
+            shard_count: 1,
+            incarnation: 1,
+        };
+        assert!(state.apply(state.version() + 1, &register).is_ok());
+        let command = crate::Command::SetBrokerDecommission {
+            node: NodeId(2),
+            decommission: Some(plan),
+        };
+        assert!(state.apply(state.version() + 1, &command).is_ok());
+        let bytes = state.encode();
+        assert_eq!(bytes[4], 8);
+        let decoded = MetadataState::decode(&bytes).expect("decodes");
+        assert_eq!(decoded.brokers()[&NodeId(2)].decommission, Some(plan));
         assert_eq!(decoded, state);
     }
 

@@ -25,6 +25,7 @@ use crate::command::{
     ImportedTopic, Outcome, PARTITIONS_MAX, PRODUCER_IDS_PER_COMMAND_MAX, RACK_BYTES_MAX,
     REPLICAS_MAX,
 };
+use crate::decommission::{self, Decommission};
 use crate::limits::{self, LimitExceeded, ObjectLimits, Usage};
 use crate::quotas::{QUOTAS_MAX, Quotas};
 use crate::reassignment::{self, ChangeError, Reassignment};
@@ -61,6 +62,19 @@ pub struct BrokerRecord {
     /// leaderships are elected elsewhere) but still follows. Kept across
     /// the broker's restarts until disabled.
     pub maintenance: bool,
+    /// Being decommissioned (`SetBrokerDecommission`): it takes no new
+    /// replica and its replicas are moved to other brokers. Kept across its
+    /// restarts until recommissioned.
+    pub decommission: Option<Decommission>,
+}
+
+impl BrokerRecord {
+    /// Whether placement may give it a new replica: unfenced, not being
+    /// decommissioned, and with a shard.
+    #[must_use]
+    pub fn takes_replicas(&self) -> bool {
+        !self.fenced && self.decommission.is_none() && self.shard_count > 0
+    }
 }
 
 /// One partition: its replica set, leader and leader epoch.
@@ -170,6 +184,17 @@ pub enum CommandError {
         /// The broker in maintenance.
         in_maintenance: NodeId,
     },
+    /// The broker cannot be decommissioned as asked.
+    #[error("broker {node} cannot be decommissioned: {reason}")]
+    InvalidDecommission {
+        /// The broker.
+        node: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// The broker is being decommissioned and takes no new replica.
+    #[error("broker {0} is being decommissioned and takes no new replica; recommission it first")]
+    BrokerDecommissioning(NodeId),
     /// The broker is fenced and can take no replica or leadership.
     #[error("broker {0} is fenced")]
     BrokerFenced(NodeId),
@@ -451,6 +476,7 @@ impl MetadataState {
                 incarnation: *incarnation,
                 fenced: true,
                 maintenance: false,
+                decommission: None,
             }),
             Command::FenceBroker { node } => {
                 let broker = self
@@ -476,6 +502,9 @@ impl MetadataState {
                     node: *node,
                     changed,
                 })
+            }
+            Command::SetBrokerDecommission { node, decommission } => {
+                self.set_decommission(*node, *decommission)
             }
             Command::UnfenceBroker { node, incarnation } => {
                 let broker = self
@@ -536,21 +565,13 @@ impl MetadataState {
                 partition,
             } => {
                 let record = self.partition_mut(*topic_id, *partition)?;
-                let Some(reassignment) = &mut record.reassignment else {
+                let Some(changed) = reassignment::cancel(record) else {
                     return Err(CommandError::BadReplicaChange {
                         topic_id: *topic_id,
                         partition: *partition,
                         reason: ChangeError::NoReassignment,
                     });
                 };
-                let changed = !reassignment.cancelled;
-                reassignment.cancelled = true;
-                if reassignment.reached(&record.replicas) {
-                    // Cancelled before its first change: only learners
-                    // were added, and they are dropped.
-                    record.replicas = reassignment.original.clone();
-                    record.reassignment = None;
-                }
                 Ok(Outcome::ReassignmentCancelled { changed })
             }
             Command::ChangeReplicaSet {
@@ -682,14 +703,16 @@ impl MetadataState {
         let incarnation = broker.incarnation;
         // Maintenance outlives the process: it is how an operator restarts
         // a broker without it taking leaderships back in between.
-        let maintenance = self
-            .brokers
-            .get(&node)
-            .is_some_and(|registered| registered.maintenance);
+        // So does a decommission: a restart must not give the broker its
+        // place back.
+        let registered = self.brokers.get(&node);
+        let maintenance = registered.is_some_and(|registered| registered.maintenance);
+        let decommission = registered.and_then(|registered| registered.decommission);
         self.brokers.insert(
             node,
             BrokerRecord {
                 maintenance,
+                decommission,
                 ..broker
             },
         );
@@ -1032,6 +1055,9 @@ impl MetadataState {
             Command::SetBrokerMaintenance { node, enabled } => {
                 self.check_maintenance(*node, *enabled)
             }
+            Command::SetBrokerDecommission { node, decommission } => {
+                self.check_decommission(*node, decommission.as_ref())
+            }
             Command::StartReassignment {
                 topic_id,
                 partition,
@@ -1056,6 +1082,82 @@ impl MetadataState {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Marks `node` decommissioning, or clears the mark and turns back the
+    /// moves still running off it (see [`crate::decommission`]).
+    fn set_decommission(
+        &mut self,
+        node: NodeId,
+        wanted: Option<Decommission>,
+    ) -> Result<Outcome, CommandError> {
+        self.check_decommission(node, wanted.as_ref())?;
+        let broker = self
+            .brokers
+            .get_mut(&node)
+            .ok_or(CommandError::UnknownBroker(node))?;
+        let changed = broker.decommission != wanted;
+        broker.decommission = wanted;
+        let mut cancelled = 0;
+        if wanted.is_none() {
+            for topic in self.topics.values_mut() {
+                for record in &mut topic.partitions {
+                    if decommission::moves_off(record, node) {
+                        reassignment::cancel(record);
+                        cancelled += 1;
+                    }
+                }
+            }
+        }
+        Ok(Outcome::BrokerDecommission {
+            node,
+            changed,
+            cancelled,
+        })
+    }
+
+    /// Whether `node` may be decommissioned as `wanted` (every partition
+    /// on it must find a replacement among the brokers that stay), or
+    /// recommissioned (`None`).
+    fn check_decommission(
+        &self,
+        node: NodeId,
+        wanted: Option<&Decommission>,
+    ) -> Result<(), CommandError> {
+        if !self.brokers.contains_key(&node) {
+            return Err(CommandError::UnknownBroker(node));
+        }
+        let Some(wanted) = wanted else {
+            return Ok(());
+        };
+        if wanted.max_moves == 0 {
+            return Err(CommandError::InvalidDecommission {
+                node,
+                reason: "at least one move must be allowed at a time".to_owned(),
+            });
+        }
+        let staying = self
+            .brokers
+            .values()
+            .filter(|broker| broker.id != node && broker.decommission.is_none())
+            .count();
+        let widest = self
+            .topics
+            .values()
+            .flat_map(|topic| &topic.partitions)
+            .filter(|record| record.replica_on(node).is_some())
+            .map(|record| record.replicas.len())
+            .max()
+            .unwrap_or(0);
+        if widest > staying {
+            return Err(CommandError::InvalidDecommission {
+                node,
+                reason: format!(
+                    "a partition on it has {widest} replicas and only {staying} broker(s) would stay; add a broker first"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Whether `node` may be put in maintenance (`enabled`) or out of it.
@@ -1166,6 +1268,17 @@ impl MetadataState {
                 topic_id,
                 partition,
             });
+        }
+        let joining_decommissioned = target
+            .iter()
+            .filter(|replica| record.replica_on(replica.node).is_none())
+            .find(|replica| {
+                self.brokers
+                    .get(&replica.node)
+                    .is_some_and(|broker| broker.decommission.is_some())
+            });
+        if let Some(replica) = joining_decommissioned {
+            return Err(CommandError::BrokerDecommissioning(replica.node));
         }
         Ok(record.replicas.clone())
     }

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use crate::acls::{AclBinding, Operation, PatternType, Permission, ResourceType};
 use crate::command::{Command, ImportedTopic};
+use crate::decommission::Decommission;
 use crate::quotas::{QuotaEntity, QuotaLimits};
 use crate::state::MetadataState;
 use crate::types::{LeaderEpoch, NodeId, Replica, ShardId, TopicId};
@@ -84,6 +85,15 @@ pub(crate) fn arb_command() -> impl Strategy<Value = Command> {
             Command::SetBrokerMaintenance {
                 node: NodeId(node),
                 enabled,
+            }
+        }),
+        (any::<u64>(), proptest::option::of(any::<(u64, u16)>())).prop_map(|(node, plan)| {
+            Command::SetBrokerDecommission {
+                node: NodeId(node),
+                decommission: plan.map(|(throttle_bytes_per_s, max_moves)| Decommission {
+                    throttle_bytes_per_s,
+                    max_moves,
+                }),
             }
         }),
         (
@@ -319,6 +329,15 @@ pub(crate) fn arb_applicable_command() -> impl Strategy<Value = Command> {
             .prop_map(|(node, incarnation)| Command::UnfenceBroker { node, incarnation }),
         (node.clone(), any::<bool>())
             .prop_map(|(node, enabled)| Command::SetBrokerMaintenance { node, enabled }),
+        (node.clone(), proptest::option::of(1u16..3)).prop_map(|(node, max_moves)| {
+            Command::SetBrokerDecommission {
+                node,
+                decommission: max_moves.map(|max_moves| Decommission {
+                    throttle_bytes_per_s: 0,
+                    max_moves,
+                }),
+            }
+        }),
         (
             prop_oneof![Just("a"), Just("b"), Just("__groups"), Just("c.d")],
             any::<bool>(),

@@ -35,6 +35,7 @@ use corelog_broker::cluster::in_sync::{InSyncBook, MoveReport};
 use corelog_broker::cluster::leader_work::{LeaderHost, LeaderWork};
 use corelog_broker::cluster::ready_loop::{ReadyHost, handle_readies};
 use corelog_broker::executor::Executor;
+use corelog_controller::decommission::Decommission;
 use corelog_controller::durable::{self, HardState, RecoveredLog, SnapshotRecord};
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, ControllerReady, LeaderEpoch, MetadataState, NodeId,
@@ -408,6 +409,60 @@ impl Controller {
             }
         });
         true
+    }
+
+    /// An operator decommissions `node` (`corelog cluster decommission`)
+    /// or, with `max_moves` `None`, recommissions it, through the
+    /// controller leader; false when no process leads. The leader's
+    /// [`LeaderWork`] then starts the moves off it as the broker's does. A
+    /// refusal (too few nodes would stay) is logged.
+    pub fn set_decommission(&self, node: u32, max_moves: Option<u16>) -> bool {
+        let Some(core) = self.cores().into_iter().find(|core| core.is_leader()) else {
+            return false;
+        };
+        let command = Command::SetBrokerDecommission {
+            node: NodeId(u64::from(node)),
+            decommission: max_moves.map(|max_moves| Decommission {
+                throttle_bytes_per_s: 0,
+                max_moves,
+            }),
+        };
+        let task = core.clone();
+        core.spawn(async move {
+            match task.propose_and_wait(command).await {
+                Ok(()) => {
+                    task.world
+                        .log(|| format!("controller: {node} decommission {max_moves:?}"));
+                    LeaderWork::start_decommission_moves(&task);
+                    LeaderWork::run_elections(&task);
+                }
+                Err(error) => task.world.log(|| {
+                    format!("controller: decommission {max_moves:?} of {node} refused: {error}")
+                }),
+            }
+        });
+        true
+    }
+
+    /// The node being decommissioned in the most advanced process's
+    /// metadata, if any.
+    #[must_use]
+    pub fn decommissioning(&self) -> Option<u32> {
+        self.cores()
+            .iter()
+            .map(|core| {
+                let node = core.node.borrow();
+                let state = node.state();
+                let marked = state
+                    .brokers()
+                    .values()
+                    .find(|broker| broker.decommission.is_some())
+                    .map(|broker| broker.id);
+                (state.version(), marked)
+            })
+            .max_by_key(|(version, _)| *version)
+            .and_then(|(_, node)| node)
+            .and_then(|node| u32::try_from(node.0).ok())
     }
 
     /// An operator starts moving the partition to `target` (`corelog
@@ -1066,6 +1121,10 @@ impl LeaderHost for Core {
 
     fn leader_work(&self) -> &LeaderWork {
         &self.leader_work
+    }
+
+    fn wall_clock_ms(&self) -> i64 {
+        i64::try_from(self.world.now_ms()).unwrap_or(i64::MAX)
     }
 
     fn move_reports(

@@ -3,7 +3,8 @@
 //! learner, the set changes one broker at a time, the leader hands off
 //! before it leaves, no record fails, and every acknowledged record is read
 //! back from the new set. A cancel before the first change leaves the
-//! partition where it was.
+//! partition where it was. Decommissioning a broker (item 2) runs such
+//! moves for every replica on it, live or dead.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -500,4 +501,169 @@ fn a_plan_starts_each_move_it_lists_and_names_the_refused_ones() {
     let output = corelog(&addr, &["partition", "reassign", "--plan", &plan_arg], None);
     let stderr = failed(&output);
     assert!(stderr.contains("is not a reassignment plan"), "{stderr}");
+}
+
+/// Issue 38, item 2: `corelog cluster decommission --wait` moves every
+/// replica off a live broker (here the partition's leader) while a
+/// producer writes at a steady rate: no record fails, every acknowledged
+/// one is read back, the broker ends holding and leading nothing, `cluster
+/// health` is healthy and `cluster info` shows it decommissioned; a
+/// recommission clears the mark. A decommission that would leave a
+/// three-replica partition on two brokers is refused and says why.
+#[test]
+fn decommissioning_a_live_broker_under_load_moves_every_replica_off_it() {
+    let _serial = serial();
+    let rt = client_runtime();
+    let cluster = Cluster::start();
+    cluster.create_replicated_topic(TOPIC);
+    let before = cluster.replicas();
+    let leaving = cluster.wait_for_leader(TOPIC, 0, None).id;
+    let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
+    let producer = rt.block_on(connect_producer(
+        producer_config(cluster.bootstrap()),
+        DEADLINE,
+    ));
+    let producer = SteadyProducer::start(&rt, producer, TOPIC, 0, Duration::from_millis(2));
+    producer.wait_acked(500, "appends before the decommission", DEADLINE);
+    let addr = cluster.brokers[0].addr.to_string();
+    let leaving_arg = leaving.to_string();
+    let waited = succeeded(&corelog(
+        &addr,
+        &["cluster", "decommission", &leaving_arg, "--wait"],
+        None,
+    ));
+    assert!(
+        waited.contains(&format!("broker {leaving} is being decommissioned")),
+        "{waited}"
+    );
+    assert!(
+        waited.contains(&format!("broker {leaving} holds no replica")),
+        "{waited}"
+    );
+    let after = cluster.replicas();
+    assert!(!after.contains(&leaving), "still on {leaving}: {after:?}");
+    assert!(after.contains(&spare), "{after:?}");
+    producer.wait_more(500, "appends after the decommission", DEADLINE);
+    let outcome = producer.finish(&rt);
+    assert!(
+        outcome.failed.is_empty(),
+        "no record fails across the decommission; {} did, first: {:?}",
+        outcome.failed.len(),
+        outcome.failed.iter().take(3).collect::<Vec<_>>()
+    );
+    let leader = cluster.wait_for_leader(TOPIC, 0, None).id;
+    assert_ne!(leader, leaving);
+    cluster.check_read_back(TOPIC, &outcome.acked, "the decommission", DEADLINE);
+    let info = succeeded(&corelog(&addr, &["cluster", "info"], None));
+    assert!(
+        info.contains(&format!(
+            "decommissioned: broker {leaving} holds no replica"
+        )),
+        "{info}"
+    );
+    wait_healthy(&addr);
+    // Three replicas need three brokers that stay.
+    let output = corelog(
+        &addr,
+        &["cluster", "decommission", &spare.to_string()],
+        None,
+    );
+    failed(&output);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("only 2 broker(s) would stay; add a broker first"),
+        "{stderr}"
+    );
+    let back = succeeded(&corelog(
+        &addr,
+        &["cluster", "recommission", &leaving_arg],
+        None,
+    ));
+    assert!(
+        back.contains(&format!("broker {leaving} is recommissioned")),
+        "{back}"
+    );
+    let info = succeeded(&corelog(&addr, &["cluster", "info"], None));
+    assert!(!info.contains("decommission"), "{info}");
+}
+
+/// Issue 38, item 2: a broker dead for good is replaced the same way: its
+/// replicas are rebuilt on the spare broker from the surviving ones, and
+/// once none is left on it the cluster is healthy although the dead broker
+/// stays fenced.
+#[test]
+fn a_dead_brokers_replicas_are_rebuilt_from_the_survivors() {
+    let _serial = serial();
+    let rt = client_runtime();
+    let mut cluster = Cluster::start();
+    cluster.create_replicated_topic(TOPIC);
+    preload(&rt, &cluster, 2_000, 1_000);
+    let before = cluster.replicas();
+    let spare = (1..=4).find(|id| !before.contains(id)).unwrap();
+    let dead = *before.last().unwrap();
+    cluster.brokers[dead as usize - 1].kill();
+    let addr = cluster
+        .brokers
+        .iter()
+        .find(|broker| broker.addr != cluster.brokers[dead as usize - 1].addr)
+        .unwrap()
+        .addr
+        .to_string();
+    let admin = cluster.admin(&rt);
+    let deadline = Instant::now() + DEADLINE;
+    while !rt
+        .block_on(admin.describe_cluster(Some(Vec::new())))
+        .is_ok_and(|status| {
+            status.authoritative
+                && status
+                    .brokers
+                    .iter()
+                    .any(|broker| broker.node_id == dead && broker.fenced)
+        })
+    {
+        assert!(Instant::now() < deadline, "broker {dead} never fenced");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let output = corelog(&addr, &["cluster", "health"], None);
+    assert!(
+        text(&output.stdout).contains(&format!("broker {dead} is fenced")),
+        "a dead broker is trouble before it is decommissioned: {}",
+        text(&output.stdout)
+    );
+    succeeded(&corelog(
+        &addr,
+        &["cluster", "decommission", &dead.to_string(), "--wait"],
+        None,
+    ));
+    let status = rt
+        .block_on(admin.describe_cluster(Some(vec![TOPIC.to_owned()])))
+        .expect("described");
+    let after = &status.topics[0].partitions[0].replicas;
+    assert!(!after.contains(&dead), "{after:?}");
+    assert!(after.contains(&spare), "{after:?}");
+    assert_eq!(status.replicas_on(dead), 0);
+    wait_healthy(&addr);
+    let leader = cluster.wait_for_leader(TOPIC, 0, None).id;
+    let log = cluster
+        .read_partition(leader, TOPIC, 0, Duration::from_secs(5))
+        .expect("readable from the new set");
+    assert!(log.high_watermark >= 2_000, "{}", log.high_watermark);
+}
+
+/// Waits until `corelog cluster health` exits 0 (in-sync replicas are
+/// reported every second).
+fn wait_healthy(addr: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let output = corelog(addr, &["cluster", "health"], None);
+        if output.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never healthy: {}",
+            text(&output.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

@@ -360,8 +360,9 @@ impl ApiKey {
             // Version 1: quotas with topic, partition and group limits.
             ApiKey::DescribeQuotas | ApiKey::AlterQuotas => VersionRange { min: 0, max: 1 },
             // Version 1 also shows brokers in maintenance and partitions
-            // moving to other brokers (issue 38).
-            ApiKey::DescribeCluster => VersionRange { min: 0, max: 1 },
+            // moving to other brokers (issue 38); version 2 also brokers
+            // being decommissioned.
+            ApiKey::DescribeCluster => VersionRange { min: 0, max: 2 },
             // Version 1 also says whether each leader committed its epoch,
             // which paces a replica move's steps (issue 38).
             ApiKey::PartitionReport => VersionRange { min: 0, max: 1 },
@@ -963,16 +964,17 @@ mod tests {
             assert!(key.supports(0));
             // DescribeGroups version 1 lists deleted topics' offsets;
             // quotas gained topic, partition and group limits in version 1;
-            // DescribeCluster's shows maintenance and moves; PartitionReport's
+            // DescribeCluster's shows maintenance and moves (version 2:
+            // decommissions); PartitionReport's
             // says whether each leader committed its epoch.
-            let newest = u16::from(matches!(
-                key,
+            let newest = match key {
+                ApiKey::DescribeCluster => 2,
                 ApiKey::DescribeGroups
-                    | ApiKey::DescribeQuotas
-                    | ApiKey::AlterQuotas
-                    | ApiKey::DescribeCluster
-                    | ApiKey::PartitionReport
-            ));
+                | ApiKey::DescribeQuotas
+                | ApiKey::AlterQuotas
+                | ApiKey::PartitionReport => 1,
+                _ => 0,
+            };
             assert!(key.supports(newest));
             assert!(!key.supports(newest + 1));
             assert_eq!(

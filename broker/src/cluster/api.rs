@@ -10,6 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use corelog_controller::decommission::Decommission;
 use corelog_controller::{Command, LeaderEpoch, NodeId, TopicId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
@@ -21,8 +22,9 @@ use corelog_wire::message::controller_operation::{
 use corelog_wire::message::controller_raft::{ControllerRaftRequest, ControllerRaftResponse};
 use corelog_wire::message::decode_request;
 use corelog_wire::message::describe_cluster::{
-    BrokerStatus, BrokerStatusV1, ControllerStatus, DescribeClusterRequest,
-    DescribeClusterRequestV1, DescribeClusterResponse, DescribeClusterResponseV1, PartitionStatus,
+    BrokerStatus, BrokerStatusV1, BrokerStatusV2, ControllerStatus, DecommissionStatus,
+    DescribeClusterRequest, DescribeClusterRequestV1, DescribeClusterRequestV2,
+    DescribeClusterResponse, DescribeClusterResponseV1, DescribeClusterResponseV2, PartitionStatus,
     PartitionStatusV1, ReassignmentStatus, TopicStatus, TopicStatusV1,
 };
 use corelog_wire::message::metadata_fetch::{MetadataFetchRequest, MetadataFetchResponse};
@@ -191,12 +193,13 @@ fn partition_report(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result
 
 /// Answers from this broker's metadata; the controller leader adds what
 /// only it knows (heartbeats, in-sync replicas) and says so with
-/// `authoritative`. Version 0 leaves out maintenance and moves.
+/// `authoritative`. Version 0 leaves out maintenance and moves, version 1
+/// decommissions.
 fn describe_cluster(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result<Reply, ErrorCode> {
-    let asked = if api_version == 0 {
-        owned::<DescribeClusterRequest>(body)?.topics
-    } else {
-        owned::<DescribeClusterRequestV1>(body)?.topics
+    let asked = match api_version {
+        0 => owned::<DescribeClusterRequest>(body)?.topics,
+        1 => owned::<DescribeClusterRequestV1>(body)?.topics,
+        _ => owned::<DescribeClusterRequestV2>(body)?.topics,
     };
     let member = &role.member;
     let state = member.state();
@@ -215,20 +218,26 @@ fn describe_cluster(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result
         .values()
         .map(|broker| {
             let node_id = node_u32(broker.id);
-            BrokerStatusV1 {
-                status: BrokerStatus {
-                    node_id,
-                    host: broker.host.clone(),
-                    port: broker.port,
-                    rack: broker.rack.clone(),
-                    fenced: broker.fenced,
-                    voter: voters.contains(&node_id),
-                    heartbeat_age_ms: view
-                        .as_ref()
-                        .and_then(|view| view.heartbeat_age(broker.id))
-                        .map(millis),
+            BrokerStatusV2 {
+                status: BrokerStatusV1 {
+                    status: BrokerStatus {
+                        node_id,
+                        host: broker.host.clone(),
+                        port: broker.port,
+                        rack: broker.rack.clone(),
+                        fenced: broker.fenced,
+                        voter: voters.contains(&node_id),
+                        heartbeat_age_ms: view
+                            .as_ref()
+                            .and_then(|view| view.heartbeat_age(broker.id))
+                            .map(millis),
+                    },
+                    maintenance: broker.maintenance,
                 },
-                maintenance: broker.maintenance,
+                decommission: broker.decommission.map(|plan| DecommissionStatus {
+                    throttle_bytes_per_s: plan.throttle_bytes_per_s,
+                    max_moves: plan.max_moves,
+                }),
             }
         })
         .collect();
@@ -282,7 +291,7 @@ fn describe_cluster(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result
             },
         })
         .collect();
-    let response = DescribeClusterResponseV1 {
+    let response = DescribeClusterResponseV2 {
         error_code: ErrorCode::None.code(),
         error_message: None,
         node_id: member.node_id(),
@@ -297,10 +306,28 @@ fn describe_cluster(role: &ClusterRole, api_version: u16, body: &[u8]) -> Result
         brokers,
         topics,
     };
-    if api_version == 0 {
-        Reply::message(&version_0(response), Vec::new()).map_err(unencodable)
-    } else {
-        Reply::message(&response, Vec::new()).map_err(unencodable)
+    match api_version {
+        0 => Reply::message(&version_0(version_1(response)), Vec::new()),
+        1 => Reply::message(&version_1(response), Vec::new()),
+        _ => Reply::message(&response, Vec::new()),
+    }
+    .map_err(unencodable)
+}
+
+/// A version 2 answer as version 1 spells it: without decommissions.
+fn version_1(response: DescribeClusterResponseV2) -> DescribeClusterResponseV1 {
+    DescribeClusterResponseV1 {
+        error_code: response.error_code,
+        error_message: response.error_message,
+        node_id: response.node_id,
+        authoritative: response.authoritative,
+        controller: response.controller,
+        brokers: response
+            .brokers
+            .into_iter()
+            .map(|broker| broker.status)
+            .collect(),
+        topics: response.topics,
     }
 }
 
@@ -543,6 +570,21 @@ async fn operation(role: &ClusterRole, body: &[u8]) -> Result<Reply, ErrorCode> 
                 .cancel_reassignment(TopicId(topic_id), partition)
                 .await
                 .map(|()| 0),
+            ControllerOp::SetBrokerDecommission {
+                node_id,
+                enabled,
+                throttle_bytes_per_s,
+                max_moves,
+            } => controller
+                .set_decommission(
+                    NodeId(u64::from(node_id)),
+                    enabled.then_some(Decommission {
+                        throttle_bytes_per_s,
+                        max_moves,
+                    }),
+                )
+                .await
+                .map(i64::from),
             ControllerOp::DeleteAcl { acl } => match super::access_rules::binding(&acl) {
                 Ok(binding) => controller
                     .alter_access(Command::DeleteAcl { binding })

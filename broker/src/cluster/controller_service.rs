@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use corelog_controller::decommission::Decommission;
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, MetadataState, NodeId, OutboundMessage, Outcome,
@@ -891,6 +892,36 @@ impl ControllerService {
         }
     }
 
+    /// Starts decommissioning `node` (`plan`) or recommissions it (leader
+    /// only), and starts the first moves off it at once. Returns how many
+    /// moves a recommission turned back.
+    ///
+    /// # Errors
+    /// See [`ControllerService::propose`]; `INVALID_REQUEST` when too few
+    /// brokers would stay.
+    pub async fn set_decommission(
+        self: &Rc<Self>,
+        node: NodeId,
+        plan: Option<Decommission>,
+    ) -> Result<u32, ControllerRequestError> {
+        let command = Command::SetBrokerDecommission {
+            node,
+            decommission: plan,
+        };
+        match self.propose_checked(command).await? {
+            Outcome::BrokerDecommission {
+                changed, cancelled, ..
+            } => {
+                if changed {
+                    tracing::info!(%node, ?plan, cancelled, "broker decommission changed");
+                    LeaderWork::start_decommission_moves(self);
+                }
+                Ok(cancelled)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Applies a leader's resignation (leader only); returns whether the
     /// partition became leaderless.
     ///
@@ -1168,6 +1199,10 @@ impl LeaderHost for ControllerService {
 
     fn leader_work(&self) -> &LeaderWork {
         &self.leader_work
+    }
+
+    fn wall_clock_ms(&self) -> i64 {
+        self.clock.now().0
     }
 
     fn move_reports(

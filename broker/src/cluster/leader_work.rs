@@ -1,7 +1,8 @@
 //! What the controller leader does besides Raft, on any executor: it keeps
 //! the brokers' sessions (fences a broker silent past the session timeout,
-//! unfences a fenced one whose heartbeat shows it caught up) and runs the
-//! partition elections due each tick.
+//! unfences a fenced one whose heartbeat shows it caught up), runs the
+//! partition elections due each tick, and starts the moves that
+//! decommission brokers.
 //!
 //! The broker's [`super::controller_service::ControllerService`] and the
 //! simulator's controller processes both drive their leaders through
@@ -10,12 +11,12 @@
 //! pure ([`SessionBook`], [`ElectionBook`]); this module only decides when
 //! to consult them and spawns the proposals and rounds they call for.
 
-use std::cell::{Ref, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use corelog_controller::{Command, ControllerNode, MetadataState, NodeId, TopicId};
+use corelog_controller::{Command, ControllerNode, MetadataState, NodeId, TopicId, decommission};
 
 use super::election::{ElectionBook, ElectionTimings, RoundHost, run_round};
 use super::in_sync::MoveReport;
@@ -32,6 +33,10 @@ pub trait LeaderHost: RoundHost + 'static {
 
     /// This process's leader work.
     fn leader_work(&self) -> &LeaderWork;
+
+    /// Wall-clock time in milliseconds since the Unix epoch, to stamp the
+    /// moves this leader starts.
+    fn wall_clock_ms(&self) -> i64;
 
     /// What the leaders of moving partitions reported (see
     /// `InSyncBook::move_reports`); nothing by default.
@@ -50,6 +55,9 @@ pub trait LeaderHost: RoundHost + 'static {
 pub struct LeaderWork {
     sessions: RefCell<SessionBook>,
     elections: RefCell<ElectionBook>,
+    /// Decommission moves are being proposed: the next tick waits for
+    /// them rather than planning the same moves again.
+    proposing_moves: Cell<bool>,
 }
 
 impl LeaderWork {
@@ -60,6 +68,7 @@ impl LeaderWork {
         LeaderWork {
             sessions: RefCell::new(SessionBook::new(session_timeout)),
             elections: RefCell::new(ElectionBook::with_timings(timings)),
+            proposing_moves: Cell::new(false),
         }
     }
 
@@ -118,14 +127,67 @@ impl LeaderWork {
         Ok(heartbeat)
     }
 
-    /// The leader's tick: fences the brokers whose session expired, then
-    /// starts the election rounds due; returns how many it started.
+    /// The leader's tick: fences the brokers whose session expired,
+    /// starts the election rounds due, then the moves off decommissioning
+    /// brokers; returns how many rounds it started.
     pub fn tick<H: LeaderHost>(host: &Rc<H>) -> usize {
         if !host.with_node(ControllerNode::is_leader) {
             return 0;
         }
         LeaderWork::fence_expired(host);
-        LeaderWork::run_elections(host)
+        let rounds = LeaderWork::run_elections(host);
+        LeaderWork::start_decommission_moves(host);
+        rounds
+    }
+
+    /// Proposes the moves [`decommission::next_moves`] asks for, one after
+    /// another on a task; none while the previous batch is still being
+    /// proposed. A refused move (the partition changed meanwhile) is only
+    /// logged: the next tick plans again from the new state.
+    pub fn start_decommission_moves<H: LeaderHost>(host: &Rc<H>) {
+        if host.leader_work().proposing_moves.get() {
+            return;
+        }
+        let now_ms = host.wall_clock_ms();
+        let moves = host.with_node(|controller| {
+            if !controller.is_leader() || controller.state().version() < controller.commit_index() {
+                return Vec::new();
+            }
+            decommission::next_moves(controller.state(), now_ms)
+        });
+        if moves.is_empty() {
+            return;
+        }
+        host.leader_work().proposing_moves.set(true);
+        let task = host.clone();
+        spawn(host.executor(), async move {
+            for command in moves {
+                if let Command::StartReassignment {
+                    topic_id,
+                    partition,
+                    target,
+                    ..
+                } = &command
+                {
+                    let (topic_id, partition) = (topic_id.0, *partition);
+                    let target: Vec<u64> = target.iter().map(|replica| replica.node.0).collect();
+                    match task.propose(command).await {
+                        Ok(()) => {
+                            tracing::info!(
+                                topic_id,
+                                partition,
+                                ?target,
+                                "decommission: move started"
+                            );
+                        }
+                        Err(error) => {
+                            tracing::debug!(topic_id, partition, %error, "decommission: move not started; the next tick plans again");
+                        }
+                    }
+                }
+            }
+            task.leader_work().proposing_moves.set(false);
+        });
     }
 
     /// `node` (process `incarnation`) is shutting down: fences it now, so

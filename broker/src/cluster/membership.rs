@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corelog_controller::decommission::{self, Decommission};
 use corelog_controller::{LeaderEpoch, MetadataState, NodeId, TopicId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::ConfigEntry;
@@ -1011,6 +1012,53 @@ impl ClusterMember {
             wait_until(&self.published, deadline, || led(&self.state.borrow()) == 0).await;
         }
         Ok(led(&self.state.borrow()))
+    }
+
+    /// Starts decommissioning broker `node` (`plan`) or recommissions it
+    /// (`None`) through the controller, and waits up to `timeout` until
+    /// this broker's metadata shows it. Returns, when decommissioning, how
+    /// many partitions still hold a replica on `node`; when
+    /// recommissioning, how many moves off it were turned back.
+    ///
+    /// # Errors
+    /// The controller's refusal (`INVALID_REQUEST`: an unknown broker, or
+    /// too few brokers would stay); `REQUEST_TIMED_OUT`.
+    pub async fn set_decommission(
+        &self,
+        node: u32,
+        plan: Option<Decommission>,
+        timeout: Duration,
+    ) -> Result<u32, PartitionError> {
+        let request = ControllerOperationRequest {
+            op: ControllerOp::SetBrokerDecommission {
+                node_id: node,
+                enabled: plan.is_some(),
+                throttle_bytes_per_s: plan.map_or(0, |plan| plan.throttle_bytes_per_s),
+                max_moves: plan.map_or(0, |plan| plan.max_moves),
+            },
+        };
+        let cancelled = self.call(&request).await?.message.value;
+        let node = NodeId(u64::from(node));
+        let deadline = Instant::now() + timeout;
+        let shown = |state: &MetadataState| {
+            state
+                .brokers()
+                .get(&node)
+                .is_some_and(|broker| broker.decommission == plan)
+        };
+        if !wait_until(&self.published, deadline, || shown(&self.state.borrow())).await {
+            return Err(PartitionError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "the decommission of broker {node} was changed but this broker does not show it yet; it will shortly"
+                ),
+            ));
+        }
+        Ok(if plan.is_some() {
+            decommission::remaining(&self.state.borrow(), node).replicas
+        } else {
+            u32::try_from(cancelled).unwrap_or(0)
+        })
     }
 
     /// Tells the controller that this broker can no longer lead partition

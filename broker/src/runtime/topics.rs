@@ -13,6 +13,7 @@ use corelog_wire::message::partition_report::LedPartitionV1;
 use futures::future::LocalBoxFuture;
 
 use corelog_controller::NodeId;
+use corelog_controller::decommission::Decommission;
 use corelog_wire::types::LeaderEpoch;
 
 use corelog_wire::types::PartitionId;
@@ -148,6 +149,23 @@ impl Shard {
     ) -> Result<usize, PartitionError> {
         self.with_cluster_role(move |role| async move {
             role.member.set_maintenance(node, enabled, timeout).await
+        })
+        .await
+    }
+
+    /// Decommissions or recommissions a broker through shard 0's
+    /// membership (see `ClusterMember::set_decommission`).
+    ///
+    /// # Errors
+    /// The controller's refusal, or a timeout.
+    pub async fn set_decommission(
+        &self,
+        node: u32,
+        plan: Option<Decommission>,
+        timeout: Duration,
+    ) -> Result<u32, PartitionError> {
+        self.with_cluster_role(move |role| async move {
+            role.member.set_decommission(node, plan, timeout).await
         })
         .await
     }

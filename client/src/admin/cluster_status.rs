@@ -8,7 +8,8 @@ use std::time::Duration;
 use corelog_wire::frame::ApiKey;
 use corelog_wire::message::describe_cluster::{
     ArchivedBrokerStatus, ArchivedControllerStatus, ArchivedPartitionStatus,
-    ArchivedReassignmentStatus, DescribeClusterRequest, DescribeClusterRequestV1,
+    ArchivedReassignmentStatus, ArchivedTopicStatusV1, DescribeClusterRequest,
+    DescribeClusterRequestV1, DescribeClusterRequestV2,
 };
 use serde::Serialize;
 
@@ -50,6 +51,19 @@ pub struct BrokerState {
     /// In maintenance: leads nothing until taken out of it (always false
     /// from a broker of the release before, which does not say).
     pub maintenance: bool,
+    /// Being decommissioned: its replicas are moving to other brokers
+    /// (always `None` from a broker of a release before, which does not
+    /// say).
+    pub decommission: Option<DecommissionState>,
+}
+
+/// How a broker being decommissioned has its replicas moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DecommissionState {
+    /// Bytes a second each new replica copies at most; 0 for no limit.
+    pub throttle_bytes_per_s: u64,
+    /// Moves off the broker running at once.
+    pub max_moves: u16,
 }
 
 /// A partition moving to another replica set (`corelog partition
@@ -270,6 +284,27 @@ impl PartitionHealth {
 }
 
 impl ClusterStatus {
+    /// How many of the described partitions hold a replica on `node`.
+    #[must_use]
+    pub fn replicas_on(&self, node: u32) -> usize {
+        self.topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .filter(|partition| partition.replicas.contains(&node))
+            .count()
+    }
+
+    /// Whether `node` is decommissioned: marked so, and no described
+    /// partition holds a replica on it. Such a broker being fenced (shut
+    /// down, or dead for good) is what the operator asked for.
+    #[must_use]
+    pub fn decommissioned(&self, node: u32) -> bool {
+        self.brokers
+            .iter()
+            .any(|broker| broker.node_id == node && broker.decommission.is_some())
+            && self.replicas_on(node) == 0
+    }
+
     fn fenced(&self, node: u32) -> bool {
         self.brokers
             .iter()
@@ -315,8 +350,8 @@ impl ClusterStatus {
 
     /// Everything wrong or not known, worst first: the controller,
     /// brokers whose liveness the controller leader does not know yet,
-    /// fenced brokers, offline partitions, under-replicated ones. Empty
-    /// when healthy.
+    /// fenced brokers (but not decommissioned ones), offline partitions,
+    /// under-replicated ones. Empty when healthy.
     #[must_use]
     pub fn problems(&self) -> Vec<Problem> {
         let mut problems = Vec::new();
@@ -343,7 +378,7 @@ impl ClusterStatus {
         problems.extend(
             self.brokers
                 .iter()
-                .filter(|broker| broker.fenced)
+                .filter(|broker| broker.fenced && !self.decommissioned(broker.node_id))
                 .map(|broker| Problem::FencedBroker {
                     node_id: broker.node_id,
                 }),
@@ -388,12 +423,9 @@ impl ClusterStatus {
         problems
     }
 
-    /// Decodes a version 0 or 1 answer into the same status: the parts
-    /// both versions share are read alike.
+    /// Decodes an answer of any version into the same status: the parts
+    /// the versions share are read alike.
     fn from_reply(reply: Answer<'_>) -> ClusterStatus {
-        let archived_u32s = |ids: &rkyv::vec::ArchivedVec<rkyv::rend::u32_le>| {
-            ids.iter().map(|id| id.to_native()).collect::<Vec<u32>>()
-        };
         let controller_state = |controller: &ArchivedControllerStatus| ControllerState {
             voters: archived_u32s(&controller.voters),
             leader: controller.leader.as_ref().map(|id| id.to_native()),
@@ -409,23 +441,7 @@ impl ClusterStatus {
             voter: broker.voter,
             heartbeat_age_ms: broker.heartbeat_age_ms.as_ref().map(|age| age.to_native()),
             maintenance,
-        };
-        let partition_status =
-            |partition: &ArchivedPartitionStatus, moving: Option<PartitionMove>| PartitionStatus {
-                partition: partition.partition.to_native(),
-                leader: partition.leader.as_ref().map(|id| id.to_native()),
-                leader_epoch: partition.leader_epoch.to_native(),
-                replicas: archived_u32s(&partition.replicas),
-                in_sync: partition.in_sync.as_ref().map(archived_u32s),
-                moving,
-            };
-        let partition_move = |moving: &ArchivedReassignmentStatus| PartitionMove {
-            original: archived_u32s(&moving.original),
-            target: archived_u32s(&moving.target),
-            learners: archived_u32s(&moving.learners),
-            throttle_bytes_per_s: moving.throttle_bytes_per_s.to_native(),
-            started_at_ms: moving.started_at_ms.to_native(),
-            cancelled: moving.cancelled,
+            decommission: None,
         };
         match reply {
             Answer::V0(response) => ClusterStatus {
@@ -460,31 +476,79 @@ impl ClusterStatus {
                     .iter()
                     .map(|broker| broker_state(&broker.status, broker.maintenance))
                     .collect(),
-                topics: response
-                    .topics
+                topics: topics_v1(&response.topics),
+            },
+            Answer::V2(response) => ClusterStatus {
+                answered_by: response.node_id.to_native(),
+                authoritative: response.authoritative,
+                controller: controller_state(&response.controller),
+                brokers: response
+                    .brokers
                     .iter()
-                    .filter(|topic| topic.error_code.to_native() == 0)
-                    .map(|topic| TopicStatus {
-                        name: topic.name.to_string(),
-                        partitions: topic
-                            .partitions
-                            .iter()
-                            .map(|partition| {
-                                let moving = partition.reassignment.as_ref().map(partition_move);
-                                partition_status(&partition.status, moving)
-                            })
-                            .collect(),
+                    .map(|broker| BrokerState {
+                        decommission: broker.decommission.as_ref().map(|plan| DecommissionState {
+                            throttle_bytes_per_s: plan.throttle_bytes_per_s.to_native(),
+                            max_moves: plan.max_moves.to_native(),
+                        }),
+                        ..broker_state(&broker.status.status, broker.status.maintenance)
                     })
                     .collect(),
+                topics: topics_v1(&response.topics),
             },
         }
     }
 }
 
-/// A DescribeCluster answer of either version.
+/// A DescribeCluster answer of any version.
 enum Answer<'a> {
     V0(&'a corelog_wire::message::describe_cluster::ArchivedDescribeClusterResponse),
     V1(&'a corelog_wire::message::describe_cluster::ArchivedDescribeClusterResponseV1),
+    V2(&'a corelog_wire::message::describe_cluster::ArchivedDescribeClusterResponseV2),
+}
+
+fn archived_u32s(ids: &rkyv::vec::ArchivedVec<rkyv::rend::u32_le>) -> Vec<u32> {
+    ids.iter().map(|id| id.to_native()).collect()
+}
+
+fn partition_status(
+    partition: &ArchivedPartitionStatus,
+    moving: Option<PartitionMove>,
+) -> PartitionStatus {
+    PartitionStatus {
+        partition: partition.partition.to_native(),
+        leader: partition.leader.as_ref().map(|id| id.to_native()),
+        leader_epoch: partition.leader_epoch.to_native(),
+        replicas: archived_u32s(&partition.replicas),
+        in_sync: partition.in_sync.as_ref().map(archived_u32s),
+        moving,
+    }
+}
+
+/// The topics of a version 1 or 2 answer, moves included.
+fn topics_v1(topics: &rkyv::vec::ArchivedVec<ArchivedTopicStatusV1>) -> Vec<TopicStatus> {
+    let partition_move = |moving: &ArchivedReassignmentStatus| PartitionMove {
+        original: archived_u32s(&moving.original),
+        target: archived_u32s(&moving.target),
+        learners: archived_u32s(&moving.learners),
+        throttle_bytes_per_s: moving.throttle_bytes_per_s.to_native(),
+        started_at_ms: moving.started_at_ms.to_native(),
+        cancelled: moving.cancelled,
+    };
+    topics
+        .iter()
+        .filter(|topic| topic.error_code.to_native() == 0)
+        .map(|topic| TopicStatus {
+            name: topic.name.to_string(),
+            partitions: topic
+                .partitions
+                .iter()
+                .map(|partition| {
+                    let moving = partition.reassignment.as_ref().map(partition_move);
+                    partition_status(&partition.status, moving)
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 impl Admin {
@@ -546,8 +610,9 @@ impl Admin {
     }
 }
 
-/// Asks `connection` with version 1 when the broker speaks it, else with
-/// version 0 (a broker of the release before).
+/// Asks `connection` in the newest version the broker speaks: 2, 1 (a
+/// broker without decommissions) or 0 (one without maintenance and
+/// moves).
 async fn ask(
     connection: &crate::connection::Connection,
     topics: &Option<Vec<String>>,
@@ -560,6 +625,20 @@ async fn ask(
         Some(error) => Err(error),
         None => Ok(()),
     };
+    if connection.supports(ApiKey::DescribeCluster, 2) {
+        let request = DescribeClusterRequestV2 {
+            topics: topics.clone(),
+        };
+        let reply = connection
+            .call(&request, Vec::new(), Duration::ZERO)
+            .await?;
+        let (response, _) = reply.decode()?;
+        check(
+            response.error_code.to_native(),
+            response.error_message.as_ref().map(ToString::to_string),
+        )?;
+        return Ok(ClusterStatus::from_reply(Answer::V2(response)));
+    }
     if connection.supports(ApiKey::DescribeCluster, 1) {
         let request = DescribeClusterRequestV1 {
             topics: topics.clone(),
@@ -601,6 +680,7 @@ mod tests {
             voter: true,
             heartbeat_age_ms: Some(10),
             maintenance: false,
+            decommission: None,
         }
     }
 
@@ -708,6 +788,32 @@ mod tests {
                 "ok"
             ]
         );
+    }
+
+    #[test]
+    fn a_fenced_broker_is_no_problem_once_decommissioned_and_holding_nothing() {
+        let plan = DecommissionState {
+            throttle_bytes_per_s: 0,
+            max_moves: 4,
+        };
+        let mut moving_off = status(&[3], Some(1), vec![partition(0, Some(1), Some(&[1, 2]))]);
+        moving_off.brokers[2].decommission = Some(plan);
+        // Still holding a replica: fenced is still trouble.
+        assert_eq!(moving_off.replicas_on(3), 1);
+        assert!(!moving_off.decommissioned(3));
+        assert!(
+            moving_off
+                .problems()
+                .contains(&Problem::FencedBroker { node_id: 3 })
+        );
+        let mut done = moving_off.clone();
+        done.topics[0].partitions[0].replicas = vec![1, 2, 4];
+        done.topics[0].partitions[0].in_sync = Some(vec![1, 2, 4]);
+        assert!(done.decommissioned(3));
+        assert_eq!(done.problems(), Vec::new());
+        // Not marked: a fenced broker holding nothing is still trouble.
+        done.brokers[2].decommission = None;
+        assert_eq!(done.problems(), vec![Problem::FencedBroker { node_id: 3 }]);
     }
 
     /// Right after a controller failover the new leader has heard from

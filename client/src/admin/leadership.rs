@@ -28,9 +28,9 @@ pub struct Leadership {
 pub(super) struct Altered {
     /// The partition's leader (`ElectLeader`).
     leader: Option<u32>,
-    /// Its epoch (`ElectLeader`), or the partitions the broker still leads
-    /// (`SetMaintenance`).
-    value: u32,
+    /// Its epoch (`ElectLeader`), the partitions the broker still leads
+    /// (`SetMaintenance`), or see `AlterClusterResponse::value`.
+    pub(super) value: u32,
     /// The broker that answered.
     addr: String,
 }

@@ -64,6 +64,63 @@ impl Admin {
     }
 }
 
+/// Moves a decommission runs at once when the operator names no other
+/// number: enough to keep several learners copying, few enough that the
+/// leaders' outgoing bandwidth stays mostly for their followers.
+pub const DEFAULT_DECOMMISSION_MOVES: u16 = 4;
+
+impl Admin {
+    /// Starts decommissioning `broker`: it takes no new replica, and the
+    /// controller moves each of its replicas to another broker (rack-aware,
+    /// the fewest replicas first), `max_moves` at a time, each new replica
+    /// copying at most `throttle_bytes_per_s` (0: no limit). Works the same
+    /// for a dead broker: its replicas are rebuilt from the surviving ones.
+    /// Returns how many partitions still hold a replica on it; watch them
+    /// drain with [`Admin::describe_cluster`].
+    ///
+    /// # Errors
+    /// `INVALID_REQUEST` (an unknown broker, `max_moves` 0, or too few
+    /// brokers would stay for a partition's replicas);
+    /// `CLUSTER_ADMIN_REQUIRED`; connection errors. A broker of a release
+    /// without decommissioning refuses the request as malformed.
+    pub async fn decommission_broker(
+        &self,
+        broker: u32,
+        throttle_bytes_per_s: u64,
+        max_moves: u16,
+    ) -> Result<u32, ClientError> {
+        let change = ClusterChange::SetDecommission {
+            broker,
+            enabled: true,
+            throttle_bytes_per_s,
+            max_moves,
+        };
+        let altered = self
+            .alter_cluster(change, || format!("broker {broker}"))
+            .await?;
+        Ok(altered.value)
+    }
+
+    /// Recommissions `broker`: it takes replicas again, and the moves
+    /// still running off it turn back (those that finished stay). Returns
+    /// how many moves turned back.
+    ///
+    /// # Errors
+    /// As [`Admin::decommission_broker`].
+    pub async fn recommission_broker(&self, broker: u32) -> Result<u32, ClientError> {
+        let change = ClusterChange::SetDecommission {
+            broker,
+            enabled: false,
+            throttle_bytes_per_s: 0,
+            max_moves: 0,
+        };
+        let altered = self
+            .alter_cluster(change, || format!("broker {broker}"))
+            .await?;
+        Ok(altered.value)
+    }
+}
+
 /// A move in progress and how far its new replicas got.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReassignmentProgress {

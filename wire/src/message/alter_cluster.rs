@@ -1,9 +1,10 @@
 //! AlterCluster: change the cluster's shape — move a partition's
-//! leadership to one of its replicas, put a broker in maintenance, or move
-//! a partition's replicas to other brokers.
+//! leadership to one of its replicas, put a broker in maintenance, move
+//! a partition's replicas to other brokers, or decommission a broker.
 //!
 //! Sent by operators (`corelog partition elect-leader`, `corelog cluster
-//! maintenance`, `corelog partition reassign`) to any broker, which forwards the change to the controller
+//! maintenance`, `corelog partition reassign`, `corelog cluster
+//! decommission`) to any broker, which forwards the change to the controller
 //! leader and answers once its own metadata shows it. Needs the cluster
 //! `Alter` permission.
 
@@ -60,6 +61,20 @@ pub enum ClusterChange {
         /// The partition.
         partition: u32,
     } = 3,
+    /// Start decommissioning `broker` (`enabled`): it takes no new
+    /// replica, and the controller moves each of its replicas to another
+    /// broker, `max_moves` at a time; or recommission it, turning back the
+    /// moves still running. Answered once the broker's mark changed.
+    SetDecommission {
+        /// The broker.
+        broker: u32,
+        /// Decommission (true) or recommission (false).
+        enabled: bool,
+        /// Bytes a second each new replica copies at most; 0 for no limit.
+        throttle_bytes_per_s: u64,
+        /// Moves off the broker running at once; at least 1.
+        max_moves: u16,
+    } = 4,
 }
 
 /// Asks for one change.
@@ -87,6 +102,9 @@ pub struct AlterClusterResponse {
     pub leader: Option<u32>,
     /// For `ElectLeader`: its epoch. For `SetMaintenance`: how many
     /// partitions the broker still leads (those no other replica can take).
+    /// For `SetDecommission`: how many partitions still hold a replica on
+    /// the broker (decommissioning), or how many moves were turned back
+    /// (recommissioning).
     pub value: u32,
 }
 
@@ -130,6 +148,16 @@ pub(crate) mod tests {
             (name(), any::<u32>()).prop_map(|(topic, partition)| {
                 ClusterChange::CancelReassignment { topic, partition }
             }),
+            (any::<u32>(), any::<bool>(), any::<u64>(), any::<u16>()).prop_map(
+                |(broker, enabled, throttle_bytes_per_s, max_moves)| {
+                    ClusterChange::SetDecommission {
+                        broker,
+                        enabled,
+                        throttle_bytes_per_s,
+                        max_moves,
+                    }
+                }
+            ),
         ]
     }
 
@@ -180,6 +208,13 @@ pub(crate) mod tests {
             partition: 0,
         };
         assert_eq!(archived_tag(&cancel), 3);
+        let decommission = ClusterChange::SetDecommission {
+            broker: 4,
+            enabled: true,
+            throttle_bytes_per_s: 0,
+            max_moves: 4,
+        };
+        assert_eq!(archived_tag(&decommission), 4);
     }
 
     proptest! {

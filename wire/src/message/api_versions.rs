@@ -103,16 +103,17 @@ pub(crate) mod tests {
             assert_eq!(range.api_key, key.code());
             // DescribeGroups version 1 lists deleted topics' offsets; the
             // quota APIs' version 1 carries topic, partition and group limits;
-            // DescribeCluster's shows maintenance and moves; PartitionReport's
+            // DescribeCluster's shows maintenance and moves (version 2:
+            // decommissions); PartitionReport's
             // says whether each leader committed its epoch.
-            let newest = u16::from(matches!(
-                key,
+            let newest = match key {
+                ApiKey::DescribeCluster => 2,
                 ApiKey::DescribeGroups
-                    | ApiKey::DescribeQuotas
-                    | ApiKey::AlterQuotas
-                    | ApiKey::DescribeCluster
-                    | ApiKey::PartitionReport
-            ));
+                | ApiKey::DescribeQuotas
+                | ApiKey::AlterQuotas
+                | ApiKey::PartitionReport => 1,
+                _ => 0,
+            };
             assert_eq!((range.min_version, range.max_version), (0, newest));
         }
     }

@@ -169,6 +169,18 @@ pub enum ControllerOp {
         /// The partition.
         partition: u32,
     } = 16,
+    /// Start decommissioning a broker (`enabled`), moving each of its
+    /// replicas to another broker, or recommission it (`AlterCluster`).
+    SetBrokerDecommission {
+        /// The broker.
+        node_id: u32,
+        /// Decommission (true) or recommission (false).
+        enabled: bool,
+        /// Bytes a second each new replica copies at most; 0 for no limit.
+        throttle_bytes_per_s: u64,
+        /// Moves off the broker running at once.
+        max_moves: u16,
+    } = 17,
 }
 
 /// Forwards one change to the controller leader.
@@ -202,7 +214,8 @@ pub struct ControllerOperationResponse {
     /// for `PutAcl`, 1 if the rule is new, else 0; for `DeleteAcl`, 0;
     /// for `PutQuota` and `PutQuotaV1`, 1 if the entity had no quota, else 0; for
     /// `DeleteQuota` and `LeaveCluster`, 0; for `ElectLeader`, the broker
-    /// that is to lead; for `SetBrokerMaintenance`, 1 if it changed, else 0.
+    /// that is to lead; for `SetBrokerMaintenance`, 1 if it changed, else 0;
+    /// for `SetBrokerDecommission`, the moves it turned back.
     /// `-1` on error.
     pub value: i64,
 }
@@ -313,6 +326,16 @@ pub(crate) mod tests {
                     partition,
                 }
             }),
+            (any::<u32>(), any::<bool>(), any::<u64>(), any::<u16>()).prop_map(
+                |(node_id, enabled, throttle_bytes_per_s, max_moves)| {
+                    ControllerOp::SetBrokerDecommission {
+                        node_id,
+                        enabled,
+                        throttle_bytes_per_s,
+                        max_moves,
+                    }
+                }
+            ),
         ]
     }
 
@@ -440,6 +463,13 @@ pub(crate) mod tests {
             partition: 0,
         };
         assert_eq!(archived_tag(&cancel), 16);
+        let decommission = ControllerOp::SetBrokerDecommission {
+            node_id: 4,
+            enabled: false,
+            throttle_bytes_per_s: 0,
+            max_moves: 1,
+        };
+        assert_eq!(archived_tag(&decommission), 17);
     }
 
     proptest! {

@@ -195,8 +195,58 @@ pub struct DescribeClusterResponseV1 {
     pub topics: Vec<TopicStatusV1>,
 }
 
+/// [`DescribeClusterRequest`] of version 2, answered with
+/// [`DescribeClusterResponseV2`]: also brokers being decommissioned.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DescribeClusterRequestV2 {
+    /// As in version 0.
+    pub topics: Option<Vec<String>>,
+}
+
+/// How a broker being decommissioned has its replicas moved.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DecommissionStatus {
+    /// Bytes a second each new replica copies at most; 0 for no limit.
+    pub throttle_bytes_per_s: u64,
+    /// Moves off the broker running at once.
+    pub max_moves: u16,
+}
+
+/// [`BrokerStatus`] of version 2.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct BrokerStatusV2 {
+    /// The version 1 fields.
+    pub status: BrokerStatusV1,
+    /// Being decommissioned: its replicas move to other brokers.
+    pub decommission: Option<DecommissionStatus>,
+}
+
+/// [`DescribeClusterResponse`] of version 2.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DescribeClusterResponseV2 {
+    /// `NONE` (0), or why nothing could be described.
+    pub error_code: u16,
+    /// Detail for people.
+    pub error_message: Option<String>,
+    /// The answering broker's node id.
+    pub node_id: u32,
+    /// As in version 0.
+    pub authoritative: bool,
+    /// The controller quorum.
+    pub controller: ControllerStatus,
+    /// Registered brokers, by node id.
+    pub brokers: Vec<BrokerStatusV2>,
+    /// The requested topics, by name, as in version 1.
+    pub topics: Vec<TopicStatusV1>,
+}
+
 api!(ApiKey::DescribeCluster, DescribeClusterRequest => DescribeClusterResponse);
 api!(ApiKey::DescribeCluster, version 1, DescribeClusterRequestV1 => DescribeClusterResponseV1);
+api!(ApiKey::DescribeCluster, version 2, DescribeClusterRequestV2 => DescribeClusterResponseV2);
 no_raw_section!(
     DescribeClusterRequest,
     ArchivedDescribeClusterRequest,
@@ -206,6 +256,10 @@ no_raw_section!(
     ArchivedDescribeClusterRequestV1,
     DescribeClusterResponseV1,
     ArchivedDescribeClusterResponseV1,
+    DescribeClusterRequestV2,
+    ArchivedDescribeClusterRequestV2,
+    DescribeClusterResponseV2,
+    ArchivedDescribeClusterResponseV2,
 );
 
 #[cfg(test)]
@@ -378,7 +432,54 @@ pub(crate) mod tests {
         })
     }
 
+    pub(crate) fn request_v2() -> impl Strategy<Value = DescribeClusterRequestV2> {
+        prop::option::of(few(name())).prop_map(|topics| DescribeClusterRequestV2 { topics })
+    }
+
+    pub(crate) fn response_v2() -> impl Strategy<Value = DescribeClusterResponseV2> {
+        let decommission =
+            (any::<u64>(), any::<u16>()).prop_map(|(throttle_bytes_per_s, max_moves)| {
+                DecommissionStatus {
+                    throttle_bytes_per_s,
+                    max_moves,
+                }
+            });
+        let broker = (broker(), any::<bool>(), prop::option::of(decommission)).prop_map(
+            |(status, maintenance, decommission)| BrokerStatusV2 {
+                status: BrokerStatusV1 {
+                    status,
+                    maintenance,
+                },
+                decommission,
+            },
+        );
+        (response_v1(), few(broker)).prop_map(|(v1, brokers)| DescribeClusterResponseV2 {
+            error_code: v1.error_code,
+            error_message: v1.error_message,
+            node_id: v1.node_id,
+            authoritative: v1.authoritative,
+            controller: v1.controller,
+            brokers,
+            topics: v1.topics,
+        })
+    }
+
     proptest! {
+        #[test]
+        fn request_v2_round_trips(msg in request_v2()) {
+            round_trip_request(&msg, &[])?;
+        }
+
+        #[test]
+        fn response_v2_round_trips(msg in response_v2()) {
+            round_trip_response(&msg, &[])?;
+        }
+
+        #[test]
+        fn arbitrary_v2_bytes_never_panic(q in request_v2(), s in response_v2(), noise in noise()) {
+            arbitrary_bodies_never_panic((&q, &[]), (&s, &[]), &noise);
+        }
+
         #[test]
         fn request_v1_round_trips(msg in request_v1()) {
             round_trip_request(&msg, &[])?;

@@ -261,6 +261,12 @@ fn write_all_seeds(dir: &Path) {
     );
     write_seeds(
         dir,
+        "describe_cluster_v2",
+        no_raw(describe_cluster::tests::request_v2()),
+        no_raw(describe_cluster::tests::response_v2()),
+    );
+    write_seeds(
+        dir,
         "partition_report_v1",
         no_raw(partition_report::tests::request_v1()),
         no_raw(partition_report::tests::response_v1()),

@@ -9,10 +9,13 @@ use corelog_wire::error::ErrorCode;
 use corelog_wire::frame::ApiKey;
 
 use corelog_controller::acls::{Operation, ResourceType};
+use corelog_controller::decommission::Decommission;
 use corelog_wire::message::alter_cluster::{
     AlterClusterRequest, AlterClusterResponse, ClusterChange,
 };
-use corelog_wire::message::describe_cluster::{DescribeClusterRequest, DescribeClusterRequestV1};
+use corelog_wire::message::describe_cluster::{
+    DescribeClusterRequest, DescribeClusterRequestV1, DescribeClusterRequestV2,
+};
 use corelog_wire::message::encode_request;
 
 use crate::api::{Reply, owned, unencodable};
@@ -52,11 +55,11 @@ pub(super) async fn describe(
     if !access.restricts() {
         return handle(shard, ApiKey::DescribeCluster, api_version, body).await;
     }
-    // Versions 0 and 1 ask the same question.
-    let asked = if api_version == 0 {
-        owned::<DescribeClusterRequest>(body)?.topics
-    } else {
-        owned::<DescribeClusterRequestV1>(body)?.topics
+    // Every version asks the same question.
+    let asked = match api_version {
+        0 => owned::<DescribeClusterRequest>(body)?.topics,
+        1 => owned::<DescribeClusterRequestV1>(body)?.topics,
+        _ => owned::<DescribeClusterRequestV2>(body)?.topics,
     };
     let names = asked.unwrap_or_else(|| {
         shard
@@ -72,20 +75,11 @@ pub(super) async fn describe(
         .into_iter()
         .filter(|name| access.allows(Operation::Describe, ResourceType::Topic, name))
         .collect();
-    let body = if api_version == 0 {
-        encode_request(
-            &DescribeClusterRequest {
-                topics: Some(visible),
-            },
-            &[],
-        )
-    } else {
-        encode_request(
-            &DescribeClusterRequestV1 {
-                topics: Some(visible),
-            },
-            &[],
-        )
+    let topics = Some(visible);
+    let body = match api_version {
+        0 => encode_request(&DescribeClusterRequest { topics }, &[]),
+        1 => encode_request(&DescribeClusterRequestV1 { topics }, &[]),
+        _ => encode_request(&DescribeClusterRequestV2 { topics }, &[]),
     }
     .map_err(unencodable)?;
     handle(shard, ApiKey::DescribeCluster, api_version, &body).await
@@ -94,9 +88,9 @@ pub(super) async fn describe(
 /// Longest an `AlterCluster` request waits for its change to show.
 const ALTER_CLUSTER_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 
-/// `AlterCluster`: a leadership move, a broker's maintenance or a
-/// partition's reassignment, through the controller; cluster
-/// administrators only.
+/// `AlterCluster`: a leadership move, a broker's maintenance or
+/// decommission, or a partition's reassignment, through the controller;
+/// cluster administrators only.
 pub(super) async fn alter(
     shard: &Rc<Shard>,
     body: &[u8],
@@ -139,6 +133,21 @@ pub(super) async fn alter(
                 .reassign(topic, partition, None, 0, timeout)
                 .await
                 .map(|()| (None, 0)),
+            ClusterChange::SetDecommission {
+                broker,
+                enabled,
+                throttle_bytes_per_s,
+                max_moves,
+            } => {
+                let plan = enabled.then_some(Decommission {
+                    throttle_bytes_per_s,
+                    max_moves,
+                });
+                shard
+                    .set_decommission(broker, plan, timeout)
+                    .await
+                    .map(|value| (None, value))
+            }
         },
     };
     let response = match outcome {

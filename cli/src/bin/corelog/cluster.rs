@@ -1,10 +1,13 @@
 //! `corelog cluster …`: the brokers and controller (`info`), whether
 //! anything is wrong (`health`, which exits non-zero when it is), a broker's
-//! maintenance, and giving every partition back to its preferred leader
+//! maintenance, decommissioning a broker (and recommissioning it), and
+//! giving every partition back to its preferred leader
 //! (`rebalance-leaders`).
 
+use std::time::Duration;
+
 use clap::Subcommand;
-use corelog_client::admin::{ClusterStatus, Problem};
+use corelog_client::admin::{BrokerState, ClusterStatus, DEFAULT_DECOMMISSION_MOVES, Problem};
 use corelog_client::{Admin, ClientError};
 use serde_json::json;
 
@@ -33,7 +36,37 @@ pub(crate) enum ClusterCommand {
     /// Moves every partition not led by its preferred replica (the first)
     /// back to it, one at a time; exits with 1 if any could not move.
     RebalanceLeaders,
+    /// Moves every replica off a broker, live or dead for good, to the
+    /// other brokers (rack-aware, the least loaded first), a few partitions
+    /// at a time; the broker then takes no new replica. `--wait` shows the
+    /// progress until it holds nothing.
+    Decommission {
+        /// The broker.
+        broker: u32,
+        /// Bytes a second each new replica copies at most [default: no
+        /// limit].
+        #[arg(long, default_value_t = 0)]
+        throttle: u64,
+        /// Partitions moving off the broker at once.
+        #[arg(long, default_value_t = DEFAULT_DECOMMISSION_MOVES)]
+        max_moves: u16,
+        /// Wait until the broker holds no replica, printing progress.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Stops a broker's decommission: it takes replicas again, and the
+    /// moves still running off it turn back (finished ones stay).
+    Recommission {
+        /// The broker.
+        broker: u32,
+    },
 }
+
+/// How often `cluster decommission --wait` looks at the progress.
+const DECOMMISSION_POLL: Duration = Duration::from_secs(2);
+/// How long `cluster decommission --wait` waits for the broker it asks to
+/// show the decommission.
+const DECOMMISSION_SHOW_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What `cluster maintenance` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -97,7 +130,136 @@ pub(crate) async fn run(global: &Global, command: ClusterCommand) -> Result<bool
             Ok(true)
         }
         ClusterCommand::RebalanceLeaders => rebalance_leaders(global, &admin).await,
+        ClusterCommand::Decommission {
+            broker,
+            throttle,
+            max_moves,
+            wait,
+        } => {
+            let left = admin
+                .decommission_broker(broker, throttle, max_moves)
+                .await?;
+            if global.json {
+                println!(
+                    "{}",
+                    json!({"broker": broker, "decommissioning": true, "partitions_left": left})
+                );
+            } else {
+                println!(
+                    "broker {broker} is being decommissioned: {left} partition(s) hold a replica on it; they move {max_moves} at a time"
+                );
+            }
+            if wait {
+                wait_decommissioned(global, &admin, broker).await?;
+            }
+            Ok(true)
+        }
+        ClusterCommand::Recommission { broker } => {
+            let turned_back = admin.recommission_broker(broker).await?;
+            if global.json {
+                println!(
+                    "{}",
+                    json!({"broker": broker, "decommissioning": false, "moves_turned_back": turned_back})
+                );
+            } else {
+                println!(
+                    "broker {broker} is recommissioned: it takes replicas again; {turned_back} move(s) off it turned back"
+                );
+            }
+            Ok(true)
+        }
     }
+}
+
+/// Polls until `broker` holds no replica, printing each change of the
+/// count; fails if the broker is recommissioned meanwhile. The broker that
+/// answers may lag the one that took the decommission by a moment, so a
+/// view without the mark counts only after one with it, or after
+/// [`DECOMMISSION_SHOW_TIMEOUT`].
+async fn wait_decommissioned(
+    global: &Global,
+    admin: &Admin,
+    broker: u32,
+) -> Result<(), ClientError> {
+    let started = std::time::Instant::now();
+    let mut seen_marked = false;
+    let mut shown = None;
+    loop {
+        let status = admin.describe_cluster(None).await?;
+        let marked = status
+            .brokers
+            .iter()
+            .any(|state| state.node_id == broker && state.decommission.is_some());
+        if !marked {
+            if seen_marked || started.elapsed() > DECOMMISSION_SHOW_TIMEOUT {
+                return Err(ClientError::InvalidArgument(format!(
+                    "broker {broker} is not being decommissioned any more (recommissioned meanwhile?)"
+                )));
+            }
+            tokio::time::sleep(DECOMMISSION_POLL).await;
+            continue;
+        }
+        seen_marked = true;
+        let left = status.replicas_on(broker);
+        let moving = moves_off(&status, broker);
+        if shown != Some((left, moving)) {
+            shown = Some((left, moving));
+            if global.json {
+                println!(
+                    "{}",
+                    json!({"broker": broker, "partitions_left": left, "moving": moving})
+                );
+            } else if left > 0 {
+                println!("broker {broker}: {left} partition(s) left, {moving} moving");
+            }
+        }
+        if left == 0 {
+            if !global.json {
+                println!("broker {broker} holds no replica: it can be shut down and removed");
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(DECOMMISSION_POLL).await;
+    }
+}
+
+/// Partitions of `status` moving a replica off `broker`.
+fn moves_off(status: &ClusterStatus, broker: u32) -> usize {
+    status
+        .topics
+        .iter()
+        .flat_map(|topic| &topic.partitions)
+        .filter_map(|partition| partition.moving.as_ref())
+        .filter(|moving| {
+            !moving.cancelled
+                && moving.original.contains(&broker)
+                && !moving.target.contains(&broker)
+        })
+        .count()
+}
+
+/// The brokers being decommissioned, if any: one line each.
+fn decommissions_text(status: &ClusterStatus) -> String {
+    status
+        .brokers
+        .iter()
+        .filter(|broker| broker.decommission.is_some())
+        .map(|broker| {
+            let left = status.replicas_on(broker.node_id);
+            if left == 0 {
+                format!(
+                    "decommissioned: broker {} holds no replica (recommission it to use it again)\n",
+                    broker.node_id
+                )
+            } else {
+                format!(
+                    "decommissioning: broker {}: {left} partition(s) left, {} moving\n",
+                    broker.node_id,
+                    moves_off(status, broker.node_id)
+                )
+            }
+        })
+        .collect()
 }
 
 /// Elects the preferred replica of every partition led by another one.
@@ -185,13 +347,7 @@ fn info_text(status: &ClusterStatus, unreachable: Option<&Problem>) -> String {
                 broker.node_id.to_string(),
                 broker.address.clone(),
                 broker.rack.clone().unwrap_or_else(|| "-".to_owned()),
-                match (broker.fenced, broker.maintenance) {
-                    (true, false) => "fenced",
-                    (true, true) => "fenced, maintenance",
-                    (false, false) => "alive",
-                    (false, true) => "alive, maintenance",
-                }
-                .to_owned(),
+                broker_state(broker),
                 if broker.voter { "yes" } else { "no" }.to_owned(),
                 broker.heartbeat_age_ms.map_or_else(
                     || "-".to_owned(),
@@ -211,8 +367,21 @@ fn info_text(status: &ClusterStatus, unreachable: Option<&Problem>) -> String {
         ],
         &rows,
     ));
+    text.push_str(&decommissions_text(status));
     text.push_str(&moves_text(status));
     text
+}
+
+/// `alive` or `fenced`, and whether in maintenance or decommissioning.
+fn broker_state(broker: &BrokerState) -> String {
+    let mut state = if broker.fenced { "fenced" } else { "alive" }.to_owned();
+    if broker.maintenance {
+        state.push_str(", maintenance");
+    }
+    if broker.decommission.is_some() {
+        state.push_str(", decommissioning");
+    }
+    state
 }
 
 /// The partitions moving to other brokers, if any: one line each.
@@ -270,7 +439,11 @@ fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
             .count();
         text.push_str(&format!(
             "healthy: {} brokers alive, {partitions} partition{} led",
-            status.brokers.len(),
+            status
+                .brokers
+                .iter()
+                .filter(|broker| !broker.fenced)
+                .count(),
             if partitions == 1 { "" } else { "s" }
         ));
         if unknown > 0 {
@@ -279,6 +452,7 @@ fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
             ));
         }
         text.push('\n');
+        text.push_str(&decommissions_text(status));
         text.push_str(&moves_text(status));
     } else {
         // Only what cannot be known yet (a controller leader that was not
@@ -299,6 +473,7 @@ fn health_text(status: &ClusterStatus, problems: &[Problem]) -> String {
         for problem in problems {
             text.push_str(&format!("  - {problem}\n"));
         }
+        text.push_str(&decommissions_text(status));
         text.push_str(&moves_text(status));
     }
     text

@@ -382,6 +382,7 @@ mod tests {
             voter: true,
             heartbeat_age_ms: None,
             maintenance: false,
+            decommission: None,
         };
         let status = ClusterStatus {
             answered_by: 1,
