@@ -207,6 +207,9 @@ impl Totals {
         sum.reassignments_started += add.reassignments_started;
         sum.reassignments_cancelled += add.reassignments_cancelled;
         sum.reassignments_ended += add.reassignments_ended;
+        sum.decommissions += add.decommissions;
+        sum.recommissions += add.recommissions;
+        sum.decommissions_done += add.decommissions_done;
         sum.controller_restarts += add.controller_restarts;
         sum.controller_terms += add.controller_terms;
         sum.produce_timeouts += add.produce_timeouts;

@@ -181,6 +181,13 @@ pub struct Stats {
     pub reassignments_cancelled: u64,
     /// Moves that ended (reached their goal, or back after a cancel).
     pub reassignments_ended: u64,
+    /// Decommissions of a replica's node an operator asked for.
+    pub decommissions: u64,
+    /// Recommissions an operator asked for.
+    pub recommissions: u64,
+    /// Decommissions that took the partition off their node: seen when
+    /// recommissioned, or at the end of the run.
+    pub decommissions_done: u64,
     /// Controller processes restarted.
     pub controller_restarts: u64,
     /// Raft terms in which a controller process led.
@@ -897,10 +904,10 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
         local: true,
     };
     let learners: Vec<ReplicaId> = view.learners.iter().copied().map(ReplicaId).collect();
-    let throttle = view.learner_throttle_bytes_per_s;
+    // Named now, leading or not: a leadership that starts takes up the
+    // newest, not those of the view that started it.
+    replica.set_learners(&learners, view.learner_throttle_bytes_per_s);
     let Some(change) = role_change(replica.role(), &view, id) else {
-        // Still leading the same epoch: the learners may have changed.
-        replica.set_learners(&learners, throttle);
         return;
     };
     let task_world = world.clone();
@@ -916,8 +923,9 @@ fn follow(world: &Rc<World>, process: &Rc<Process>, id: u32) {
                 if matches!(change, RoleChange::Lead { .. }) {
                     stats.borrow_mut().leaderships += 1;
                 }
-                // A new leadership starts without learners.
-                replica.set_learners(&learners, throttle);
+                // A new leadership starts without learners: name the
+                // newest.
+                replica.refresh_learners();
                 world.log(|| format!("{id}: {change:?}"));
             }
             Err(ReplicaError::Refused(error @ ReplicationError::ConflictingLeader { .. })) => {

@@ -50,6 +50,9 @@ const COPYING_WINDOW_MS: u64 = 500;
 struct NearTheEnd {
     /// The published replica set and learners.
     sets: (Vec<u32>, Vec<u32>),
+    /// The published leader: moving it off a replica that leaves is a
+    /// step of the move too.
+    leader: Option<u32>,
     /// Each running node's log end.
     ends: BTreeMap<u32, Offset>,
     /// The highest high watermark of any node.
@@ -117,7 +120,9 @@ pub struct SimConfig {
     pub maintenance_per_million: u64,
     /// Chance per tick that an operator moves the partition to other nodes
     /// (one or two replaced; `partition reassign`), or cancels the move in
-    /// progress (one time in four), per million.
+    /// progress (one time in four), or decommissions one of its replicas'
+    /// nodes or recommissions the one being decommissioned (one time in
+    /// four without a move), per million.
     pub reassign_per_million: u64,
     /// Down time range after a crash, milliseconds.
     pub restart_ms: (u64, u64),
@@ -873,12 +878,21 @@ impl Sim {
 
     /// An operator's moves of the partition: one or two replicas replaced
     /// by nodes outside the set, sometimes throttled, now and then
-    /// cancelled; counts the moves that ended.
+    /// cancelled; or a node decommissioned (the controller leader then
+    /// moves the partition off it) or recommissioned; counts the moves
+    /// that ended.
     fn reassign(&mut self) {
         if !self
             .rng
             .chance_per_million(self.config.reassign_per_million)
         {
+            return;
+        }
+        let Some(published) = self.controller.published() else {
+            return;
+        };
+        if self.rng.below(4) == 0 {
+            self.decommission(&published.replicas);
             return;
         }
         if self.moving.1.is_some() {
@@ -887,9 +901,6 @@ impl Sim {
             }
             return;
         }
-        let Some(published) = self.controller.published() else {
-            return;
-        };
         let mut target = published.replicas;
         let mut outside: Vec<u32> = self
             .nodes
@@ -915,6 +926,32 @@ impl Sim {
             self.rng.between(2_000, 50_000)
         };
         self.controller.start_reassignment(&target, throttle);
+    }
+
+    /// An operator decommissions a node of the partition's `replicas` (the
+    /// controller leader then moves the partition off it), or
+    /// recommissions the node being decommissioned: once the partition is
+    /// off it, or now and then before (turning its move back).
+    fn decommission(&mut self, replicas: &[u32]) {
+        match self.controller.decommissioning() {
+            Some(node) => {
+                let done = !replicas.contains(&node);
+                if (done || self.rng.below(4) == 0) && self.controller.set_decommission(node, None)
+                {
+                    let mut stats = self.stats.borrow_mut();
+                    stats.recommissions += 1;
+                    stats.decommissions_done += u64::from(done);
+                }
+            }
+            None if !replicas.is_empty() => {
+                let node = replicas[self.rng.below(replicas.len() as u64) as usize];
+                let max_moves = 1 + self.rng.below(2) as u16;
+                if self.controller.set_decommission(node, Some(max_moves)) {
+                    self.stats.borrow_mut().decommissions += 1;
+                }
+            }
+            None => {}
+        }
     }
 
     /// Counts the moves that started and ended, as the most advanced
@@ -944,6 +981,7 @@ impl Sim {
     fn partition_now(&self) -> NearTheEnd {
         let published = self.controller.published();
         NearTheEnd {
+            leader: published.as_ref().and_then(|published| published.leader),
             sets: published
                 .map(|published| (published.replicas, published.learners))
                 .unwrap_or_default(),
@@ -963,14 +1001,15 @@ impl Sim {
 
     /// Why a move still in progress at the end of the run is stalled, if it
     /// is. Once healed its steps wait only for reports, rounds and its
-    /// learner: in the last [`COPYING_WINDOW_MS`] it took a step, or its
+    /// learner: in the last [`COPYING_WINDOW_MS`] it took a step (changed
+    /// the set, or moved the leadership off a leaving replica), or its
     /// next learner (the first) copied without holding the committed log
     /// at the start (a throttled move, or one copying about as fast as
     /// producers append).
     fn move_stall(&self) -> Option<String> {
         let before = self.near_the_end.as_ref()?;
         let now = self.partition_now();
-        if now.sets != before.sets {
+        if now.sets != before.sets || now.leader != before.leader {
             return None;
         }
         let Some(learner) = now.sets.1.first() else {
@@ -1461,6 +1500,14 @@ impl Sim {
         self.outcome.rounds = self.controller.rounds();
         {
             let mut stats = self.stats.borrow_mut();
+            // A decommission still marked at the end, its node off the
+            // partition.
+            if let Some(node) = self.controller.decommissioning()
+                && let Some(published) = self.controller.published()
+                && !published.replicas.contains(&node)
+            {
+                stats.decommissions_done += 1;
+            }
             stats.controller_terms = self.controller.terms_led();
             stats.controller_restarts = self.controller.restarts;
         }

@@ -123,7 +123,9 @@ fn operators_move_leaderships_and_maintain_nodes() {
 /// invariant the checker holds the other seeds to, and one more after
 /// every step: each committed change of the replica set adds or removes
 /// one node. A move at full speed ends (reaches its goal or returns) in
-/// the healed phase of its run.
+/// the healed phase of its run. Operators also decommission a replica's
+/// node and recommission it: the controller leader's production
+/// decommission planner then starts the moves.
 #[test]
 fn operators_move_the_partition_one_node_at_a_time() {
     let totals = match run_seeds(0, 100) {
@@ -132,10 +134,16 @@ fn operators_move_the_partition_one_node_at_a_time() {
     };
     let stats = totals.stats;
     println!(
-        "{} moves started, {} cancels, {} ended",
-        stats.reassignments_started, stats.reassignments_cancelled, stats.reassignments_ended
+        "{} moves started, {} cancels, {} ended; {} decommissions, {} of them done, {} recommissions",
+        stats.reassignments_started,
+        stats.reassignments_cancelled,
+        stats.reassignments_ended,
+        stats.decommissions,
+        stats.decommissions_done,
+        stats.recommissions
     );
     assert!(stats.reassignments_started >= 30, "{stats:?}");
+    assert!(stats.decommissions_done >= 5, "{stats:?}");
     // Each run checks that a move at full speed ends once healed; only
     // a throttled one still copying at the end may not.
     assert!(

@@ -199,8 +199,22 @@ impl<D: Disk> ReplicatedPartition<D> {
     /// Names the learners this replica pushes to while it leads (brokers a
     /// reassignment adds, catching up outside the set; see
     /// `corelog_replication::Replica::set_learners`), each copied at
-    /// `throttle_bytes_per_s` at most (0: no limit); a no-op otherwise.
+    /// `throttle_bytes_per_s` at most (0: no limit). Kept while it does
+    /// not lead: a leadership that starts later takes them up with
+    /// [`ReplicatedPartition::refresh_learners`].
     pub fn set_learners(self: &Rc<Self>, learners: &[ReplicaId], throttle_bytes_per_s: u64) {
+        *self.wanted_learners.borrow_mut() = (learners.to_vec(), throttle_bytes_per_s);
+        self.refresh_learners();
+    }
+
+    /// Pushes to the learners last named by [`ReplicatedPartition::set_learners`]
+    /// if leading; a no-op otherwise. A role change that ends in a
+    /// leadership calls this rather than naming the learners it saw when
+    /// it started: metadata may have named others meanwhile (sim seed 4 of
+    /// the decommission sweep: a learner named while `become_leader` ran
+    /// was dropped when it returned, and never copied).
+    pub fn refresh_learners(self: &Rc<Self>) {
+        let (learners, throttle_bytes_per_s) = self.wanted_learners.borrow().clone();
         // Every snapshot names every replica's learners: almost always
         // none, as before, which needs no work (and no pump woken).
         if learners.is_empty()
@@ -210,14 +224,14 @@ impl<D: Disk> ReplicatedPartition<D> {
             return;
         }
         let now_ms = self.now_ms();
-        self.replica.borrow_mut().set_learners(learners, now_ms);
+        self.replica.borrow_mut().set_learners(&learners, now_ms);
         {
             let mut rates = self.learner_rates.borrow_mut();
             rates.retain(|learner, rate| {
                 learners.contains(learner) && rate.bytes_per_s() == throttle_bytes_per_s
             });
             if throttle_bytes_per_s > 0 {
-                for learner in learners {
+                for learner in &learners {
                     rates
                         .entry(*learner)
                         .or_insert_with(|| ByteRate::new(throttle_bytes_per_s, now_ms));

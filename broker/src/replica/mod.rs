@@ -206,6 +206,9 @@ pub struct ReplicatedPartition<D: Disk> {
     pump: Cell<Pump>,
     /// The byte rate each throttled learner is copied at, at most.
     learner_rates: RefCell<std::collections::BTreeMap<ReplicaId, throttle::ByteRate>>,
+    /// The learners (and their throttle) metadata named last, whether
+    /// leading or not (see `set_learners`).
+    wanted_learners: RefCell<(Vec<ReplicaId>, u64)>,
     broken: RefCell<Option<String>>,
     /// The fence came from a full disk: the shard reopens the replica once
     /// space is back.
@@ -282,6 +285,7 @@ impl<D: Disk> ReplicatedPartition<D> {
             high_watermark: Cell::new(high_watermark),
             pump: Cell::new(Pump::Idle),
             learner_rates: RefCell::default(),
+            wanted_learners: RefCell::default(),
             broken: RefCell::new(None),
             broken_no_space: Cell::new(false),
             broken_out_of_descriptors: Cell::new(false),

@@ -214,10 +214,10 @@ impl Shard {
             .copied()
             .map(ReplicaId)
             .collect();
-        let throttle = replication.learner_throttle_bytes_per_s;
+        // Named now, leading or not: a leadership that starts takes up the
+        // newest, not those of the snapshot that started it.
+        replica.set_learners(&learners, replication.learner_throttle_bytes_per_s);
         let Some(change) = role_change(replica.role(), replication, me) else {
-            // Still leading the same epoch: the learners may have changed.
-            replica.set_learners(&learners, replication.learner_throttle_bytes_per_s);
             return;
         };
         let groups = topic == GROUPS_TOPIC;
@@ -242,8 +242,9 @@ impl Shard {
             match result {
                 Ok(()) => {
                     tracing::info!(%topic, partition = index, ?change, "replica role follows metadata");
-                    // A new leadership starts without learners.
-                    replica.set_learners(&learners, throttle);
+                    // A new leadership starts without learners: name the
+                    // newest.
+                    replica.refresh_learners();
                     // A `__groups` leader's change is done once its
                     // coordinator serves.
                     if groups
