@@ -107,6 +107,10 @@ const LEADER_WAIT: Duration = Duration::from_secs(5);
 /// How often a broker reports the partitions it leads, with their in-sync
 /// replicas, to the controller leader.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long reports stay in version 0 after a controller refused version
+/// 1 before version 1 is tried again: the refusal may have come from a
+/// voter not upgraded yet, or the controller leader may be upgraded since.
+const REPORT_V1_RETRY: Duration = Duration::from_secs(60);
 /// How long a topic change waits to show up in this broker's metadata.
 const PROPAGATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Producer ids reserved from the controller at a time: one metadata change
@@ -192,9 +196,8 @@ pub struct ClusterMember {
     state: RefCell<Arc<MetadataState>>,
     fenced: Cell<bool>,
     registered: Cell<bool>,
-    /// The controller refused a version 1 partition report: it predates
-    /// it (a rolling upgrade), so reports go in version 0.
-    report_v0: Cell<bool>,
+    /// Which version partition reports go in.
+    report_version: Cell<ReportVersion>,
     /// Woken when a new metadata version is published to the shards.
     published: Event,
     /// A single node (no `--controller-voters`): it serves clients only
@@ -240,7 +243,7 @@ impl ClusterMember {
             state: RefCell::new(Arc::new(MetadataState::default())),
             fenced: Cell::new(true),
             registered: Cell::new(false),
-            report_v0: Cell::new(false),
+            report_version: Cell::new(ReportVersion::default()),
             published: Event::new(),
             single_node,
             producer_ids: RefCell::new(0..0),
@@ -498,7 +501,8 @@ impl ClusterMember {
                 incarnation: self.registration.incarnation,
                 partitions: host.led_partitions().await,
             };
-            let result = if self.report_v0.get() {
+            let v0 = self.report_version.get().v0(Instant::now());
+            let result = if v0 {
                 self.call(&report.version_0()).await.map(|_| ())
             } else {
                 self.call(&report).await.map(|_| ())
@@ -507,11 +511,14 @@ impl ClusterMember {
                 Err(MemberError::Refused {
                     code: ErrorCode::UnsupportedVersion,
                     ..
-                }) if !self.report_v0.get() => {
+                }) if !v0 => {
                     tracing::info!(
-                        "the controller predates partition report version 1; reporting in version 0"
+                        retry_in = ?REPORT_V1_RETRY,
+                        "the controller refused partition report version 1; reporting in version 0"
                     );
-                    self.report_v0.set(true);
+                    let mut version = self.report_version.get();
+                    version.refused_v1(Instant::now());
+                    self.report_version.set(version);
                 }
                 Err(error) => tracing::debug!(%error, "partition report not taken"),
                 Ok(()) => {}
@@ -1128,4 +1135,41 @@ fn led_by(state: &MetadataState, node: NodeId) -> usize {
         .flat_map(|topic| &topic.partitions)
         .filter(|partition| partition.leader == Some(node))
         .count()
+}
+
+/// The version partition reports go in: 1, or 0 for [`REPORT_V1_RETRY`]
+/// after a controller refused 1 (a rolling upgrade).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ReportVersion {
+    refused_v1_at: Option<Instant>,
+}
+
+impl ReportVersion {
+    /// Whether a report sent at `now` goes in version 0.
+    fn v0(self, now: Instant) -> bool {
+        self.refused_v1_at
+            .is_some_and(|at| now.saturating_duration_since(at) < REPORT_V1_RETRY)
+    }
+
+    /// A controller refused version 1 at `now`.
+    fn refused_v1(&mut self, now: Instant) {
+        self.refused_v1_at = Some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_fall_back_to_version_0_then_try_version_1_again() {
+        let start = Instant::now();
+        let mut version = ReportVersion::default();
+        assert!(!version.v0(start), "version 1 first");
+        version.refused_v1(start);
+        assert!(version.v0(start));
+        assert!(version.v0(start + REPORT_V1_RETRY - Duration::from_millis(1)));
+        // Not for ever: the controller may be upgraded since.
+        assert!(!version.v0(start + REPORT_V1_RETRY));
+    }
 }
