@@ -20,7 +20,7 @@
 use std::collections::BTreeSet;
 
 use crate::command::Command;
-use crate::placement::{PlacementLoad, domain, pick_shard};
+use crate::placement::{PlacementLoad, domain, shard_for};
 use crate::state::{BrokerRecord, MetadataState, PartitionRecord};
 use crate::types::{NodeId, Replica, TopicId};
 
@@ -151,7 +151,7 @@ fn replace(
     let mut target = record.replicas.clone();
     target[position] = Replica {
         node: chosen.id,
-        shard: pick_shard(chosen, position == 0, load, u32::MAX),
+        shard: shard_for(chosen, position == 0, load),
     };
     Some((target, position))
 }

@@ -184,7 +184,7 @@ mod testing;
 pub use command::{Command, ImportedTopic, Outcome};
 pub use message::MESSAGE_BYTES_MAX;
 pub use node::{ControllerConfig, ControllerNode};
-pub use placement::{BrokerRoom, PlacementError, PlacementLoad, place, place_within};
+pub use placement::{BrokerRoom, PlacementError, PlacementLoad, place, place_within, shard_for};
 pub use ready::{
     Committed, ControllerError, ControllerReady, OutboundMessage, ProposalOutcome, ProposeError,
     Resolved, Role, StepError,

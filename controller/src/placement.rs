@@ -316,7 +316,16 @@ fn place_partition(
     )
 }
 
-pub(crate) fn pick_shard(
+/// The shard a new replica on `broker` takes, given `load`: the one
+/// placement would pick for a new topic's replica (a preferred leader by
+/// the shards' leaderships, another replica by their replicas), with no
+/// limit per shard. A move's new replicas go where this says.
+#[must_use]
+pub fn shard_for(broker: &BrokerRecord, preferred_leader: bool, load: &PlacementLoad) -> ShardId {
+    pick_shard(broker, preferred_leader, load, u32::MAX)
+}
+
+fn pick_shard(
     broker: &BrokerRecord,
     leader: bool,
     load: &PlacementLoad,

@@ -28,8 +28,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::state::PartitionRecord;
-use crate::types::{NodeId, Replica};
+use crate::placement::{PlacementLoad, shard_for};
+use crate::state::{MetadataState, PartitionRecord};
+use crate::types::{NodeId, Replica, ShardId};
 
 /// A move in progress, kept in its [`PartitionRecord`] until the replica
 /// set is its goal.
@@ -74,6 +75,36 @@ impl Reassignment {
     pub fn reached(&self, current: &[Replica]) -> bool {
         same_brokers(current, self.goal())
     }
+}
+
+/// The replica set on `nodes` (preferred leader first) for a move of
+/// `record`: a broker that holds a replica keeps its shard; a new one
+/// gets the shard placement would pick ([`crate::placement::shard_for`]),
+/// counting the new replicas before it. An unregistered broker gets shard
+/// 0, and the state machine refuses the move.
+#[must_use]
+pub fn target_replicas(
+    state: &MetadataState,
+    record: &PartitionRecord,
+    nodes: &[NodeId],
+) -> Vec<Replica> {
+    let mut load = PlacementLoad::from_state(state);
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(position, node)| {
+            if let Some(replica) = record.replica_on(*node) {
+                return replica;
+            }
+            let preferred_leader = position == 0;
+            let shard = state.brokers().get(node).map_or(ShardId(0), |broker| {
+                shard_for(broker, preferred_leader, &load)
+            });
+            let replica = Replica { node: *node, shard };
+            load.add_one(replica, preferred_leader);
+            replica
+        })
+        .collect()
 }
 
 /// Turns the move on `record` back toward its original set: at once when

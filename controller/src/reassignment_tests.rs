@@ -465,6 +465,22 @@ fn a_move_in_progress_survives_a_snapshot_and_only_it_needs_version_7() {
     );
 }
 
+#[test]
+fn a_new_replica_takes_the_shard_placement_picks_and_a_staying_one_keeps_its_own() {
+    // Broker 4 leads partition 1 on shard 0, broker 5 holds it on shard 1.
+    let cluster = Cluster::with_partitions(&[&[1, 2, 3], &[4, 5, 6]]);
+    let record = cluster.record().clone();
+    let target = target_replicas(&cluster.state, &record, &[4, 2, 5].map(NodeId));
+    let placed: Vec<(u64, u16)> = target
+        .iter()
+        .map(|replica| (replica.node.0, replica.shard.0))
+        .collect();
+    assert_eq!(placed, vec![(4, 1), (2, 0), (5, 0)]);
+    // Unknown brokers get shard 0 (and the move is refused).
+    let unknown = target_replicas(&cluster.state, &record, &[NodeId(9)]);
+    assert_eq!(unknown[0].shard, ShardId(0));
+}
+
 proptest! {
     /// Whatever the learners and commits do, and wherever a cancel comes,
     /// every step changes one replica, every added one was caught up,

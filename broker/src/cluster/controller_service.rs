@@ -27,8 +27,8 @@ use corelog_controller::decommission::Decommission;
 use corelog_controller::durable::RecoveredLog;
 use corelog_controller::{
     Command, ControllerConfig, ControllerNode, MetadataState, NodeId, OutboundMessage, Outcome,
-    PlacementError, PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Replica, Resolved,
-    ShardId, TopicId, place_within,
+    PlacementError, PlacementLoad, ProposalId, ProposalOutcome, ProposeError, Resolved, TopicId,
+    place_within, reassignment,
 };
 use corelog_replication::QueryAnswer;
 use corelog_storage::clock::Clock;
@@ -812,22 +812,7 @@ impl ControllerService {
                         format!("topic {topic_id} has no partition {partition}"),
                     )
                 })?;
-            nodes
-                .iter()
-                .map(|node| {
-                    let shard = record.replica_on(*node).map_or_else(
-                        || {
-                            let shards = state
-                                .brokers()
-                                .get(node)
-                                .map_or(1, |broker| broker.shard_count.max(1));
-                            ShardId(u16::try_from(partition % u32::from(shards)).unwrap_or(0))
-                        },
-                        |replica| replica.shard,
-                    );
-                    Replica { node: *node, shard }
-                })
-                .collect()
+            reassignment::target_replicas(state, record, nodes)
         };
         let command = Command::StartReassignment {
             topic_id,
