@@ -50,6 +50,14 @@ pub fn moves_off(record: &PartitionRecord, node: NodeId) -> bool {
 /// move in progress, in topic and partition order.
 #[must_use]
 pub fn next_moves(state: &MetadataState, now_ms: i64) -> Vec<Command> {
+    // Called every tick: no scan of the partitions unless needed.
+    if state
+        .brokers()
+        .values()
+        .all(|broker| broker.decommission.is_none())
+    {
+        return Vec::new();
+    }
     let mut load = PlacementLoad::from_state(state);
     let mut chosen: BTreeSet<(TopicId, u32)> = BTreeSet::new();
     let mut moves = Vec::new();
