@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_controller::decommission::{self, Decommission};
-use corelog_controller::{LeaderEpoch, MetadataState, NodeId, TopicId};
+use corelog_controller::{BrokerRecord, LeaderEpoch, MetadataState, NodeId, TopicId};
 use corelog_wire::error::ErrorCode;
 use corelog_wire::message::ConfigEntry;
 use corelog_wire::message::Request;
@@ -1000,20 +1000,10 @@ impl ClusterMember {
         self.call(&request).await?;
         let node = NodeId(u64::from(node));
         let deadline = Instant::now() + timeout;
-        let shown = |state: &MetadataState| {
-            state
-                .brokers()
-                .get(&node)
-                .is_some_and(|broker| broker.maintenance == enabled)
-        };
-        if !wait_until(&self.published, deadline, || shown(&self.state.borrow())).await {
-            return Err(PartitionError::new(
-                ErrorCode::RequestTimedOut,
-                format!(
-                    "the maintenance of broker {node} was changed but this broker does not show it yet; it will shortly"
-                ),
-            ));
-        }
+        self.wait_broker_shows(node, "maintenance", deadline, |broker| {
+            broker.maintenance == enabled
+        })
+        .await?;
         let led = |state: &MetadataState| led_by(state, node);
         if enabled {
             wait_until(&self.published, deadline, || led(&self.state.borrow()) == 0).await;
@@ -1047,25 +1037,39 @@ impl ClusterMember {
         let cancelled = self.call(&request).await?.message.value;
         let node = NodeId(u64::from(node));
         let deadline = Instant::now() + timeout;
-        let shown = |state: &MetadataState| {
-            state
-                .brokers()
-                .get(&node)
-                .is_some_and(|broker| broker.decommission == plan)
-        };
-        if !wait_until(&self.published, deadline, || shown(&self.state.borrow())).await {
-            return Err(PartitionError::new(
-                ErrorCode::RequestTimedOut,
-                format!(
-                    "the decommission of broker {node} was changed but this broker does not show it yet; it will shortly"
-                ),
-            ));
-        }
+        self.wait_broker_shows(node, "decommission", deadline, |broker| {
+            broker.decommission == plan
+        })
+        .await?;
         Ok(if plan.is_some() {
             decommission::remaining(&self.state.borrow(), node).replicas
         } else {
             u32::try_from(cancelled).unwrap_or(0)
         })
+    }
+
+    /// Waits until `deadline` for this broker's metadata to show `node`
+    /// as `shows` asks, after the controller took a change of its `what`.
+    ///
+    /// # Errors
+    /// `REQUEST_TIMED_OUT` when it does not show in time.
+    async fn wait_broker_shows(
+        &self,
+        node: NodeId,
+        what: &str,
+        deadline: Instant,
+        shows: impl Fn(&BrokerRecord) -> bool,
+    ) -> Result<(), PartitionError> {
+        let shown = || self.state.borrow().brokers().get(&node).is_some_and(&shows);
+        if wait_until(&self.published, deadline, shown).await {
+            return Ok(());
+        }
+        Err(PartitionError::new(
+            ErrorCode::RequestTimedOut,
+            format!(
+                "the {what} of broker {node} was changed but this broker does not show it yet; it will shortly"
+            ),
+        ))
     }
 
     /// Tells the controller that this broker can no longer lead partition

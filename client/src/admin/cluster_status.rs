@@ -617,54 +617,33 @@ async fn ask(
     connection: &crate::connection::Connection,
     topics: &Option<Vec<String>>,
 ) -> Result<ClusterStatus, ClientError> {
-    let check = |code: u16, message: Option<String>| match ClientError::from_wire(
-        code,
-        || "describe the cluster".to_owned(),
-        message,
-    ) {
-        Some(error) => Err(error),
-        None => Ok(()),
-    };
+    // One call in the version given, the answer checked and read the same
+    // way in each.
+    macro_rules! ask_in {
+        ($request:expr, $answer:path) => {{
+            let reply = connection
+                .call(&$request, Vec::new(), Duration::ZERO)
+                .await?;
+            let (response, _) = reply.decode()?;
+            let detail = response.error_message.as_ref().map(ToString::to_string);
+            if let Some(error) = ClientError::from_wire(
+                response.error_code.to_native(),
+                || "describe the cluster".to_owned(),
+                detail,
+            ) {
+                return Err(error);
+            }
+            Ok(ClusterStatus::from_reply($answer(response)))
+        }};
+    }
+    let topics = topics.clone();
     if connection.supports(ApiKey::DescribeCluster, 2) {
-        let request = DescribeClusterRequestV2 {
-            topics: topics.clone(),
-        };
-        let reply = connection
-            .call(&request, Vec::new(), Duration::ZERO)
-            .await?;
-        let (response, _) = reply.decode()?;
-        check(
-            response.error_code.to_native(),
-            response.error_message.as_ref().map(ToString::to_string),
-        )?;
-        return Ok(ClusterStatus::from_reply(Answer::V2(response)));
+        ask_in!(DescribeClusterRequestV2 { topics }, Answer::V2)
+    } else if connection.supports(ApiKey::DescribeCluster, 1) {
+        ask_in!(DescribeClusterRequestV1 { topics }, Answer::V1)
+    } else {
+        ask_in!(DescribeClusterRequest { topics }, Answer::V0)
     }
-    if connection.supports(ApiKey::DescribeCluster, 1) {
-        let request = DescribeClusterRequestV1 {
-            topics: topics.clone(),
-        };
-        let reply = connection
-            .call(&request, Vec::new(), Duration::ZERO)
-            .await?;
-        let (response, _) = reply.decode()?;
-        check(
-            response.error_code.to_native(),
-            response.error_message.as_ref().map(ToString::to_string),
-        )?;
-        return Ok(ClusterStatus::from_reply(Answer::V1(response)));
-    }
-    let request = DescribeClusterRequest {
-        topics: topics.clone(),
-    };
-    let reply = connection
-        .call(&request, Vec::new(), Duration::ZERO)
-        .await?;
-    let (response, _) = reply.decode()?;
-    check(
-        response.error_code.to_native(),
-        response.error_message.as_ref().map(ToString::to_string),
-    )?;
-    Ok(ClusterStatus::from_reply(Answer::V0(response)))
 }
 
 #[cfg(test)]
