@@ -65,11 +65,12 @@ pub fn next_moves(state: &MetadataState, now_ms: i64) -> Vec<Command> {
         let Some(decommission) = broker.decommission else {
             continue;
         };
-        let running = partitions(state)
+        let running = state
+            .partitions()
             .filter(|(_, _, record)| moves_off(record, broker.id))
             .count();
         let mut budget = usize::from(decommission.max_moves.max(1)).saturating_sub(running);
-        for (topic_id, partition, record) in partitions(state) {
+        for (topic_id, partition, record) in state.partitions() {
             if budget == 0 {
                 break;
             }
@@ -113,7 +114,7 @@ pub struct Remaining {
 #[must_use]
 pub fn remaining(state: &MetadataState, node: NodeId) -> Remaining {
     let mut remaining = Remaining::default();
-    for (_, _, record) in partitions(state) {
+    for (_, _, record) in state.partitions() {
         if record.replica_on(node).is_none() {
             continue;
         }
@@ -162,16 +163,6 @@ fn replace(
         shard: shard_for(chosen, position == 0, load),
     };
     Some((target, position))
-}
-
-fn partitions(state: &MetadataState) -> impl Iterator<Item = (TopicId, u32, &PartitionRecord)> {
-    state.topics().values().flat_map(|topic| {
-        topic
-            .partitions
-            .iter()
-            .enumerate()
-            .filter_map(move |(index, record)| Some((topic.id, u32::try_from(index).ok()?, record)))
-    })
 }
 
 #[cfg(test)]

@@ -130,17 +130,9 @@ impl MetadataState {
             .map(|broker| broker.id)
             .collect();
         let moving: Vec<(TopicId, u32, &Reassignment)> = self
-            .topics
-            .values()
-            .flat_map(|topic| {
-                topic
-                    .partitions
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(index, partition)| {
-                        let reassignment = partition.reassignment.as_ref()?;
-                        Some((topic.id, u32::try_from(index).ok()?, reassignment))
-                    })
+            .partitions()
+            .filter_map(|(topic_id, partition, record)| {
+                Some((topic_id, partition, record.reassignment.as_ref()?))
             })
             .collect();
         let decommissioning: Vec<&BrokerRecord> = self

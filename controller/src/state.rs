@@ -425,6 +425,15 @@ impl MetadataState {
         self.producer_id_block_end
     }
 
+    /// Every partition of every topic, by topic id then index.
+    pub fn partitions(&self) -> impl Iterator<Item = (TopicId, u32, &PartitionRecord)> {
+        self.topics.values().flat_map(|topic| {
+            (0u32..)
+                .zip(&topic.partitions)
+                .map(move |(index, record)| (topic.id, index, record))
+        })
+    }
+
     /// A partition.
     #[must_use]
     pub fn partition(&self, topic_id: TopicId, partition: u32) -> Option<&PartitionRecord> {
